@@ -1,0 +1,75 @@
+//! The per-attempt context the server builds and hands to a handler.
+//!
+//! Fields are private behind accessors so the context can grow (deadlines, the caller's
+//! identity) without breaking tools that construct one in their own tests.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// What a handler knows about the attempt it is running.
+#[derive(Debug, Clone)]
+pub struct ToolCtx {
+    call_id: Arc<str>,
+    attempt: u32,
+    idempotency_key: Option<Arc<str>>,
+    resume: Option<Arc<Value>>,
+}
+
+impl Default for ToolCtx {
+    /// A context for a first attempt with an empty call id: what a tool's unit test needs.
+    fn default() -> Self {
+        ToolCtx::new("")
+    }
+}
+
+impl ToolCtx {
+    /// A context for the first attempt of the call `call_id`.
+    pub fn new(call_id: impl Into<Arc<str>>) -> Self {
+        ToolCtx {
+            call_id: call_id.into(),
+            attempt: 1,
+            idempotency_key: None,
+            resume: None,
+        }
+    }
+
+    /// Sets the attempt number (1 for the first run of a call).
+    pub fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// Sets the idempotency key the attempt runs under.
+    pub fn with_idempotency_key(mut self, key: Option<impl Into<Arc<str>>>) -> Self {
+        self.idempotency_key = key.map(Into::into);
+        self
+    }
+
+    /// Sets the approver's input, as when the call is re-dispatched after an approval.
+    pub fn with_resume(mut self, resume: Value) -> Self {
+        self.resume = Some(Arc::new(resume));
+        self
+    }
+
+    /// The id of the call this attempt belongs to.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// Which attempt of the call this is, starting at 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The idempotency key of the effect, to pass on to a provider that accepts one.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
+    }
+
+    /// The approver's input, already checked against the suspension's schema, when this attempt
+    /// follows an approval; `None` on a first attempt.
+    pub fn resume(&self) -> Option<&Value> {
+        self.resume.as_deref()
+    }
+}

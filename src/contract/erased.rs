@@ -1,0 +1,143 @@
+//! The object-safe face of a tool, so tools of different input and output types can share one
+//! registry and one dispatch path.
+//!
+//! [`TypedTool`] adapts a [`ToolHandler`]: it builds the schemas once, deserializes the input
+//! before the handler runs (so input that does not fit never reaches it), and serializes the
+//! output. Tools whose identity is only known at run time (proxies of remote tools, say)
+//! implement [`DynTool`] directly.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::ctx::ToolCtx;
+use super::error::{InputViolation, ToolError};
+use super::meta::{Effect, ToolHandler};
+use super::outcome::ToolOutcome;
+
+/// A tool as the server sees it: JSON in, JSON out.
+#[async_trait]
+pub trait DynTool: Send + Sync {
+    /// The name the tool is called by.
+    fn name(&self) -> &str;
+    /// What the tool does, for the model.
+    fn description(&self) -> &str;
+    /// What running the tool does to the world.
+    fn effect(&self) -> Effect;
+    /// The JSON Schema every input must match.
+    fn input_schema(&self) -> &Value;
+    /// The JSON Schema every output must match, when the tool declares one.
+    fn output_schema(&self) -> Option<&Value>;
+    /// The idempotency key the tool declares for `input`; `None` when it declares none or the
+    /// input does not fit the tool.
+    fn idempotency_key(&self, input: &Value) -> Option<String>;
+    /// Runs one attempt with a JSON input.
+    async fn call_json(&self, ctx: &ToolCtx, input: Value) -> Result<ToolOutcome<Value>, ToolError>;
+
+    /// A plain description of the tool, as served at `GET /tools`.
+    fn descriptor(&self) -> ToolDescriptor {
+        ToolDescriptor {
+            name: self.name().to_owned(),
+            description: self.description().to_owned(),
+            effect: self.effect(),
+            input_schema: self.input_schema().clone(),
+            output_schema: self.output_schema().cloned(),
+        }
+    }
+}
+
+/// A tool's public description: what a model needs to call it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct ToolDescriptor {
+    /// The tool's name.
+    pub name: String,
+    /// What the tool does.
+    pub description: String,
+    /// What running it does to the world.
+    pub effect: Effect,
+    /// The JSON Schema of its input.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// The JSON Schema of its output, or `null` when it declares none.
+    #[schema(value_type = Option<Object>)]
+    pub output_schema: Option<Value>,
+}
+
+/// Adapts a typed [`ToolHandler`] to [`DynTool`].
+pub struct TypedTool<H> {
+    handler: H,
+    input_schema: Value,
+    output_schema: Option<Value>,
+}
+
+impl<H: ToolHandler> TypedTool<H> {
+    /// Wraps `handler`, generating its schemas once.
+    pub fn new(handler: H) -> Self {
+        TypedTool {
+            handler,
+            input_schema: H::input_schema(),
+            output_schema: H::output_schema(),
+        }
+    }
+
+    /// The wrapped handler.
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+}
+
+#[async_trait]
+impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
+    fn name(&self) -> &str {
+        H::NAME
+    }
+
+    fn description(&self) -> &str {
+        H::DESCRIPTION
+    }
+
+    fn effect(&self) -> Effect {
+        H::EFFECT
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_ref()
+    }
+
+    fn idempotency_key(&self, input: &Value) -> Option<String> {
+        let input = H::Input::deserialize(input).ok()?;
+        self.handler.idempotency_key(&input)
+    }
+
+    async fn call_json(&self, ctx: &ToolCtx, input: Value) -> Result<ToolOutcome<Value>, ToolError> {
+        let input: H::Input =
+            serde_json::from_value(input).map_err(|err| ToolError::InvalidInput {
+                tool: H::NAME.to_owned(),
+                violations: vec![InputViolation {
+                    path: String::new(),
+                    message: err.to_string(),
+                }],
+            })?;
+        let outcome = self
+            .handler
+            .call(ctx, input)
+            .await
+            .map_err(|source| ToolError::Handler {
+                tool: H::NAME.to_owned(),
+                source,
+            })?;
+        match outcome {
+            ToolOutcome::Output(output) => serde_json::to_value(output)
+                .map(ToolOutcome::Output)
+                .map_err(|source| ToolError::OutputSerialization {
+                    tool: H::NAME.to_owned(),
+                    source,
+                }),
+            ToolOutcome::Suspend(suspension) => Ok(ToolOutcome::Suspend(suspension)),
+        }
+    }
+}

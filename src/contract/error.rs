@@ -1,0 +1,104 @@
+//! Failures at the two layers of the contract, told apart by variant, never by message.
+//!
+//! A [`HandlerError`] is the tool's own failure. A [`ToolError`] is what the erased layer reports:
+//! the input did not fit (the handler never ran), the handler failed, or its output could not be
+//! turned into JSON.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// A failure reported by a tool's handler. Its `Display` is the message.
+pub struct HandlerError {
+    message: String,
+    source: Option<Box<dyn StdError + Send + Sync + 'static>>,
+}
+
+impl HandlerError {
+    /// A failure described by a message alone.
+    pub fn message(message: impl Into<String>) -> Self {
+        HandlerError {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A failure caused by `source`; the message is the source's `Display`.
+    pub fn new<E>(source: E) -> Self
+    where
+        E: StdError + Send + Sync + 'static,
+    {
+        HandlerError {
+            message: source.to_string(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The message shown to the caller.
+    pub fn as_str(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl fmt::Debug for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("HandlerError");
+        d.field("message", &self.message);
+        if let Some(source) = &self.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl StdError for HandlerError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+/// One way an input failed to fit a schema.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct InputViolation {
+    /// JSON Pointer to the offending part of the input (`""` is the whole input).
+    pub path: String,
+    /// What is wrong there.
+    pub message: String,
+}
+
+/// A failure of the erased dispatch layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The input did not fit the tool's input type; the handler did not run.
+    #[error("input does not fit tool `{tool}`")]
+    InvalidInput {
+        /// The tool called.
+        tool: String,
+        /// Where and why the input did not fit.
+        violations: Vec<InputViolation>,
+    },
+    /// The handler ran and failed.
+    #[error("tool `{tool}` failed: {source}")]
+    Handler {
+        /// The tool called.
+        tool: String,
+        /// The handler's error.
+        source: HandlerError,
+    },
+    /// The handler's output could not be serialized to JSON.
+    #[error("output of tool `{tool}` could not be serialized: {source}")]
+    OutputSerialization {
+        /// The tool called.
+        tool: String,
+        /// The serializer's error.
+        source: serde_json::Error,
+    },
+}

@@ -1,0 +1,19 @@
+//! The tool contract: what a tool author writes against, and the erased layer the server
+//! dispatches through.
+//!
+//! The seams, one module each:
+//! - [`meta`]: `ToolMeta` (identity, written by `#[derive(Tool)]`) and `ToolHandler` (behaviour,
+//!   written by hand with typed input and output).
+//! - [`outcome`]: what one attempt produces: an output, or a suspension waiting for a person.
+//! - [`error`]: the handler's own failure (`HandlerError`) and the erased layer's (`ToolError`).
+//! - [`ctx`]: the per-attempt context the server hands a handler.
+//! - [`erased`]: `DynTool`, the object-safe face every tool is dispatched through, and
+//!   `TypedTool`, the adapter from a typed handler to it.
+//! - [`registry`]: `ToolSet`, the name-keyed set of tools a server serves.
+
+pub mod ctx;
+pub mod erased;
+pub mod error;
+pub mod meta;
+pub mod outcome;
+pub mod registry;

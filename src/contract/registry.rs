@@ -1,0 +1,178 @@
+//! `ToolSet`: the tools a server serves, keyed by name.
+//!
+//! Registration is where a tool is checked once, so dispatch never has to: its name must be one
+//! LLM providers accept, no two tools may share a name, and its input schema must compile, since
+//! every call is validated against it before the handler runs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::erased::{DynTool, ToolDescriptor, TypedTool};
+use super::error::InputViolation;
+use super::meta::ToolHandler;
+
+/// Why a tool could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// Another tool already has this name.
+    #[error("a tool named `{name}` is already registered")]
+    DuplicateName {
+        /// The name registered twice.
+        name: String,
+    },
+    /// The name does not match `^[a-zA-Z0-9_-]{1,64}$`.
+    #[error("invalid tool name `{name}`: names must match ^[a-zA-Z0-9_-]{{1,64}}$")]
+    InvalidName {
+        /// The rejected name.
+        name: String,
+    },
+    /// The tool's input schema is not a JSON Schema a validator can compile.
+    #[error("tool `{name}` has an input schema that does not compile: {message}")]
+    InvalidSchema {
+        /// The tool's name.
+        name: String,
+        /// The validator's complaint.
+        message: String,
+    },
+}
+
+/// Whether `name` is a tool name LLM providers accept: `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The most violations reported for one input; past this the list is cut.
+const MAX_VIOLATIONS: usize = 32;
+
+/// A registered tool with its input validator, compiled once.
+pub(crate) struct Registered {
+    pub(crate) tool: Box<dyn DynTool>,
+    validator: Arc<jsonschema::Validator>,
+}
+
+impl Registered {
+    /// Checks `input` against the tool's input schema.
+    pub(crate) fn check_input(&self, input: &Value) -> Result<(), Vec<InputViolation>> {
+        violations(&self.validator, input)
+    }
+}
+
+/// Every way `instance` fails `validator`, capped at a readable number. Messages name the
+/// offending value only by its path, so a huge input is never echoed back.
+pub(crate) fn violations(
+    validator: &jsonschema::Validator,
+    instance: &Value,
+) -> Result<(), Vec<InputViolation>> {
+    if validator.is_valid(instance) {
+        return Ok(());
+    }
+    Err(validator
+        .iter_errors(instance)
+        .take(MAX_VIOLATIONS)
+        .map(|err| InputViolation {
+            path: err.instance_path().as_str().to_owned(),
+            message: err.masked().to_string(),
+        })
+        .collect())
+}
+
+/// Compiles a JSON Schema for validation, resolving only references inside the schema itself.
+pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    jsonschema::validator_for(schema).map_err(|err| err.to_string())
+}
+
+/// The name-keyed set of tools a server dispatches to. Iterates in name order.
+#[derive(Default)]
+pub struct ToolSet {
+    tools: BTreeMap<String, Registered>,
+}
+
+impl ToolSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        ToolSet::default()
+    }
+
+    /// Registers a typed handler.
+    pub fn register<H: ToolHandler + 'static>(
+        &mut self,
+        handler: H,
+    ) -> Result<&mut Self, RegistryError> {
+        self.register_dyn(Box::new(TypedTool::new(handler)))
+    }
+
+    /// Registers a tool that implements [`DynTool`] directly.
+    pub fn register_dyn(&mut self, tool: Box<dyn DynTool>) -> Result<&mut Self, RegistryError> {
+        let name = tool.name().to_owned();
+        if !is_valid_tool_name(&name) {
+            return Err(RegistryError::InvalidName { name });
+        }
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::DuplicateName { name });
+        }
+        let validator = compile_schema(tool.input_schema()).map_err(|message| {
+            RegistryError::InvalidSchema {
+                name: name.clone(),
+                message,
+            }
+        })?;
+        self.tools.insert(
+            name,
+            Registered {
+                tool,
+                validator: Arc::new(validator),
+            },
+        );
+        Ok(self)
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&dyn DynTool> {
+        self.tools.get(name).map(|r| r.tool.as_ref())
+    }
+
+    pub(crate) fn lookup(&self, name: &str) -> Option<&Registered> {
+        self.tools.get(name)
+    }
+
+    /// The descriptors of every tool, in name order.
+    pub fn descriptors(&self) -> Vec<ToolDescriptor> {
+        self.iter().map(|tool| tool.descriptor()).collect()
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The tools in name order.
+    pub fn iter(&self) -> impl Iterator<Item = &dyn DynTool> {
+        self.tools.values().map(|r| r.tool.as_ref())
+    }
+}
+
+impl std::fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tools.keys()).finish()
+    }
+}
+
+impl<'a> IntoIterator for &'a ToolSet {
+    type Item = &'a dyn DynTool;
+    type IntoIter = Box<dyn Iterator<Item = &'a dyn DynTool> + 'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}

@@ -1,0 +1,155 @@
+//! The `toolgate` binary: parse the command line, read the configuration once, open the store,
+//! build the router, serve until SIGINT or SIGTERM, then finish the requests in flight.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use toolgate::config::{Config, Overrides};
+use toolgate::store::SqliteStore;
+use toolgate::{ServerBuilder, ToolSet};
+use tracing_subscriber::EnvFilter;
+
+/// A tool server for LLM agents: tool schemas and calls over REST, with durable human approvals.
+#[derive(Parser)]
+#[command(name = "toolgate", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API.
+    Serve {
+        /// A TOML config file (see config/default.toml); every key has a default.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// The address to listen on (overrides `bind`).
+        #[arg(long, value_name = "ADDR")]
+        bind: Option<SocketAddr>,
+        /// The data directory (overrides `data_dir`).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve {
+            config,
+            bind,
+            data_dir,
+        } => {
+            let config = match Config::load(
+                config.as_deref(),
+                std::env::vars(),
+                Overrides { bind, data_dir },
+            ) {
+                Ok(config) => config,
+                Err(err) => {
+                    eprintln!("toolgate: {err}");
+                    return ExitCode::from(2);
+                }
+            };
+            init_tracing(&config.log);
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    tracing::error!(error = %err, "cannot start the async runtime");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(serve(config)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    tracing::error!("{err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_tracing(default_filter: &str) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(default_filter))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        format!(
+            "cannot create the data directory {}: {e}",
+            config.data_dir.display()
+        )
+    })?;
+    let db = config.data_dir.join("toolgate.db");
+    let store = SqliteStore::open(&db)
+        .map_err(|e| format!("cannot open the store at {}: {e}", db.display()))?;
+
+    let mut tools = ToolSet::new();
+    if config.examples.enabled {
+        toolgate::examples::register(&mut tools, &config.examples, &config.data_dir)?;
+    }
+    let tool_count = tools.len();
+    let router = ServerBuilder::new(tools, store)
+        .max_body_bytes(config.max_body_bytes)
+        .build();
+
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(
+        %addr,
+        tools = tool_count,
+        data_dir = %config.data_dir.display(),
+        "toolgate listening on http://{addr}"
+    );
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    tracing::info!("toolgate stopped");
+    Ok(())
+}
+
+/// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %err, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down: finishing requests in flight");
+}

@@ -1,0 +1,180 @@
+//! `/approvals`: the queue of pending suspensions, and a person's approve or reject.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::AppState;
+use super::error::{ApiError, ErrorEnvelope};
+use super::extract::{JsonBody, PathParam, QueryParams};
+use super::responses::{CallCompleted, CallSuspended, call_response};
+use crate::store::{Approval, ApprovalState, CallRecord};
+
+/// The default page size of `GET /approvals`.
+const DEFAULT_LIMIT: u32 = 50;
+/// The largest page size of `GET /approvals`.
+const MAX_LIMIT: u32 = 500;
+/// The longest rejection reason accepted, in characters.
+const MAX_REASON_CHARS: usize = 4096;
+
+/// Paging of `GET /approvals`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ApprovalsQuery {
+    /// How many to return, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// One page of pending suspensions, oldest first.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ApprovalList {
+    /// The pending suspensions.
+    pub approvals: Vec<Approval>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The body of an approval.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveRequest {
+    /// The approver's answer; must match the suspension's `input_schema`.
+    pub input: Value,
+}
+
+/// The body of a rejection.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectRequest {
+    /// Why the call is rejected (at most 4096 characters); recorded on the call.
+    pub reason: String,
+}
+
+/// Lists pending suspensions, oldest first.
+#[utoipa::path(
+    get, path = "/approvals", tag = "approvals", operation_id = "listApprovals",
+    params(ApprovalsQuery),
+    responses(
+        (status = 200, description = "A page of pending suspensions.", body = ApprovalList),
+        (status = 400, description = "`bad_request`: a bad `limit` or `cursor`, or an unknown parameter.", body = ErrorEnvelope),
+        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+    )
+)]
+pub(super) async fn list(
+    State(app): State<AppState>,
+    QueryParams(query): QueryParams<ApprovalsQuery>,
+) -> Result<Json<ApprovalList>, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::BadRequest(format!(
+            "`limit` must be between 1 and {MAX_LIMIT}."
+        )));
+    }
+    let after = match query.cursor.as_deref() {
+        None => None,
+        Some(cursor) => Some(
+            cursor
+                .parse::<i64>()
+                .ok()
+                .filter(|seq| *seq > 0)
+                .ok_or_else(|| {
+                    ApiError::BadRequest(
+                        "`cursor` is not one this server handed out as `next_cursor`.".into(),
+                    )
+                })?,
+        ),
+    };
+    let page = app
+        .dispatcher
+        .store()
+        .pending_approvals(after, limit)
+        .await?;
+    Ok(Json(ApprovalList {
+        approvals: page.approvals,
+        next_cursor: page.next_cursor.map(|seq| seq.to_string()),
+    }))
+}
+
+/// One pending suspension, with its call's input.
+#[utoipa::path(
+    get, path = "/approvals/{token}", tag = "approvals", operation_id = "getApproval",
+    params(("token" = String, Path, description = "The suspension's token.")),
+    responses(
+        (status = 200, description = "The pending suspension, with `input`.", body = Approval),
+        (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
+        (status = 409, description = "`already_resolved`: it was approved or rejected; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+    )
+)]
+pub(super) async fn get(
+    State(app): State<AppState>,
+    PathParam(token): PathParam,
+) -> Result<Json<Approval>, ApiError> {
+    match app.dispatcher.store().approval(&token).await? {
+        Some(ApprovalState::Pending(approval)) => Ok(Json(approval)),
+        Some(ApprovalState::Resolved(call)) => Err(ApiError::AlreadyResolved(Box::new(call))),
+        None => Err(ApiError::UnknownToken),
+    }
+}
+
+/// Approves a suspension: the tool runs again with the call's input and this `input` as its
+/// resume value; its result is the call's new outcome.
+#[utoipa::path(
+    post, path = "/approvals/{token}/approve", tag = "approvals", operation_id = "approve",
+    params(("token" = String, Path, description = "The suspension's token.")),
+    request_body = ApproveRequest,
+    responses(
+        (status = 200, description = "The tool ran again and completed.", body = CallCompleted),
+        (status = 202, description = "The tool ran again and suspended anew, with a new token.", body = CallSuspended),
+        (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, or an unknown field.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
+        (status = 409, description = "`already_resolved`: it was approved or rejected before; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
+        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
+        (status = 422, description = "`invalid_resume_input`: `input` does not fit the suspension's `input_schema` (`details.errors`); it stays pending.", body = ErrorEnvelope),
+        (status = 500, description = "`tool_failed`: the tool returned an error; the body also carries `call_id`, `tool` and `\"status\": \"failed\"`. Or `internal`.", body = ErrorEnvelope),
+    )
+)]
+pub(super) async fn approve(
+    State(app): State<AppState>,
+    PathParam(token): PathParam,
+    JsonBody(request): JsonBody<ApproveRequest>,
+) -> Result<Response, ApiError> {
+    let result = app.dispatcher.approve(&token, request.input).await?;
+    Ok(call_response(result))
+}
+
+/// Rejects a suspension: the call becomes `rejected` and the tool does not run.
+#[utoipa::path(
+    post, path = "/approvals/{token}/reject", tag = "approvals", operation_id = "reject",
+    params(("token" = String, Path, description = "The suspension's token.")),
+    request_body = RejectRequest,
+    responses(
+        (status = 200, description = "Rejected; the call's record.", body = CallRecord),
+        (status = 400, description = "`bad_request`: malformed JSON, a missing or too long `reason`, or an unknown field.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
+        (status = 409, description = "`already_resolved`: it was approved or rejected before; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
+        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
+        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+    )
+)]
+pub(super) async fn reject(
+    State(app): State<AppState>,
+    PathParam(token): PathParam,
+    JsonBody(request): JsonBody<RejectRequest>,
+) -> Result<Json<CallRecord>, ApiError> {
+    if request.reason.chars().count() > MAX_REASON_CHARS {
+        return Err(ApiError::BadRequest(format!(
+            "`reason` is longer than {MAX_REASON_CHARS} characters."
+        )));
+    }
+    Ok(Json(app.dispatcher.reject(&token, request.reason).await?))
+}

@@ -1,0 +1,191 @@
+//! The one error envelope, produced here and nowhere else:
+//! `{"error": {"code": "<stable_token>", "message": "<sentence>", "details": {...}}}`.
+//!
+//! Every failure an HTTP handler can meet is an [`ApiError`] variant with a stable `code` and a
+//! status, so handlers just use `?`. Internal failures are logged here and answered without their
+//! cause, so nothing internal leaks to a client.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::contract::error::InputViolation;
+use crate::dispatch::DispatchError;
+use crate::store::{CallRecord, StoreError};
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorEnvelope {
+    /// What went wrong.
+    pub error: ErrorObject,
+}
+
+/// The error itself: a stable code to branch on, a sentence for people, and evidence.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ErrorObject {
+    /// A stable token such as `invalid_input` or `unknown_tool`.
+    pub code: String,
+    /// A sentence describing the error.
+    pub message: String,
+    /// Structured evidence (for example `errors`, a list of `{path, message}`), when there is
+    /// some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+}
+
+/// Every failure the HTTP API answers with.
+#[derive(Debug)]
+pub enum ApiError {
+    /// The request is malformed: bad JSON, a missing or unknown field, a bad query.
+    BadRequest(String),
+    /// The body is not declared as JSON.
+    UnsupportedMediaType(String),
+    /// The body is larger than the configured limit.
+    PayloadTooLarge(String),
+    /// No route has this path.
+    RouteNotFound,
+    /// The route exists but not with this method.
+    MethodNotAllowed,
+    /// No tool has this name.
+    UnknownTool(String),
+    /// No call has this id.
+    UnknownCall(String),
+    /// No suspension ever had this token.
+    UnknownToken,
+    /// The input does not fit the tool's input schema.
+    InvalidInput {
+        /// The tool.
+        tool: String,
+        /// Where and why.
+        violations: Vec<InputViolation>,
+    },
+    /// The approver's input does not fit the suspension's schema.
+    InvalidResumeInput(Vec<InputViolation>),
+    /// The suspension was already approved or rejected.
+    AlreadyResolved(Box<CallRecord>),
+    /// The store cannot serve requests.
+    NotReady,
+    /// Something failed inside the server; already logged.
+    Internal,
+}
+
+impl ApiError {
+    /// The HTTP status answered.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RouteNotFound
+            | ApiError::UnknownTool(_)
+            | ApiError::UnknownCall(_)
+            | ApiError::UnknownToken => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::InvalidInput { .. } | ApiError::InvalidResumeInput(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ApiError::AlreadyResolved(_) => StatusCode::CONFLICT,
+            ApiError::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable code clients branch on.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::RouteNotFound => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::UnknownTool(_) => "unknown_tool",
+            ApiError::UnknownCall(_) => "unknown_call",
+            ApiError::UnknownToken => "unknown_token",
+            ApiError::InvalidInput { .. } => "invalid_input",
+            ApiError::InvalidResumeInput(_) => "invalid_resume_input",
+            ApiError::AlreadyResolved(_) => "already_resolved",
+            ApiError::NotReady => "not_ready",
+            ApiError::Internal => "internal",
+        }
+    }
+
+    /// The error as the envelope shows it.
+    pub fn to_object(&self) -> ErrorObject {
+        let (message, details) = match self {
+            ApiError::BadRequest(m)
+            | ApiError::UnsupportedMediaType(m)
+            | ApiError::PayloadTooLarge(m) => (m.clone(), None),
+            ApiError::RouteNotFound => ("No route matches this path.".into(), None),
+            ApiError::MethodNotAllowed => ("This route does not accept this method.".into(), None),
+            ApiError::UnknownTool(name) => (
+                format!("No tool is named `{name}`."),
+                Some(json!({ "tool": name })),
+            ),
+            ApiError::UnknownCall(id) => (
+                format!("No call has the id `{id}`."),
+                Some(json!({ "call_id": id })),
+            ),
+            ApiError::UnknownToken => ("No suspension has this token.".into(), None),
+            ApiError::InvalidInput { tool, violations } => (
+                format!("The input does not fit the input schema of tool `{tool}`."),
+                Some(json!({ "tool": tool, "errors": violations })),
+            ),
+            ApiError::InvalidResumeInput(violations) => (
+                "The resume input does not fit the suspension's input schema; it is still pending."
+                    .into(),
+                Some(json!({ "errors": violations })),
+            ),
+            ApiError::AlreadyResolved(call) => (
+                format!(
+                    "This suspension was already resolved; call `{}` is {}.",
+                    call.call_id,
+                    call.status.as_str()
+                ),
+                serde_json::to_value(call).ok(),
+            ),
+            ApiError::NotReady => ("The store is not available.".into(), None),
+            ApiError::Internal => ("The server failed to handle this request.".into(), None),
+        };
+        ErrorObject {
+            code: self.code().into(),
+            message,
+            details,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorEnvelope {
+            error: self.to_object(),
+        };
+        (self.status(), Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        tracing::error!(error = %err, "store failure");
+        ApiError::Internal
+    }
+}
+
+impl From<DispatchError> for ApiError {
+    fn from(err: DispatchError) -> Self {
+        match err {
+            DispatchError::UnknownTool(name) => ApiError::UnknownTool(name),
+            DispatchError::InvalidInput { tool, violations } => {
+                ApiError::InvalidInput { tool, violations }
+            }
+            DispatchError::UnknownToken => ApiError::UnknownToken,
+            DispatchError::AlreadyResolved(call) => ApiError::AlreadyResolved(call),
+            DispatchError::InvalidResumeInput(violations) => {
+                ApiError::InvalidResumeInput(violations)
+            }
+            DispatchError::Store(err) => err.into(),
+        }
+    }
+}

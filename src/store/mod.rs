@@ -1,0 +1,323 @@
+//! Durable state: calls, and the suspensions that park them until a person decides.
+//!
+//! [`Store`] is the seam a backend implements; [`SqliteStore`] is the embedded default. The
+//! dispatcher (`crate::dispatch`) is the only writer, and it relies on three promises every
+//! backend keeps:
+//! - a write returns only once it is committed (durable), so an answer sent after it is true;
+//! - resolving a suspension is conditional: of two resolutions of one token exactly one wins;
+//! - a call's pending suspension and its `suspended` status change together, in one transaction.
+//!
+//! Every backend runs the same conformance suite (`tests/store.rs`).
+
+mod sqlite;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+pub use sqlite::SqliteStore;
+
+/// A point in time, in Unix milliseconds; serialized as RFC 3339 (UTC, milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    /// The current time.
+    pub fn now() -> Self {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        Timestamp(i64::try_from(ms).unwrap_or(i64::MAX))
+    }
+
+    fn to_system_time(self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(u64::try_from(self.0).unwrap_or(0))
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        humantime::format_rfc3339_millis(self.to_system_time()).fmt(f)
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Where a call is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// The tool is running (or was, when the server stopped).
+    Running,
+    /// Waiting for a person to approve or reject.
+    Suspended,
+    /// Finished with an output.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// A person rejected it; the tool did not run again.
+    Rejected,
+}
+
+impl CallStatus {
+    /// The name stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Running => "running",
+            CallStatus::Suspended => "suspended",
+            CallStatus::Completed => "completed",
+            CallStatus::Failed => "failed",
+            CallStatus::Rejected => "rejected",
+        }
+    }
+
+    /// The status named `s`, if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => CallStatus::Running,
+            "suspended" => CallStatus::Suspended,
+            "completed" => CallStatus::Completed,
+            "failed" => CallStatus::Failed,
+            "rejected" => CallStatus::Rejected,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a call failed or was rejected, as recorded and shown.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct CallError {
+    /// A stable token, such as `tool_failed` or `rejected`.
+    pub code: String,
+    /// A sentence for people.
+    pub message: String,
+    /// Structured evidence, when there is some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+}
+
+impl CallError {
+    /// An error without details.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        CallError {
+            code: code.into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+/// A suspension as a call record shows it while it is pending.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct SuspensionView {
+    /// The single-use token an approver resolves it with.
+    pub token: String,
+    /// What the approver is asked.
+    pub reason: String,
+    /// The JSON Schema the approver's input must satisfy.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// When the call was suspended.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+}
+
+/// Everything recorded about one call.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CallRecord {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// Where the call is in its lifecycle.
+    pub status: CallStatus,
+    /// The input it was called with.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// The output, once completed.
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    /// Why it failed or was rejected.
+    pub error: Option<CallError>,
+    /// The pending suspension, while suspended.
+    pub suspension: Option<SuspensionView>,
+    /// When the call was made.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// When its record last changed.
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+    /// How many times its tool has run (an approval runs it again).
+    pub attempts: u32,
+}
+
+/// A call about to be recorded.
+#[derive(Debug, Clone)]
+pub struct NewCall {
+    /// A fresh call id.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// The input, already validated.
+    pub input: Value,
+    /// The idempotency key the tool declared, if any.
+    pub idempotency_key: Option<String>,
+    /// When the call was made.
+    pub created_at: Timestamp,
+}
+
+/// How an attempt ended, as recorded.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The call completed with this output.
+    Completed {
+        /// The tool's output.
+        output: Value,
+    },
+    /// The call failed.
+    Failed {
+        /// Why.
+        error: CallError,
+    },
+    /// The call waits for a person; the suspension is created with it.
+    Suspended {
+        /// A fresh single-use token.
+        token: String,
+        /// What the approver is asked.
+        reason: String,
+        /// The JSON Schema the approver's input must satisfy.
+        input_schema: Value,
+    },
+}
+
+/// A pending suspension, as the approvals queue shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Approval {
+    /// The token to approve or reject it with.
+    pub token: String,
+    /// The suspended call.
+    pub call_id: String,
+    /// The tool the call is for.
+    pub tool: String,
+    /// What the approver is asked.
+    pub reason: String,
+    /// The JSON Schema the approver's input must satisfy.
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    /// When the call was suspended.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// The call's input; present when one approval is read by its token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+}
+
+/// One page of the approvals queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalPage {
+    /// Oldest first.
+    pub approvals: Vec<Approval>,
+    /// Where the next page starts, when there is one.
+    pub next_cursor: Option<i64>,
+}
+
+/// What a token currently stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalState {
+    /// Still waiting, with the call's input.
+    Pending(Approval),
+    /// Already approved or rejected; the call as it is now.
+    Resolved(CallRecord),
+}
+
+/// A person's decision on a suspension.
+#[derive(Debug, Clone)]
+pub enum Resolution {
+    /// Run the tool again with this (validated) input as `ctx.resume()`.
+    Approve {
+        /// The approver's input.
+        resume_input: Value,
+    },
+    /// Finish the call as rejected; the tool does not run.
+    Reject {
+        /// The approver's reason.
+        reason: String,
+    },
+}
+
+/// What resolving a token did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    /// Approved: the call is `running` again, its attempts counted; it must be re-dispatched.
+    Approved(CallRecord),
+    /// Rejected: the call is `rejected`.
+    Rejected(CallRecord),
+    /// Someone resolved it first; the call as it is now.
+    AlreadyResolved(CallRecord),
+    /// No suspension ever had this token.
+    UnknownToken,
+}
+
+/// A failure of the store itself (not of a call).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backend failed (I/O, locking, a closed connection).
+    #[error("store backend failed: {0}")]
+    Backend(String),
+    /// Stored data could not be read back.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// An outcome was recorded for a call that is not running.
+    #[error("call {call_id} is not running")]
+    NotRunning {
+        /// The call.
+        call_id: String,
+    },
+    /// The store's schema is newer than this build understands.
+    #[error("the database schema is version {found}, newer than this build's {supported}")]
+    SchemaTooNew {
+        /// The version found.
+        found: i64,
+        /// The newest this build knows.
+        supported: i64,
+    },
+}
+
+/// Durable storage of calls and suspensions. See the module docs for what a backend promises.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Records a new call: `running` (its intent, before the tool runs) when `outcome` is
+    /// `None`, or already finished with `outcome`. Its attempts count is 1.
+    async fn insert_call(&self, call: NewCall, outcome: Option<Outcome>) -> Result<(), StoreError>;
+
+    /// Records how the running call `call_id` ended.
+    async fn finish_call(&self, call_id: &str, outcome: Outcome) -> Result<(), StoreError>;
+
+    /// The call `call_id`, if it exists.
+    async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError>;
+
+    /// Up to `limit` pending suspensions after the cursor `after`, oldest first.
+    async fn pending_approvals(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<ApprovalPage, StoreError>;
+
+    /// What `token` stands for, if it ever existed.
+    async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError>;
+
+    /// Resolves the suspension `token`, if it is still pending.
+    async fn resolve(&self, token: &str, resolution: Resolution) -> Result<Resolved, StoreError>;
+
+    /// Checks the store can serve requests.
+    async fn ping(&self) -> Result<(), StoreError>;
+}
