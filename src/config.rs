@@ -139,9 +139,8 @@ impl Config {
             if path.iter().any(String::is_empty) {
                 return Err(ConfigError::BadEnv { name });
             }
-            set_path(&mut table, &path, env_value(&raw)).map_err(|()| ConfigError::BadEnv {
-                name: name.clone(),
-            })?;
+            set_path(&mut table, &path, env_value(&raw))
+                .map_err(|()| ConfigError::BadEnv { name: name.clone() })?;
         }
         let mut config = Config::from_table(table)?;
         if let Some(bind) = overrides.bind {
@@ -248,14 +247,17 @@ mod tests {
     fn unknown_keys_and_wrong_types_name_the_key() {
         let err = Config::from_toml("[examples]\napproval_threshold = 5\n").unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("examples") && text.contains("approval_threshold"), "{text}");
+        assert!(
+            text.contains("examples") && text.contains("approval_threshold"),
+            "{text}"
+        );
 
         let err = Config::from_toml("[examples]\nsend_email_delay_ms = \"soon\"\n").unwrap_err();
         let text = err.to_string();
         assert!(text.contains("examples.send_email_delay_ms"), "{text}");
 
-        let err = Config::load(None, env(&[("TOOLGATE_BOGUS", "1")]), Overrides::default())
-            .unwrap_err();
+        let err =
+            Config::load(None, env(&[("TOOLGATE_BOGUS", "1")]), Overrides::default()).unwrap_err();
         assert!(err.to_string().contains("bogus"), "{err}");
 
         let err = Config::from_toml("bind = \"not an address\"").unwrap_err();

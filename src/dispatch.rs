@@ -237,7 +237,9 @@ impl Dispatcher {
             }
             Resolved::UnknownToken => return Err(DispatchError::UnknownToken),
             Resolved::Rejected(_) => {
-                return Err(StoreError::Corrupt("an approval was recorded as a rejection".into()).into());
+                return Err(
+                    StoreError::Corrupt("an approval was recorded as a rejection".into()).into(),
+                );
             }
         };
         let key = registered.tool.idempotency_key(&call.input);
@@ -256,7 +258,11 @@ impl Dispatcher {
 
     /// Rejects the suspension `token`: the call becomes `rejected` and its tool does not run.
     pub async fn reject(&self, token: &str, reason: String) -> Result<CallRecord, DispatchError> {
-        match self.store.resolve(token, Resolution::Reject { reason }).await? {
+        match self
+            .store
+            .resolve(token, Resolution::Reject { reason })
+            .await?
+        {
             Resolved::Rejected(call) => {
                 tracing::Span::current().record("call_id", call.call_id.as_str());
                 Ok(call)
@@ -281,15 +287,16 @@ impl Dispatcher {
             Ok(ToolOutcome::Output(output)) => CallOutcome::Completed(output),
             // The resume schema is checked now, while the tool is at fault, rather than when a
             // person tries to approve.
-            Ok(ToolOutcome::Suspend(suspension)) => match compile_schema(&suspension.input_schema)
-            {
-                Ok(_) => CallOutcome::Suspended {
-                    token: ids::new_suspension_token(),
-                    reason: suspension.reason,
-                    input_schema: suspension.input_schema,
-                },
-                Err(message) => CallOutcome::Failed(Failure::InvalidSuspension(message)),
-            },
+            Ok(ToolOutcome::Suspend(suspension)) => {
+                match compile_schema(&suspension.input_schema) {
+                    Ok(_) => CallOutcome::Suspended {
+                        token: ids::new_suspension_token(),
+                        reason: suspension.reason,
+                        input_schema: suspension.input_schema,
+                    },
+                    Err(message) => CallOutcome::Failed(Failure::InvalidSuspension(message)),
+                }
+            }
             Err(ToolError::InvalidInput { violations, .. }) => {
                 CallOutcome::Failed(Failure::InputRejected(violations))
             }
@@ -301,7 +308,11 @@ impl Dispatcher {
             }
         };
         if let CallOutcome::Failed(failure) = &outcome {
-            tracing::warn!(tool = tool.name(), code = failure.code(), "tool call failed");
+            tracing::warn!(
+                tool = tool.name(),
+                code = failure.code(),
+                "tool call failed"
+            );
         }
         let recorded = match &outcome {
             CallOutcome::Completed(output) => Outcome::Completed {

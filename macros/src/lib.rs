@@ -136,9 +136,9 @@ fn parse_args(attrs: &[Attribute]) -> syn::Result<ToolArgs> {
             } else if meta.path.is_ident("effect") {
                 &mut args.effect
             } else {
-                return Err(meta.error(
-                    "unknown key: #[tool] takes `name`, `description` and `effect`",
-                ));
+                return Err(
+                    meta.error("unknown key: #[tool] takes `name`, `description` and `effect`")
+                );
             };
             if slot.is_some() {
                 return Err(meta.error("this key is given twice"));
@@ -164,7 +164,12 @@ fn doc_comment(attrs: &[Attribute]) -> Option<String> {
             },
             _ => None,
         })
-        .map(|line| line.strip_prefix(' ').unwrap_or(&line).trim_end().to_owned())
+        .map(|line| {
+            line.strip_prefix(' ')
+                .unwrap_or(&line)
+                .trim_end()
+                .to_owned()
+        })
         .collect();
     let doc = lines.join("\n").trim().to_owned();
     (!doc.is_empty()).then_some(doc)

@@ -32,7 +32,8 @@ pub trait DynTool: Send + Sync {
     /// input does not fit the tool.
     fn idempotency_key(&self, input: &Value) -> Option<String>;
     /// Runs one attempt with a JSON input.
-    async fn call_json(&self, ctx: &ToolCtx, input: Value) -> Result<ToolOutcome<Value>, ToolError>;
+    async fn call_json(&self, ctx: &ToolCtx, input: Value)
+    -> Result<ToolOutcome<Value>, ToolError>;
 
     /// A plain description of the tool, as served at `GET /tools`.
     fn descriptor(&self) -> ToolDescriptor {
@@ -113,7 +114,11 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
         self.handler.idempotency_key(&input)
     }
 
-    async fn call_json(&self, ctx: &ToolCtx, input: Value) -> Result<ToolOutcome<Value>, ToolError> {
+    async fn call_json(
+        &self,
+        ctx: &ToolCtx,
+        input: Value,
+    ) -> Result<ToolOutcome<Value>, ToolError> {
         let input: H::Input =
             serde_json::from_value(input).map_err(|err| ToolError::InvalidInput {
                 tool: H::NAME.to_owned(),

@@ -67,7 +67,11 @@ impl ToolHandler for SendEmail {
     type Input = Email;
     type Output = SentEmail;
 
-    async fn call(&self, ctx: &ToolCtx, input: Email) -> Result<ToolOutcome<SentEmail>, HandlerError> {
+    async fn call(
+        &self,
+        ctx: &ToolCtx,
+        input: Email,
+    ) -> Result<ToolOutcome<SentEmail>, HandlerError> {
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }

@@ -57,8 +57,8 @@ fn openapi_json() {}
 
 /// The full document for a server serving `tools`.
 pub fn document(tools: &ToolSet) -> Value {
-    let mut doc = serde_json::to_value(ApiDoc::openapi())
-        .expect("the OpenAPI document serializes to JSON");
+    let mut doc =
+        serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes to JSON");
     let template = doc["paths"]["/tools/{name}/call"]["post"].clone();
     let mut components = Map::new();
     let mut paths = Map::new();
@@ -100,8 +100,7 @@ pub fn document(tools: &ToolSet) -> Value {
             // The tool exists, so this operation never answers `unknown_tool`.
             responses.remove("404");
             if let Some(output) = tool.output_schema() {
-                let output_ref =
-                    hoist(output, &format!("tool.{name}.output"), &mut components);
+                let output_ref = hoist(output, &format!("tool.{name}.output"), &mut components);
                 responses["200"]["content"]["application/json"]["schema"] = json!({
                     "type": "object",
                     "required": ["call_id", "tool", "status", "output"],

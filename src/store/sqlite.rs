@@ -171,9 +171,8 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Exclusive)
             .map_err(backend)?;
-        tx.execute_batch(sql).map_err(|e| {
-            StoreError::Backend(format!("migration {version} failed: {e}"))
-        })?;
+        tx.execute_batch(sql)
+            .map_err(|e| StoreError::Backend(format!("migration {version} failed: {e}")))?;
         tx.pragma_update(None, "user_version", version)
             .map_err(backend)?;
         tx.commit().map_err(backend)?;
@@ -262,8 +261,9 @@ fn apply(conn: &Connection, op: WriteOp) -> Result<Reply, StoreError> {
             record_outcome(conn, &call_id, outcome, now)?;
             Ok(Reply::Done)
         }
-        WriteOp::Resolve(token, resolution) => resolve(conn, &token, resolution, now)
-            .map(Reply::Resolved),
+        WriteOp::Resolve(token, resolution) => {
+            resolve(conn, &token, resolution, now).map(Reply::Resolved)
+        }
     }
 }
 
@@ -302,7 +302,13 @@ fn record_outcome(
              VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
         )
         .and_then(|mut st| {
-            st.execute(params![token, call_id, reason, input_schema.to_string(), now])
+            st.execute(params![
+                token,
+                call_id,
+                reason,
+                input_schema.to_string(),
+                now
+            ])
         })
         .map_err(backend)?;
     }
@@ -381,8 +387,7 @@ const CALL_SELECT: &str = "SELECT c.call_id, c.tool, c.status, c.input, c.output
      WHERE c.call_id = ?1";
 
 fn load_call(conn: &Connection, call_id: &str) -> Result<CallRecord, StoreError> {
-    find_call(conn, call_id)?
-        .ok_or_else(|| StoreError::Corrupt(format!("call {call_id} vanished")))
+    find_call(conn, call_id)?.ok_or_else(|| StoreError::Corrupt(format!("call {call_id} vanished")))
 }
 
 fn find_call(conn: &Connection, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
@@ -432,7 +437,12 @@ impl RawCall {
     fn decode(self) -> Result<CallRecord, StoreError> {
         let status = CallStatus::parse(&self.status)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown call status {}", self.status)))?;
-        let suspension = match (self.token, self.reason, self.input_schema, self.suspended_at) {
+        let suspension = match (
+            self.token,
+            self.reason,
+            self.input_schema,
+            self.suspended_at,
+        ) {
             (Some(token), Some(reason), Some(schema), Some(at)) => Some(SuspensionView {
                 token,
                 reason,
@@ -457,7 +467,10 @@ impl RawCall {
 }
 
 /// Reads an approvals row: seq, token, call_id, tool, reason, input_schema, created_at[, input].
-fn approval_from_row(row: &Row<'_>, with_input: bool) -> rusqlite::Result<(i64, Approval, Option<String>, String)> {
+fn approval_from_row(
+    row: &Row<'_>,
+    with_input: bool,
+) -> rusqlite::Result<(i64, Approval, Option<String>, String)> {
     let schema: String = row.get(5)?;
     let input: Option<String> = if with_input { row.get(7)? } else { None };
     Ok((
@@ -582,10 +595,7 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.read(|conn| {
-            conn.query_row("SELECT 1", [], |_| Ok(()))
-                .map_err(backend)
-        })
-        .await
+        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
+            .await
     }
 }
