@@ -171,10 +171,16 @@ pub struct Binary {
 
 impl Binary {
     pub fn start(data_dir: &Path, env: &[(&str, &str)]) -> Self {
+        Self::start_with(data_dir, &[], env)
+    }
+
+    /// Starts with extra `serve` arguments and environment variables.
+    pub fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
         command
             .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,194 @@
+//! `GET /openapi.json`: an OpenAPI 3.1 document that a real validator accepts, carrying each
+//! tool's own input (and output) schema.
+//!
+//! The validator is the Python `openapi-spec-validator`, installed into `.ci/venv` by
+//! `.ci/test-deps` (which the README's test command runs first).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{TestServer, repo_root, temp_dir};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use toolgate::ToolSet;
+
+/// Follows a local `$ref` inside `doc`.
+fn resolve<'a>(doc: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema.get("$ref").and_then(Value::as_str) {
+        Some(reference) => doc
+            .pointer(reference.trim_start_matches('#'))
+            .unwrap_or_else(|| panic!("dangling $ref {reference}")),
+        None => schema,
+    }
+}
+
+/// Every `$ref` in `value`.
+fn refs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(obj) => {
+            for (key, child) in obj {
+                if key == "$ref" {
+                    if let Some(target) = child.as_str() {
+                        out.push(target.to_owned());
+                    }
+                } else {
+                    refs(child, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| refs(item, out)),
+        _ => {}
+    }
+}
+
+fn python() -> PathBuf {
+    if let Some(path) = std::env::var_os("TOOLGATE_TEST_PYTHON") {
+        return path.into();
+    }
+    let venv = repo_root().join(".ci/venv/bin/python");
+    assert!(
+        venv.exists(),
+        "the OpenAPI validator is not installed: run `bash .ci/test-deps` (or set \
+         TOOLGATE_TEST_PYTHON to a python with openapi-spec-validator)"
+    );
+    venv
+}
+
+/// Runs openapi-spec-validator on `doc`; Ok when valid, Err with its complaint otherwise.
+fn validate(doc: &Value) -> Result<(), String> {
+    let dir = temp_dir();
+    let path = dir.path().join("openapi.json");
+    std::fs::write(&path, serde_json::to_vec(doc).unwrap()).unwrap();
+    let script = "import json, sys\n\
+                  from openapi_spec_validator import validate\n\
+                  doc = json.load(open(sys.argv[1]))\n\
+                  assert doc['openapi'].startswith('3.1'), doc['openapi']\n\
+                  validate(doc)\n";
+    let output = Command::new(python())
+        .args(["-c", script])
+        .arg(&path)
+        .output()
+        .expect("python runs");
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+async fn document() -> (Value, Value) {
+    let dir = temp_dir();
+    let server = TestServer::examples(dir.path()).await;
+    let (status, doc) = server.api.get("/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, tools) = server.api.get("/tools").await;
+    server.stop().await;
+    (doc, tools)
+}
+
+#[tokio::test]
+async fn the_document_passes_an_openapi_3_1_validator() {
+    let (doc, _) = document().await;
+    assert_eq!(doc["openapi"], "3.1.0");
+    validate(&doc).unwrap_or_else(|err| panic!("openapi-spec-validator rejected it:\n{err}"));
+
+    // The validator is not a rubber stamp: a broken copy fails.
+    let mut broken = doc.clone();
+    broken["paths"]["/tools"]["get"]["responses"]["200"]["content"]["application/json"]["schema"] =
+        json!({"$ref": "#/components/schemas/Missing"});
+    assert!(validate(&broken).is_err(), "a dangling reference is caught");
+}
+
+#[tokio::test]
+async fn each_tool_has_an_operation_carrying_its_own_schemas() {
+    let (doc, tools) = document().await;
+    for tool in tools["tools"].as_array().unwrap() {
+        let name = tool["name"].as_str().unwrap();
+        let op = &doc["paths"][format!("/tools/{name}/call")]["post"];
+        assert!(op.is_object(), "no operation for {name}");
+        assert_eq!(op["operationId"], format!("call_{name}"));
+        let body = &op["requestBody"]["content"]["application/json"]["schema"];
+        assert_eq!(body["required"], json!(["input"]));
+        let input = resolve(&doc, &body["properties"]["input"]);
+        // The tool's schema, as served at /tools, minus `$schema` (the document's dialect
+        // applies) and with `$defs` moved to components.
+        let mut expected = tool["input_schema"].clone();
+        expected.as_object_mut().unwrap().remove("$schema");
+        expected.as_object_mut().unwrap().remove("$defs");
+        assert_eq!(input, &expected, "input schema of {name}");
+
+        let responses = op["responses"].as_object().unwrap();
+        for code in ["200", "202", "400", "413", "415", "422", "500"] {
+            assert!(responses.contains_key(code), "{name} documents {code}");
+        }
+        assert!(
+            !responses.contains_key("404"),
+            "a registered tool is never unknown"
+        );
+        if !tool["output_schema"].is_null() {
+            let output =
+                &responses["200"]["content"]["application/json"]["schema"]["properties"]["output"];
+            let output = resolve(&doc, output);
+            assert_eq!(
+                output["required"], tool["output_schema"]["required"],
+                "{name}"
+            );
+        }
+    }
+
+    // issue_refund's output refers to a definition: it resolves inside the document.
+    let mut all = Vec::new();
+    refs(&doc, &mut all);
+    assert!(
+        all.iter().any(|r| r.contains("tool.issue_refund.output.")),
+        "{all:?}"
+    );
+    for reference in all {
+        assert!(
+            doc.pointer(reference.trim_start_matches('#')).is_some(),
+            "dangling {reference}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_fixed_route_is_documented_with_its_error_envelope() {
+    let (doc, _) = document().await;
+    let expected = [
+        ("/tools", "get"),
+        ("/tools/{name}", "get"),
+        ("/tools/{name}/call", "post"),
+        ("/calls/{call_id}", "get"),
+        ("/approvals", "get"),
+        ("/approvals/{token}", "get"),
+        ("/approvals/{token}/approve", "post"),
+        ("/approvals/{token}/reject", "post"),
+        ("/openapi.json", "get"),
+        ("/healthz", "get"),
+        ("/readyz", "get"),
+    ];
+    for (path, method) in expected {
+        let op = &doc["paths"][path][method];
+        assert!(op.is_object(), "{method} {path} is documented");
+        for (code, response) in op["responses"].as_object().unwrap() {
+            if code.starts_with('4') || code.starts_with('5') {
+                let schema = &response["content"]["application/json"]["schema"];
+                assert_eq!(
+                    schema["$ref"], "#/components/schemas/ErrorEnvelope",
+                    "{method} {path} {code}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_empty_tool_set_still_documents_a_valid_api() {
+    let dir = temp_dir();
+    let server = TestServer::start(ToolSet::new(), dir.path()).await;
+    let (_, doc) = server.api.get("/openapi.json").await;
+    server.stop().await;
+    validate(&doc).unwrap_or_else(|err| panic!("rejected:\n{err}"));
+}
