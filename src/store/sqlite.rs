@@ -58,7 +58,7 @@ enum WriteOp {
 
 enum Reply {
     Done,
-    Resolved(Resolved),
+    Resolved(Box<Resolved>),
 }
 
 impl SqliteStore {
@@ -261,9 +261,8 @@ fn apply(conn: &Connection, op: WriteOp) -> Result<Reply, StoreError> {
             record_outcome(conn, &call_id, outcome, now)?;
             Ok(Reply::Done)
         }
-        WriteOp::Resolve(token, resolution) => {
-            resolve(conn, &token, resolution, now).map(Reply::Resolved)
-        }
+        WriteOp::Resolve(token, resolution) => resolve(conn, &token, resolution, now)
+            .map(|resolved| Reply::Resolved(Box::new(resolved))),
     }
 }
 
@@ -589,7 +588,7 @@ impl Store for SqliteStore {
             .write(WriteOp::Resolve(token.to_owned(), resolution))
             .await?
         {
-            Reply::Resolved(resolved) => Ok(resolved),
+            Reply::Resolved(resolved) => Ok(*resolved),
             Reply::Done => Err(StoreError::Backend("unexpected writer reply".into())),
         }
     }

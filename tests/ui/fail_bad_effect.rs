@@ -1,0 +1,6 @@
+/// Deletes things.
+#[derive(toolgate::Tool)]
+#[tool(effect = "destructive")]
+struct Deleter;
+
+fn main() {}

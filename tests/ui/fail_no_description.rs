@@ -1,0 +1,5 @@
+#[derive(toolgate::Tool)]
+#[tool(effect = "read")]
+struct Undocumented;
+
+fn main() {}

@@ -1,0 +1,6 @@
+/// Has no effect declared.
+#[derive(toolgate::Tool)]
+#[tool(name = "vague")]
+struct Vague;
+
+fn main() {}
