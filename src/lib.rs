@@ -42,3 +42,8 @@ pub use contract::meta::{Effect, ToolHandler, ToolMeta};
 pub use contract::outcome::{Suspension, ToolOutcome};
 pub use contract::registry::{RegistryError, ToolSet, is_valid_tool_name};
 pub use server::ServerBuilder;
+
+/// The README's Rust examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

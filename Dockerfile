@@ -1,0 +1,24 @@
+# Build: the whole workspace, release profile, with the lockfile's versions.
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+COPY Cargo.toml Cargo.lock ./
+COPY macros ./macros
+COPY src ./src
+COPY config ./config
+RUN cargo build --release --locked --bin toolgate
+
+# Run: a slim image, an unprivileged user, the data directory as a volume.
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --home-dir /data toolgate \
+    && mkdir -p /data /etc/toolgate \
+    && chown toolgate /data
+COPY --from=build /src/target/release/toolgate /usr/local/bin/toolgate
+COPY config/default.toml /etc/toolgate/default.toml
+USER toolgate
+VOLUME ["/data"]
+ENV TOOLGATE_DATA_DIR=/data \
+    TOOLGATE_BIND=0.0.0.0:8080
+EXPOSE 8080
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["toolgate"]
+CMD ["serve", "--config", "/etc/toolgate/default.toml"]
