@@ -10,10 +10,9 @@ RUN cargo build --release --locked --bin toolgate
 # Run: a slim image, an unprivileged user, the data directory as a volume.
 FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 --home-dir /data toolgate \
-    && mkdir -p /data /etc/toolgate \
+    && mkdir -p /data \
     && chown toolgate /data
 COPY --from=build /src/target/release/toolgate /usr/local/bin/toolgate
-COPY config/default.toml /etc/toolgate/default.toml
 USER toolgate
 VOLUME ["/data"]
 ENV TOOLGATE_DATA_DIR=/data \
@@ -21,4 +20,4 @@ ENV TOOLGATE_DATA_DIR=/data \
 EXPOSE 8080
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["toolgate"]
-CMD ["serve", "--config", "/etc/toolgate/default.toml"]
+CMD ["serve"]

@@ -9,9 +9,12 @@
 //!
 //! HTTP is not known here: the server translates requests into these calls and the results back.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::contract::ctx::ToolCtx;
 use crate::contract::error::{InputViolation, ToolError};
@@ -72,6 +75,8 @@ pub enum Failure {
     OutputUnserializable(String),
     /// The handler suspended with a resume schema that is not a valid JSON Schema.
     InvalidSuspension(String),
+    /// The handler panicked; the panic's message.
+    Panicked(String),
 }
 
 impl Failure {
@@ -82,6 +87,7 @@ impl Failure {
             Failure::InputRejected(_) => "invalid_input",
             Failure::OutputUnserializable(_) => "output_serialization_failed",
             Failure::InvalidSuspension(_) => "invalid_suspension",
+            Failure::Panicked(_) => "tool_panicked",
         }
     }
 
@@ -102,6 +108,9 @@ impl Failure {
                 self.code(),
                 format!("The tool suspended with an invalid resume schema: {message}"),
             ),
+            Failure::Panicked(message) => {
+                CallError::new(self.code(), format!("The tool panicked: {message}"))
+            }
         }
     }
 }
@@ -133,6 +142,9 @@ pub enum DispatchError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The lifecycle task itself failed (a bug, not a tool's failure).
+    #[error("the call's task failed: {0}")]
+    Internal(String),
 }
 
 impl Dispatcher {
@@ -152,7 +164,30 @@ impl Dispatcher {
     }
 
     /// Calls the tool `tool` with `input`: the first attempt of a new call.
+    ///
+    /// The call runs to its recorded outcome even if the caller stops waiting (an HTTP client
+    /// that disconnects, say): a tool is never abandoned half-way with its intent recorded and
+    /// its outcome lost.
     pub async fn call(&self, tool: &str, input: Value) -> Result<CallResult, DispatchError> {
+        let this = self.clone();
+        let tool = tool.to_owned();
+        detached(async move { this.run_call(&tool, input).await }).await
+    }
+
+    /// Approves the suspension `token` with the approver's `resume_input` and runs the call's
+    /// tool again with it. Its result is the call's new outcome. Like [`Dispatcher::call`], it
+    /// runs to the end even if the caller stops waiting.
+    pub async fn approve(
+        &self,
+        token: &str,
+        resume_input: Value,
+    ) -> Result<CallResult, DispatchError> {
+        let this = self.clone();
+        let token = token.to_owned();
+        detached(async move { this.run_approval(&token, resume_input).await }).await
+    }
+
+    async fn run_call(&self, tool: &str, input: Value) -> Result<CallResult, DispatchError> {
         let registered = self
             .tools
             .lookup(tool)
@@ -198,9 +233,7 @@ impl Dispatcher {
         })
     }
 
-    /// Approves the suspension `token` with the approver's `resume_input` and runs the call's
-    /// tool again with it. Its result is the call's new outcome.
-    pub async fn approve(
+    async fn run_approval(
         &self,
         token: &str,
         resume_input: Value,
@@ -283,11 +316,16 @@ impl Dispatcher {
         input: Value,
     ) -> (CallOutcome, Outcome) {
         let tool = registered.tool.as_ref();
-        let outcome = match tool.call_json(ctx, input).await {
-            Ok(ToolOutcome::Output(output)) => CallOutcome::Completed(output),
+        // A panicking handler fails its call; it does not take the call's record down with it.
+        let result = AssertUnwindSafe(tool.call_json(ctx, input))
+            .catch_unwind()
+            .await;
+        let outcome = match result {
+            Err(panic) => CallOutcome::Failed(Failure::Panicked(panic_message(panic.as_ref()))),
+            Ok(Ok(ToolOutcome::Output(output))) => CallOutcome::Completed(output),
             // The resume schema is checked now, while the tool is at fault, rather than when a
             // person tries to approve.
-            Ok(ToolOutcome::Suspend(suspension)) => {
+            Ok(Ok(ToolOutcome::Suspend(suspension))) => {
                 match compile_schema(&suspension.input_schema) {
                     Ok(_) => CallOutcome::Suspended {
                         token: ids::new_suspension_token(),
@@ -297,13 +335,13 @@ impl Dispatcher {
                     Err(message) => CallOutcome::Failed(Failure::InvalidSuspension(message)),
                 }
             }
-            Err(ToolError::InvalidInput { violations, .. }) => {
+            Ok(Err(ToolError::InvalidInput { violations, .. })) => {
                 CallOutcome::Failed(Failure::InputRejected(violations))
             }
-            Err(ToolError::Handler { source, .. }) => {
+            Ok(Err(ToolError::Handler { source, .. })) => {
                 CallOutcome::Failed(Failure::ToolFailed(source.to_string()))
             }
-            Err(ToolError::OutputSerialization { source, .. }) => {
+            Ok(Err(ToolError::OutputSerialization { source, .. })) => {
                 CallOutcome::Failed(Failure::OutputUnserializable(source.to_string()))
             }
         };
@@ -333,4 +371,24 @@ impl Dispatcher {
         };
         (outcome, recorded)
     }
+}
+
+/// Runs `work` as its own task, in the current span, so it finishes even if the future awaiting
+/// it is dropped.
+async fn detached<F>(work: F) -> Result<CallResult, DispatchError>
+where
+    F: Future<Output = Result<CallResult, DispatchError>> + Send + 'static,
+{
+    tokio::spawn(work.instrument(tracing::Span::current()))
+        .await
+        .map_err(|err| DispatchError::Internal(err.to_string()))?
+}
+
+/// The message a panic was raised with, when it has one.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

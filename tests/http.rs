@@ -89,6 +89,33 @@ impl ToolHandler for Twice {
     }
 }
 
+/// Panics when told to.
+#[derive(Tool)]
+#[tool(effect = "write")]
+struct Panicky;
+
+#[derive(Deserialize, JsonSchema)]
+struct PanickyInput {
+    boom: bool,
+}
+
+#[toolgate::async_trait]
+impl ToolHandler for Panicky {
+    type Input = PanickyInput;
+    type Output = Value;
+
+    async fn call(
+        &self,
+        _ctx: &ToolCtx,
+        input: PanickyInput,
+    ) -> Result<ToolOutcome<Value>, HandlerError> {
+        if input.boom {
+            panic!("kaboom");
+        }
+        Ok(ToolOutcome::output(json!("calm")))
+    }
+}
+
 async fn examples() -> (TestServer, tempfile::TempDir) {
     let dir = temp_dir();
     (TestServer::examples(dir.path()).await, dir)
@@ -809,4 +836,164 @@ async fn health_and_readiness() {
     let (status, body) = server.api.get("/readyz").await;
     assert_eq!((status, body), (StatusCode::OK, json!({"status": "ready"})));
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_panicking_handler_fails_its_call_and_the_server_goes_on() {
+    let dir = temp_dir();
+    let mut tools = ToolSet::new();
+    tools.register(Panicky).unwrap();
+    let server = TestServer::start(tools, dir.path()).await;
+    let (status, body) = server.api.call("panicky", json!({"boom": true})).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(body["status"], "failed");
+    assert_error(&body, "tool_panicked");
+    let (_, record) = server
+        .api
+        .get(&format!("/calls/{}", body["call_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(record["status"], "failed");
+    assert_eq!(record["error"]["code"], "tool_panicked");
+
+    let (status, body) = server.api.call("panicky", json!({"boom": false})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["output"], "calm");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_call_whose_client_hangs_up_still_runs_to_its_recorded_outcome() {
+    let dir = temp_dir();
+    let config = toolgate::config::ExamplesConfig {
+        send_email_delay_ms: 300,
+        ..Default::default()
+    };
+    let server = TestServer::examples_with(dir.path(), config).await;
+    let impatient = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let sent = impatient
+        .post(format!("{}/tools/send_email/call", server.api.base))
+        .json(&json!({"input": {"to": "c@example.com", "subject": "s", "body": "b"}}))
+        .send()
+        .await;
+    assert!(sent.is_err(), "the client gave up before the answer");
+
+    // The tool goes on without the client: its effect happens once and its outcome is recorded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        let conn = rusqlite::Connection::open(dir.path().join("toolgate.db")).unwrap();
+        let status: String = conn
+            .query_row(
+                "SELECT status FROM calls WHERE tool = 'send_email'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        if status != "running" || std::time::Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(status, "completed");
+    assert_eq!(outbox(dir.path()).len(), 1);
+    server.stop().await;
+}
+
+/// A store whose every operation fails, with an error that must never reach a client.
+struct BrokenStore;
+
+const SECRET: &str = "/var/secret/toolgate.db: disk on fire";
+
+#[toolgate::async_trait]
+impl toolgate::store::Store for BrokenStore {
+    async fn insert_call(
+        &self,
+        _call: toolgate::store::NewCall,
+        _outcome: Option<toolgate::store::Outcome>,
+    ) -> Result<(), toolgate::store::StoreError> {
+        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+    }
+    async fn finish_call(
+        &self,
+        _call_id: &str,
+        _outcome: toolgate::store::Outcome,
+    ) -> Result<(), toolgate::store::StoreError> {
+        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+    }
+    async fn call(
+        &self,
+        _call_id: &str,
+    ) -> Result<Option<toolgate::store::CallRecord>, toolgate::store::StoreError> {
+        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+    }
+    async fn pending_approvals(
+        &self,
+        _after: Option<i64>,
+        _limit: u32,
+    ) -> Result<toolgate::store::ApprovalPage, toolgate::store::StoreError> {
+        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+    }
+    async fn approval(
+        &self,
+        _token: &str,
+    ) -> Result<Option<toolgate::store::ApprovalState>, toolgate::store::StoreError> {
+        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+    }
+    async fn resolve(
+        &self,
+        _token: &str,
+        _resolution: toolgate::store::Resolution,
+    ) -> Result<toolgate::store::Resolved, toolgate::store::StoreError> {
+        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+    }
+    async fn ping(&self) -> Result<(), toolgate::store::StoreError> {
+        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+    }
+}
+
+#[tokio::test]
+async fn a_failing_store_is_answered_without_leaking_its_internals() {
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), temp_dir().path()).unwrap();
+    let router = toolgate::ServerBuilder::new(tools, BrokenStore).build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = Api::new(listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+
+    let answers = [
+        api.call("echo", json!({"text": "a"})).await,
+        api.call(
+            "send_email",
+            json!({"to": "a", "subject": "s", "body": "b"}),
+        )
+        .await,
+        api.get("/calls/call_x").await,
+        api.get("/approvals").await,
+        api.get("/approvals/sus_x").await,
+        api.approve("sus_x", json!({})).await,
+        api.post("/approvals/sus_x/reject", json!({"reason": "r"}))
+            .await,
+    ];
+    for (status, body) in answers {
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        assert_error(&body, "internal");
+        let text = body.to_string();
+        assert!(
+            !text.contains("disk on fire") && !text.contains("/var/secret"),
+            "{text}"
+        );
+    }
+    let (status, body) = api.get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_error(&body, "not_ready");
+    assert!(!body.to_string().contains("disk on fire"));
+    let (status, _) = api.get("/healthz").await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "liveness does not depend on the store"
+    );
+    server.abort();
 }

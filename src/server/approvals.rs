@@ -139,7 +139,7 @@ pub(super) async fn get(
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
         (status = 422, description = "`invalid_resume_input`: `input` does not fit the suspension's `input_schema` (`details.errors`); it stays pending.", body = ErrorEnvelope),
-        (status = 500, description = "`tool_failed`: the tool returned an error; the body also carries `call_id`, `tool` and `\"status\": \"failed\"`. Or `internal`.", body = ErrorEnvelope),
+        (status = 500, description = "`tool_failed` (the tool returned an error) or `tool_panicked`; the body also carries `call_id`, `tool` and `\"status\": \"failed\"`. Or `internal`.", body = ErrorEnvelope),
     )
 )]
 pub(super) async fn approve(

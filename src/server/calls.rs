@@ -23,6 +23,7 @@ pub(super) async fn get(
     State(app): State<AppState>,
     PathParam(call_id): PathParam,
 ) -> Result<Json<CallRecord>, ApiError> {
+    tracing::Span::current().record("call_id", call_id.as_str());
     app.dispatcher
         .store()
         .call(&call_id)

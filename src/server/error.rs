@@ -186,6 +186,10 @@ impl From<DispatchError> for ApiError {
                 ApiError::InvalidResumeInput(violations)
             }
             DispatchError::Store(err) => err.into(),
+            DispatchError::Internal(message) => {
+                tracing::error!(error = %message, "call lifecycle failed");
+                ApiError::Internal
+            }
         }
     }
 }

@@ -107,7 +107,8 @@ pub fn call_response(result: CallResult) -> Response {
                 Failure::InputRejected(_) => StatusCode::UNPROCESSABLE_ENTITY,
                 Failure::ToolFailed(_)
                 | Failure::OutputUnserializable(_)
-                | Failure::InvalidSuspension(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                | Failure::InvalidSuspension(_)
+                | Failure::Panicked(_) => StatusCode::INTERNAL_SERVER_ERROR,
             };
             let recorded = failure.to_call_error();
             let mut details = match recorded.details {

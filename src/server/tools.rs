@@ -76,7 +76,7 @@ pub(super) async fn get(
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
         (status = 422, description = "`invalid_input`: the input does not fit the tool's input schema (`details.errors`); the tool did not run.", body = ErrorEnvelope),
-        (status = 500, description = "`tool_failed`: the tool returned an error; the body also carries `call_id`, `tool` and `\"status\": \"failed\"` (see `CallFailed`). Or `internal`: the server failed.", body = ErrorEnvelope),
+        (status = 500, description = "`tool_failed` (the tool returned an error) or `tool_panicked`; the body also carries `call_id`, `tool` and `\"status\": \"failed\"` (see `CallFailed`). Or `internal`: the server failed.", body = ErrorEnvelope),
     )
 )]
 pub(super) async fn call(
