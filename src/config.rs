@@ -7,10 +7,16 @@
 //! `TOOLGATE_BIND`, `TOOLGATE_EXAMPLES__SEND_EMAIL_DELAY_MS`. An unknown key or a value of the
 //! wrong type stops the start with an error naming the key.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::contract::retry::RetryPolicy;
+use crate::dispatch::{DispatchConfig, ToolSettings};
+use crate::server::auth::{ApiKey, Role};
 
 /// The prefix of configuration environment variables.
 pub const ENV_PREFIX: &str = "TOOLGATE_";
@@ -27,8 +33,76 @@ pub struct Config {
     pub log: String,
     /// The largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// The deepest JSON nesting accepted in inputs and outputs.
+    pub max_json_depth: usize,
+    /// The most requests handled at once; more get `503 overloaded`.
+    pub max_in_flight: usize,
+    /// Retries of live failures of read and idempotent tools (writes never retry).
+    pub retry: RetryConfig,
+    /// Settings of every tool not named under `[tools]`.
+    pub tool_defaults: ToolConfig,
+    /// Settings by tool name; unset keys fall back to `tool_defaults`.
+    pub tools: BTreeMap<String, ToolOverride>,
+    /// API keys.
+    pub auth: AuthConfig,
     /// The example tools.
     pub examples: ExamplesConfig,
+}
+
+/// `[retry]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// The most attempts in all, the first included.
+    pub max_attempts: u32,
+    /// The wait before the first retry, in milliseconds; it doubles for each later one.
+    pub initial_backoff_ms: u64,
+    /// The longest wait between attempts, in milliseconds.
+    pub max_backoff_ms: u64,
+}
+
+/// `[tool_defaults]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolConfig {
+    /// The longest one attempt may run, in milliseconds.
+    pub timeout_ms: u64,
+    /// The most calls of one tool running at once.
+    pub max_concurrency: usize,
+    /// How long a suspension waits for a person before it expires, in seconds; unset: forever.
+    pub approval_ttl_s: Option<u64>,
+}
+
+/// `[tools.<name>]`: any of the `[tool_defaults]` keys, for one tool.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOverride {
+    /// See [`ToolConfig::timeout_ms`].
+    pub timeout_ms: Option<u64>,
+    /// See [`ToolConfig::max_concurrency`].
+    pub max_concurrency: Option<usize>,
+    /// See [`ToolConfig::approval_ttl_s`].
+    pub approval_ttl_s: Option<u64>,
+}
+
+/// `[auth]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// `[[auth.keys]]`; none turns auth off (allowed only on a loopback address).
+    pub keys: Vec<KeyConfig>,
+}
+
+/// One `[[auth.keys]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// The key's name, recorded as the actor of what it does.
+    pub name: String,
+    /// `caller`, `approver` or `admin`.
+    pub role: Role,
+    /// The SHA-256 of the token, in hex (`toolgate hash-token` prints it).
+    pub token_sha256: String,
 }
 
 /// Settings of the example tools.
@@ -50,7 +124,35 @@ impl Default for Config {
             data_dir: PathBuf::from("toolgate-data"),
             log: "info".into(),
             max_body_bytes: crate::server::DEFAULT_MAX_BODY_BYTES,
+            max_json_depth: crate::server::DEFAULT_MAX_JSON_DEPTH,
+            max_in_flight: crate::server::DEFAULT_MAX_IN_FLIGHT,
+            retry: RetryConfig::default(),
+            tool_defaults: ToolConfig::default(),
+            tools: BTreeMap::new(),
+            auth: AuthConfig::default(),
             examples: ExamplesConfig::default(),
+        }
+    }
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        let policy = RetryPolicy::default();
+        RetryConfig {
+            max_attempts: policy.max_attempts,
+            initial_backoff_ms: policy.initial_backoff.as_millis() as u64,
+            max_backoff_ms: policy.max_backoff.as_millis() as u64,
+        }
+    }
+}
+
+impl Default for ToolConfig {
+    fn default() -> Self {
+        let settings = ToolSettings::default();
+        ToolConfig {
+            timeout_ms: settings.timeout.as_millis() as u64,
+            max_concurrency: settings.max_concurrency,
+            approval_ttl_s: settings.approval_ttl.map(|ttl| ttl.as_secs()),
         }
     }
 }
@@ -164,12 +266,115 @@ impl Config {
     }
 
     fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
-        serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
-            ConfigError::Invalid {
-                key: err.path().to_string(),
-                message: err.inner().to_string(),
+        let config: Config =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
+                ConfigError::Invalid {
+                    key: err.path().to_string(),
+                    message: err.inner().to_string(),
+                }
+            })?;
+        config.api_keys()?;
+        config.check_numbers()?;
+        Ok(config)
+    }
+
+    fn check_numbers(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            message: message.to_owned(),
+        };
+        if self.retry.max_attempts == 0 {
+            return Err(invalid("retry.max_attempts", "must be at least 1"));
+        }
+        let mut concurrency = vec![(
+            "tool_defaults.max_concurrency".to_owned(),
+            Some(self.tool_defaults.max_concurrency),
+        )];
+        let mut timeouts = vec![(
+            "tool_defaults.timeout_ms".to_owned(),
+            Some(self.tool_defaults.timeout_ms),
+        )];
+        for (name, tool) in &self.tools {
+            concurrency.push((
+                format!("tools.{name}.max_concurrency"),
+                tool.max_concurrency,
+            ));
+            timeouts.push((format!("tools.{name}.timeout_ms"), tool.timeout_ms));
+        }
+        for (key, value) in concurrency {
+            if value == Some(0) {
+                return Err(invalid(&key, "must be at least 1"));
             }
-        })
+        }
+        for (key, value) in timeouts {
+            if value == Some(0) {
+                return Err(invalid(&key, "must be at least 1"));
+            }
+        }
+        for (key, value) in [
+            ("max_in_flight", self.max_in_flight),
+            ("max_json_depth", self.max_json_depth),
+            ("max_body_bytes", self.max_body_bytes),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The API keys, with their hashes decoded. Fails on a hash that is not 64 hex digits or a
+    /// name used twice.
+    pub fn api_keys(&self) -> Result<Vec<ApiKey>, ConfigError> {
+        let mut keys: Vec<ApiKey> = Vec::with_capacity(self.auth.keys.len());
+        for (index, key) in self.auth.keys.iter().enumerate() {
+            let mut hash = [0u8; 32];
+            hex::decode_to_slice(key.token_sha256.trim(), &mut hash).map_err(|_| {
+                ConfigError::Invalid {
+                    key: format!("auth.keys[{index}].token_sha256"),
+                    message: "must be a SHA-256 in hex (64 digits); see `toolgate hash-token`"
+                        .into(),
+                }
+            })?;
+            if key.name.trim().is_empty() || keys.iter().any(|k| k.name == key.name) {
+                return Err(ConfigError::Invalid {
+                    key: format!("auth.keys[{index}].name"),
+                    message: format!("`{}` is empty or used by another key", key.name),
+                });
+            }
+            keys.push(ApiKey {
+                name: key.name.clone(),
+                role: key.role,
+                token_sha256: hash,
+            });
+        }
+        Ok(keys)
+    }
+
+    /// Timeouts, concurrency limits, approval TTLs and retries, as the dispatcher takes them.
+    pub fn dispatch_config(&self) -> DispatchConfig {
+        let defaults = &self.tool_defaults;
+        let settings = |tool: &ToolOverride| ToolSettings {
+            timeout: Duration::from_millis(tool.timeout_ms.unwrap_or(defaults.timeout_ms)),
+            max_concurrency: tool.max_concurrency.unwrap_or(defaults.max_concurrency),
+            approval_ttl: tool
+                .approval_ttl_s
+                .or(defaults.approval_ttl_s)
+                .map(Duration::from_secs),
+        };
+        DispatchConfig {
+            defaults: settings(&ToolOverride::default()),
+            tools: self
+                .tools
+                .iter()
+                .map(|(name, tool)| (name.clone(), settings(tool)))
+                .collect(),
+            retry: RetryPolicy {
+                max_attempts: self.retry.max_attempts,
+                initial_backoff: Duration::from_millis(self.retry.initial_backoff_ms),
+                max_backoff: Duration::from_millis(self.retry.max_backoff_ms),
+            },
+        }
     }
 }
 
@@ -262,5 +467,36 @@ mod tests {
 
         let err = Config::from_toml("bind = \"not an address\"").unwrap_err();
         assert!(err.to_string().contains("`bind`"), "{err}");
+
+        let err = Config::from_toml(
+            "[[auth.keys]]\nname = \"a\"\nrole = \"caller\"\ntoken_sha256 = \"abc\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("auth.keys[0].token_sha256"),
+            "{err}"
+        );
+        let err = Config::from_toml(
+            "[[auth.keys]]\nname = \"a\"\nrole = \"root\"\ntoken_sha256 = \"abc\"\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("auth.keys[0].role"), "{err}");
+        let err = Config::from_toml("[tools.echo]\ntimeout_ms = 0\n").unwrap_err();
+        assert!(err.to_string().contains("tools.echo.timeout_ms"), "{err}");
+    }
+
+    #[test]
+    fn tool_settings_fall_back_to_the_defaults() {
+        let config = Config::from_toml(
+            "[tool_defaults]\ntimeout_ms = 1000\napproval_ttl_s = 60\n\
+             [tools.send_email]\ntimeout_ms = 50\nmax_concurrency = 2\n",
+        )
+        .unwrap();
+        let dispatch = config.dispatch_config();
+        assert_eq!(dispatch.defaults.timeout, Duration::from_secs(1));
+        let email = dispatch.tools["send_email"];
+        assert_eq!(email.timeout, Duration::from_millis(50));
+        assert_eq!(email.max_concurrency, 2);
+        assert_eq!(email.approval_ttl, Some(Duration::from_secs(60)));
     }
 }

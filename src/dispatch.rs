@@ -1,19 +1,27 @@
 //! The call lifecycle, in one place: every way a tool runs goes through here.
 //!
 //! A call: find the tool, check the input against its schema (the handler never sees input that
-//! does not fit), derive the idempotency key, record the intent when the tool has effects, run
-//! one attempt, and record the outcome before anyone is told of it. An approval: check the
-//! approver's input against the suspension's schema, resolve the suspension (conditionally, so one
-//! approval wins), then run the same attempt path with `ctx.resume()` set. A rejection resolves
-//! the suspension without running anything.
+//! does not fit), take a slot of the tool's concurrency limit, derive the idempotency key (the
+//! tool's own, else the client's), record the intent (a conditional insert: an existing call
+//! with the same key is answered instead of running again), run attempts under the tool's
+//! timeout and retry policy, check the output against the tool's output schema, and record the
+//! outcome before anyone is told of it.
+//!
+//! An approval checks the approver's input against the suspension's schema, resolves the
+//! suspension (conditionally, so one approval wins), then runs the same attempt path with
+//! `ctx.resume()` set. A rejection or an external completion resolves the suspension without
+//! running anything; so does settling a call that needs reconciliation.
 //!
 //! HTTP is not known here: the server translates requests into these calls and the results back.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::FutureExt;
-use serde_json::Value;
+use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use crate::contract::ctx::ToolCtx;
@@ -21,108 +29,244 @@ use crate::contract::error::{InputViolation, ToolError};
 use crate::contract::meta::Effect;
 use crate::contract::outcome::ToolOutcome;
 use crate::contract::registry::{Registered, ToolSet, compile_schema, violations};
+use crate::contract::retry::RetryPolicy;
 use crate::ids;
 use crate::store::{
-    ApprovalState, CallError, CallRecord, NewCall, Outcome, Resolution, Resolved, Store,
-    StoreError, Timestamp,
+    ApprovalState, CallError, CallRecord, CallStatus, Inserted, NewCall, Outcome, Reconciled,
+    Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
 };
+
+/// How the server runs one tool. Set per tool; unset tools get the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolSettings {
+    /// The longest one attempt may run. A `write` that times out needs reconciliation.
+    pub timeout: Duration,
+    /// The most calls of the tool running at once; more are refused with `503 overloaded`.
+    pub max_concurrency: usize,
+    /// How long a suspension of the tool waits for a person before it expires; `None`: forever.
+    pub approval_ttl: Option<Duration>,
+}
+
+impl Default for ToolSettings {
+    /// 30 s timeout, 256 concurrent calls, suspensions that never expire.
+    fn default() -> Self {
+        ToolSettings {
+            timeout: Duration::from_secs(30),
+            max_concurrency: 256,
+            approval_ttl: None,
+        }
+    }
+}
+
+/// Everything the dispatcher is configured with.
+#[derive(Debug, Clone, Default)]
+pub struct DispatchConfig {
+    /// Settings of tools not named in `tools`.
+    pub defaults: ToolSettings,
+    /// Settings by tool name.
+    pub tools: HashMap<String, ToolSettings>,
+    /// Retries of live failures, before the effect-based adjustment (writes never retry).
+    pub retry: RetryPolicy,
+}
+
+/// One tool's settings, with its retry policy adjusted to its effect and its concurrency gate.
+struct ToolPolicy {
+    settings: ToolSettings,
+    retry: RetryPolicy,
+    slots: Arc<Semaphore>,
+}
+
+/// Who asks for a call, and the idempotency key they sent, if any.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// The API key name of the caller; `None` when auth is off.
+    pub caller: Option<String>,
+    /// The client's `Idempotency-Key` header, scoped to the tool and the caller.
+    pub idempotency_key: Option<String>,
+}
 
 /// Runs calls and resolves suspensions against one tool set and one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Dispatcher {
     tools: Arc<ToolSet>,
     store: Arc<dyn Store>,
+    policies: Arc<HashMap<String, ToolPolicy>>,
 }
 
-/// How one attempt of a call ended, as reported to whoever asked for it.
+/// How a call stands after a request, as reported to whoever asked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallResult {
     /// The call.
     pub call_id: String,
     /// Its tool.
     pub tool: String,
-    /// What the attempt produced.
+    /// Where it stands.
     pub outcome: CallOutcome,
+    /// Whether this is the answer of an earlier request with the same idempotency key (the
+    /// tool did not run for this one).
+    pub replayed: bool,
 }
 
-/// What an attempt produced.
+/// Where a call stands.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallOutcome {
     /// Finished with this output.
     Completed(Value),
     /// Waiting for a person.
     Suspended {
-        /// The single-use token to approve or reject with.
+        /// The single-use token to resolve it with.
         token: String,
         /// What the approver is asked.
         reason: String,
         /// What the approver must answer with.
         input_schema: Value,
+        /// When the suspension expires, if it does.
+        expires_at: Option<Timestamp>,
     },
-    /// Finished with a failure, recorded on the call.
-    Failed(Failure),
+    /// Ended without an output: `failed`, `rejected`, `expired`, or `needs_reconciliation` (a
+    /// write that timed out).
+    Failed {
+        /// The call's status.
+        status: CallStatus,
+        /// Why.
+        failure: Failure,
+    },
 }
 
-/// Why an attempt failed.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Failure {
-    /// The handler returned an error; its message.
-    ToolFailed(String),
-    /// The input passed the tool's schema but not its input type: the tool's schema and type
+impl CallOutcome {
+    /// The answer a call's record gives to a repeated request, if it has one (a call still
+    /// running, interrupted or waiting for reconciliation has none).
+    fn from_record(call: &CallRecord) -> Option<CallOutcome> {
+        let failed = |status| {
+            let error = call
+                .error
+                .clone()
+                .unwrap_or_else(|| CallError::new("tool_failed", "The call failed."));
+            Some(CallOutcome::Failed {
+                status,
+                failure: Failure::from_record(error),
+            })
+        };
+        match call.status {
+            CallStatus::Completed => Some(CallOutcome::Completed(
+                call.output.clone().unwrap_or(Value::Null),
+            )),
+            CallStatus::Suspended => call.suspension.as_ref().map(|s| CallOutcome::Suspended {
+                token: s.token.clone(),
+                reason: s.reason.clone(),
+                input_schema: s.input_schema.clone(),
+                expires_at: s.expires_at,
+            }),
+            CallStatus::Failed | CallStatus::Rejected | CallStatus::Expired => failed(call.status),
+            CallStatus::Running | CallStatus::Interrupted | CallStatus::NeedsReconciliation => None,
+        }
+    }
+}
+
+/// The kinds of failure, each with a stable code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The handler returned an error.
+    ToolFailed,
+    /// The input passed the tool's schema but not its input type: the schema and the type
     /// disagree. The handler did not run.
-    InputRejected(Vec<InputViolation>),
+    InputRejected,
     /// The handler's output could not be turned into JSON.
-    OutputUnserializable(String),
+    OutputUnserializable,
+    /// The output does not match the tool's declared output schema.
+    OutputSchemaViolation,
     /// The handler suspended with a resume schema that is not a valid JSON Schema.
-    InvalidSuspension(String),
-    /// The handler panicked; the panic's message.
-    Panicked(String),
+    InvalidSuspension,
+    /// The handler panicked.
+    Panicked,
+    /// The attempt ran past the tool's timeout.
+    TimedOut,
+    /// A person rejected the call.
+    Rejected,
+    /// The call's suspension expired.
+    Expired,
+    /// A person settled the call as failed.
+    ReconciledAsFailed,
+}
+
+impl FailureKind {
+    const ALL: [FailureKind; 10] = [
+        FailureKind::ToolFailed,
+        FailureKind::InputRejected,
+        FailureKind::OutputUnserializable,
+        FailureKind::OutputSchemaViolation,
+        FailureKind::InvalidSuspension,
+        FailureKind::Panicked,
+        FailureKind::TimedOut,
+        FailureKind::Rejected,
+        FailureKind::Expired,
+        FailureKind::ReconciledAsFailed,
+    ];
+
+    /// The stable code recorded and answered.
+    pub fn code(self) -> &'static str {
+        match self {
+            FailureKind::ToolFailed => "tool_failed",
+            FailureKind::InputRejected => "invalid_input",
+            FailureKind::OutputUnserializable => "output_serialization_failed",
+            FailureKind::OutputSchemaViolation => "output_schema_violation",
+            FailureKind::InvalidSuspension => "invalid_suspension",
+            FailureKind::Panicked => "tool_panicked",
+            FailureKind::TimedOut => "tool_timeout",
+            FailureKind::Rejected => "rejected",
+            FailureKind::Expired => "suspension_expired",
+            FailureKind::ReconciledAsFailed => "reconciled_as_failed",
+        }
+    }
+
+    /// The kind a recorded code stands for (`ToolFailed` for a code this build does not know).
+    fn from_code(code: &str) -> FailureKind {
+        FailureKind::ALL
+            .into_iter()
+            .find(|kind| kind.code() == code)
+            .unwrap_or(FailureKind::ToolFailed)
+    }
+}
+
+/// Why a call ended without an output: its kind, and the error as recorded on the call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// The error as recorded (`code` is `kind.code()`).
+    pub error: CallError,
 }
 
 impl Failure {
-    /// The stable code recorded and answered for this failure.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Failure::ToolFailed(_) => "tool_failed",
-            Failure::InputRejected(_) => "invalid_input",
-            Failure::OutputUnserializable(_) => "output_serialization_failed",
-            Failure::InvalidSuspension(_) => "invalid_suspension",
-            Failure::Panicked(_) => "tool_panicked",
+    fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            error: CallError::new(kind.code(), message),
         }
     }
 
-    /// The failure as recorded on the call.
-    pub fn to_call_error(&self) -> CallError {
-        match self {
-            Failure::ToolFailed(message) => CallError::new(self.code(), message.clone()),
-            Failure::InputRejected(violations) => CallError {
-                code: self.code().into(),
-                message: "The input does not fit the tool's input type.".into(),
-                details: Some(serde_json::json!({ "errors": violations })),
-            },
-            Failure::OutputUnserializable(message) => CallError::new(
-                self.code(),
-                format!("The tool's output could not be serialized: {message}"),
-            ),
-            Failure::InvalidSuspension(message) => CallError::new(
-                self.code(),
-                format!("The tool suspended with an invalid resume schema: {message}"),
-            ),
-            Failure::Panicked(message) => {
-                CallError::new(self.code(), format!("The tool panicked: {message}"))
-            }
+    fn with_violations(kind: FailureKind, message: &str, violations: &[InputViolation]) -> Self {
+        let mut failure = Failure::new(kind, message);
+        failure.error.details = Some(json!({ "errors": violations }));
+        failure
+    }
+
+    fn from_record(error: CallError) -> Self {
+        Failure {
+            kind: FailureKind::from_code(&error.code),
+            error,
         }
     }
 }
 
-/// Why a request to the lifecycle was refused before anything ran.
+/// Why a request to the lifecycle was refused; unless said otherwise, nothing ran or changed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DispatchError {
     /// No tool has this name.
     #[error("no tool is named `{0}`")]
     UnknownTool(String),
-    /// The input does not fit the tool's input schema; nothing ran or was recorded.
+    /// The input does not fit the tool's input schema.
     #[error("the input does not fit tool `{tool}`")]
     InvalidInput {
         /// The tool.
@@ -130,15 +274,49 @@ pub enum DispatchError {
         /// Where and why.
         violations: Vec<InputViolation>,
     },
+    /// The tool already runs as many calls as it may.
+    #[error("tool `{0}` is at its concurrency limit")]
+    Overloaded(String),
+    /// The idempotency key belongs to a call with a different input.
+    #[error("the idempotency key was used for call {call_id} with a different input")]
+    IdempotencyKeyReused {
+        /// The call that owns the key.
+        call_id: String,
+    },
+    /// The call with this idempotency key is still running.
+    #[error("call {call_id} with this idempotency key is still running")]
+    CallInProgress {
+        /// The running call.
+        call_id: String,
+    },
+    /// The call with this idempotency key may or may not have had its effect; a person must
+    /// settle it first.
+    #[error("the call with this idempotency key needs reconciliation")]
+    NeedsReconciliation(Box<CallRecord>),
     /// No suspension ever had this token.
     #[error("no suspension has this token")]
     UnknownToken,
-    /// The suspension was already approved or rejected.
+    /// The suspension was already approved, rejected or completed.
     #[error("the suspension was already resolved")]
     AlreadyResolved(Box<CallRecord>),
+    /// The suspension expired (now recorded on the call).
+    #[error("the suspension expired")]
+    SuspensionExpired(Box<CallRecord>),
     /// The approver's input does not fit the suspension's schema; it stays pending.
     #[error("the resume input does not fit the suspension's schema")]
     InvalidResumeInput(Vec<InputViolation>),
+    /// An external completion for a tool that declares no output schema.
+    #[error("tool `{0}` declares no output schema, so it cannot be completed externally")]
+    CompletionNotAllowed(String),
+    /// An output given by a person does not fit the tool's output schema.
+    #[error("the output does not fit the tool's output schema")]
+    OutputSchemaViolation(Vec<InputViolation>),
+    /// No call has this id.
+    #[error("no call has the id `{0}`")]
+    UnknownCall(String),
+    /// The call does not need reconciliation.
+    #[error("the call does not need reconciliation")]
+    NotReconcilable(Box<CallRecord>),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -147,10 +325,47 @@ pub enum DispatchError {
     Internal(String),
 }
 
+/// The end of a run of attempts: what is answered, what is recorded, and how many attempts the
+/// call has had in all.
+struct Ran {
+    outcome: CallOutcome,
+    recorded: Outcome,
+    attempts: u32,
+}
+
 impl Dispatcher {
-    /// A dispatcher over `tools`, recording in `store`.
+    /// A dispatcher over `tools`, recording in `store`, with default settings.
     pub fn new(tools: Arc<ToolSet>, store: Arc<dyn Store>) -> Self {
-        Dispatcher { tools, store }
+        Dispatcher::with_config(tools, store, &DispatchConfig::default())
+    }
+
+    /// A dispatcher over `tools`, recording in `store`, configured by `config`.
+    pub fn with_config(
+        tools: Arc<ToolSet>,
+        store: Arc<dyn Store>,
+        config: &DispatchConfig,
+    ) -> Self {
+        let policies = tools
+            .iter()
+            .map(|tool| {
+                let settings = config
+                    .tools
+                    .get(tool.name())
+                    .copied()
+                    .unwrap_or(config.defaults);
+                let policy = ToolPolicy {
+                    settings,
+                    retry: RetryPolicy::for_effect(tool.effect(), config.retry),
+                    slots: Arc::new(Semaphore::new(settings.max_concurrency.max(1))),
+                };
+                (tool.name().to_owned(), policy)
+            })
+            .collect();
+        Dispatcher {
+            tools,
+            store,
+            policies: Arc::new(policies),
+        }
     }
 
     /// The tools dispatched to.
@@ -163,15 +378,26 @@ impl Dispatcher {
         &self.store
     }
 
-    /// Calls the tool `tool` with `input`: the first attempt of a new call.
+    fn policy(&self, tool: &str) -> &ToolPolicy {
+        self.policies
+            .get(tool)
+            .expect("every registered tool has a policy")
+    }
+
+    /// Calls the tool `tool` with `input`.
     ///
     /// The call runs to its recorded outcome even if the caller stops waiting (an HTTP client
     /// that disconnects, say): a tool is never abandoned half-way with its intent recorded and
     /// its outcome lost.
-    pub async fn call(&self, tool: &str, input: Value) -> Result<CallResult, DispatchError> {
+    pub async fn call(
+        &self,
+        tool: &str,
+        input: Value,
+        options: CallOptions,
+    ) -> Result<CallResult, DispatchError> {
         let this = self.clone();
         let tool = tool.to_owned();
-        detached(async move { this.run_call(&tool, input).await }).await
+        detached(async move { this.run_call(&tool, input, options).await }).await
     }
 
     /// Approves the suspension `token` with the approver's `resume_input` and runs the call's
@@ -181,13 +407,112 @@ impl Dispatcher {
         &self,
         token: &str,
         resume_input: Value,
+        actor: Option<&str>,
     ) -> Result<CallResult, DispatchError> {
         let this = self.clone();
         let token = token.to_owned();
-        detached(async move { this.run_approval(&token, resume_input).await }).await
+        let actor = actor.map(str::to_owned);
+        detached(async move {
+            this.run_approval(&token, resume_input, actor.as_deref())
+                .await
+        })
+        .await
     }
 
-    async fn run_call(&self, tool: &str, input: Value) -> Result<CallResult, DispatchError> {
+    /// Rejects the suspension `token`: the call becomes `rejected` and its tool does not run.
+    pub async fn reject(
+        &self,
+        token: &str,
+        reason: String,
+        actor: Option<&str>,
+    ) -> Result<CallRecord, DispatchError> {
+        match self
+            .store
+            .resolve(token, Resolution::Reject { reason }, actor)
+            .await?
+        {
+            Resolved::Rejected(call) => {
+                tracing::Span::current().record("call_id", call.call_id.as_str());
+                Ok(call)
+            }
+            other => Err(unexpected_resolution(other)),
+        }
+    }
+
+    /// Completes the suspension `token` with work done outside the server: the call becomes
+    /// `completed` with `output`, which must match the tool's output schema (the receipt), and
+    /// the tool does not run. Only tools that declare an output schema can be completed so.
+    pub async fn complete(
+        &self,
+        token: &str,
+        output: Value,
+        actor: Option<&str>,
+    ) -> Result<CallResult, DispatchError> {
+        let approval = self.pending(token, actor).await?;
+        let registered = self
+            .tools
+            .lookup(&approval.tool)
+            .ok_or_else(|| DispatchError::UnknownTool(approval.tool.clone()))?;
+        if !registered.has_output_schema() {
+            return Err(DispatchError::CompletionNotAllowed(approval.tool));
+        }
+        registered
+            .check_output(&output)
+            .map_err(DispatchError::OutputSchemaViolation)?;
+        match self
+            .store
+            .resolve(
+                token,
+                Resolution::Complete {
+                    output: output.clone(),
+                },
+                actor,
+            )
+            .await?
+        {
+            Resolved::Completed(call) => Ok(CallResult {
+                call_id: call.call_id,
+                tool: call.tool,
+                outcome: CallOutcome::Completed(output),
+                replayed: false,
+            }),
+            other => Err(unexpected_resolution(other)),
+        }
+    }
+
+    /// Settles a call that needs reconciliation: its effect happened (`output`, checked against
+    /// the tool's output schema when it declares one) or it did not (`error`).
+    pub async fn reconcile(
+        &self,
+        call_id: &str,
+        settlement: Settlement,
+        actor: Option<&str>,
+    ) -> Result<CallRecord, DispatchError> {
+        if let Settlement::Output(output) = &settlement {
+            let call = self
+                .store
+                .call(call_id)
+                .await?
+                .ok_or_else(|| DispatchError::UnknownCall(call_id.to_owned()))?;
+            if let Some(registered) = self.tools.lookup(&call.tool) {
+                registered
+                    .check_output(output)
+                    .map_err(DispatchError::OutputSchemaViolation)?;
+            }
+        }
+        match self.store.reconcile(call_id, settlement, actor).await? {
+            Reconciled::Settled(call) => Ok(call),
+            Reconciled::NotNeeded(call) => Err(DispatchError::NotReconcilable(Box::new(call))),
+            Reconciled::UnknownCall => Err(DispatchError::UnknownCall(call_id.to_owned())),
+        }
+    }
+
+    async fn run_call(
+        &self,
+        tool: &str,
+        input: Value,
+        options: CallOptions,
+    ) -> Result<CallResult, DispatchError> {
         let registered = self
             .tools
             .lookup(tool)
@@ -199,59 +524,167 @@ impl Dispatcher {
                 violations,
             })?;
         let dyn_tool = registered.tool.as_ref();
-        let key = dyn_tool.idempotency_key(&input);
+        let policy = self.policy(dyn_tool.name());
+        let _slot = take_slot(policy, dyn_tool.name())?;
+
+        // The tool's own key names the effect and wins; a client's key is scoped to its caller.
+        let key = dyn_tool.idempotency_key(&input).or_else(|| {
+            options
+                .idempotency_key
+                .as_ref()
+                .map(|key| format!("client:{}:{key}", options.caller.as_deref().unwrap_or("-")))
+        });
         let created_at = Timestamp::now();
         let call_id = ids::new_call_id(created_at.0);
         tracing::Span::current().record("call_id", call_id.as_str());
         let call = NewCall {
             call_id: call_id.clone(),
             tool: dyn_tool.name().to_owned(),
+            effect: dyn_tool.effect(),
+            caller: options.caller,
             input: input.clone(),
             idempotency_key: key.clone(),
             created_at,
         };
 
-        // A tool with effects has its intent committed before it runs, so a crash mid-run
-        // leaves a `running` record behind instead of an effect nobody knows about. A read
-        // has nothing to lose: its call is recorded once, with its outcome.
+        // A tool with effects, or a keyed call, has its intent committed before it runs: a crash
+        // mid-run leaves a `running` record behind instead of an effect nobody knows about, and
+        // a second request with the same key finds the first. A read without a key has nothing
+        // to lose: its call is recorded once, with its outcome.
         let unrecorded = if dyn_tool.effect() != Effect::Read || key.is_some() {
-            self.store.insert_call(call, None).await?;
-            None
+            match self.store.insert_call(call, None).await? {
+                Inserted::New => None,
+                Inserted::Existing(existing) => {
+                    return self.repeat(*existing, &input, registered, policy).await;
+                }
+            }
         } else {
             Some(call)
         };
-        let ctx = ToolCtx::new(call_id.as_str()).with_idempotency_key(key);
-        let (outcome, recorded) = self.attempt(registered, &ctx, input).await;
+        let ran = self
+            .attempts(registered, policy, &call_id, key.as_deref(), None, 1, input)
+            .await;
         match unrecorded {
-            None => self.store.finish_call(&call_id, recorded).await?,
-            Some(call) => self.store.insert_call(call, Some(recorded)).await?,
+            None => {
+                self.store
+                    .finish_call(&call_id, ran.attempts, ran.recorded)
+                    .await?
+            }
+            Some(call) => {
+                self.store.insert_call(call, Some(ran.recorded)).await?;
+            }
         }
         Ok(CallResult {
             call_id,
             tool: dyn_tool.name().to_owned(),
-            outcome,
+            outcome: ran.outcome,
+            replayed: false,
         })
+    }
+
+    /// Answers a request whose idempotency key already has a call.
+    async fn repeat(
+        &self,
+        existing: CallRecord,
+        input: &Value,
+        registered: &Registered,
+        policy: &ToolPolicy,
+    ) -> Result<CallResult, DispatchError> {
+        tracing::Span::current().record("call_id", existing.call_id.as_str());
+        if existing.input != *input {
+            return Err(DispatchError::IdempotencyKeyReused {
+                call_id: existing.call_id,
+            });
+        }
+        match existing.status {
+            CallStatus::Running => Err(DispatchError::CallInProgress {
+                call_id: existing.call_id,
+            }),
+            CallStatus::NeedsReconciliation => {
+                Err(DispatchError::NeedsReconciliation(Box::new(existing)))
+            }
+            CallStatus::Interrupted => {
+                // Claim it; of two requests racing to re-run it, one wins and the other is told
+                // it is in progress.
+                let Some(call) = self.store.rerun_interrupted(&existing.call_id).await? else {
+                    return Err(DispatchError::CallInProgress {
+                        call_id: existing.call_id,
+                    });
+                };
+                let ran = self
+                    .attempts(
+                        registered,
+                        policy,
+                        &call.call_id,
+                        call.idempotency_key.as_deref(),
+                        None,
+                        call.attempts,
+                        call.input,
+                    )
+                    .await;
+                self.store
+                    .finish_call(&call.call_id, ran.attempts, ran.recorded)
+                    .await?;
+                Ok(CallResult {
+                    call_id: call.call_id,
+                    tool: call.tool,
+                    outcome: ran.outcome,
+                    replayed: false,
+                })
+            }
+            _ => match CallOutcome::from_record(&existing) {
+                Some(outcome) => Ok(CallResult {
+                    call_id: existing.call_id,
+                    tool: existing.tool,
+                    outcome,
+                    replayed: true,
+                }),
+                None => Err(DispatchError::CallInProgress {
+                    call_id: existing.call_id,
+                }),
+            },
+        }
+    }
+
+    /// The pending suspension `token`, or why it is not pending. An expired one is recorded as
+    /// expired on the way.
+    async fn pending(
+        &self,
+        token: &str,
+        actor: Option<&str>,
+    ) -> Result<crate::store::Approval, DispatchError> {
+        match self
+            .store
+            .approval(token)
+            .await?
+            .ok_or(DispatchError::UnknownToken)?
+        {
+            ApprovalState::Pending(approval) => {
+                tracing::Span::current().record("call_id", approval.call_id.as_str());
+                Ok(approval)
+            }
+            ApprovalState::Resolved(call) => Err(DispatchError::AlreadyResolved(Box::new(call))),
+            ApprovalState::Expired(_) => {
+                // Resolving an expired token records the expiry and reports it.
+                let reason = String::new();
+                let resolved = self
+                    .store
+                    .resolve(token, Resolution::Reject { reason }, actor)
+                    .await?;
+                Err(unexpected_resolution(resolved))
+            }
+        }
     }
 
     async fn run_approval(
         &self,
         token: &str,
         resume_input: Value,
+        actor: Option<&str>,
     ) -> Result<CallResult, DispatchError> {
-        let approval = match self
-            .store
-            .approval(token)
-            .await?
-            .ok_or(DispatchError::UnknownToken)?
-        {
-            ApprovalState::Pending(approval) => approval,
-            ApprovalState::Resolved(call) => {
-                return Err(DispatchError::AlreadyResolved(Box::new(call)));
-            }
-        };
-        tracing::Span::current().record("call_id", approval.call_id.as_str());
-        // The schema compiled when the tool suspended (see `attempt`), so failing now means the
-        // stored copy is damaged.
+        let approval = self.pending(token, actor).await?;
+        // The schema compiled when the tool suspended (see `attempts`), so failing now means
+        // the stored copy is damaged.
         let validator = compile_schema(&approval.input_schema)
             .map_err(|e| StoreError::Corrupt(format!("stored resume schema: {e}")))?;
         violations(&validator, &resume_input).map_err(DispatchError::InvalidResumeInput)?;
@@ -259,97 +692,113 @@ impl Dispatcher {
             .tools
             .lookup(&approval.tool)
             .ok_or_else(|| DispatchError::UnknownTool(approval.tool.clone()))?;
+        let policy = self.policy(&approval.tool);
+        let _slot = take_slot(policy, &approval.tool)?;
 
         let resolution = Resolution::Approve {
             resume_input: resume_input.clone(),
         };
-        let call = match self.store.resolve(token, resolution).await? {
+        let call = match self.store.resolve(token, resolution, actor).await? {
             Resolved::Approved(call) => call,
-            Resolved::AlreadyResolved(call) => {
-                return Err(DispatchError::AlreadyResolved(Box::new(call)));
-            }
-            Resolved::UnknownToken => return Err(DispatchError::UnknownToken),
-            Resolved::Rejected(_) => {
-                return Err(
-                    StoreError::Corrupt("an approval was recorded as a rejection".into()).into(),
-                );
-            }
+            other => return Err(unexpected_resolution(other)),
         };
-        let key = registered.tool.idempotency_key(&call.input);
-        let ctx = ToolCtx::new(call.call_id.as_str())
-            .with_attempt(call.attempts)
-            .with_idempotency_key(key)
-            .with_resume(resume_input);
-        let (outcome, recorded) = self.attempt(registered, &ctx, call.input).await;
-        self.store.finish_call(&call.call_id, recorded).await?;
+        let ran = self
+            .attempts(
+                registered,
+                policy,
+                &call.call_id,
+                call.idempotency_key.as_deref(),
+                Some(resume_input),
+                call.attempts,
+                call.input,
+            )
+            .await;
+        self.store
+            .finish_call(&call.call_id, ran.attempts, ran.recorded)
+            .await?;
         Ok(CallResult {
             call_id: call.call_id,
             tool: call.tool,
-            outcome,
+            outcome: ran.outcome,
+            replayed: false,
         })
     }
 
-    /// Rejects the suspension `token`: the call becomes `rejected` and its tool does not run.
-    pub async fn reject(&self, token: &str, reason: String) -> Result<CallRecord, DispatchError> {
-        match self
-            .store
-            .resolve(token, Resolution::Reject { reason })
-            .await?
-        {
-            Resolved::Rejected(call) => {
-                tracing::Span::current().record("call_id", call.call_id.as_str());
-                Ok(call)
-            }
-            Resolved::AlreadyResolved(call) => Err(DispatchError::AlreadyResolved(Box::new(call))),
-            Resolved::UnknownToken => Err(DispatchError::UnknownToken),
-            Resolved::Approved(_) => {
-                Err(StoreError::Corrupt("a rejection was recorded as an approval".into()).into())
-            }
-        }
-    }
-
-    /// Runs one attempt and turns its result into what is answered and what is recorded.
-    async fn attempt(
+    /// Runs attempts, starting with attempt number `first`, until one succeeds, suspends, fails
+    /// for good, or the retry policy says stop. Each attempt has the tool's timeout.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempts(
         &self,
         registered: &Registered,
-        ctx: &ToolCtx,
-        input: Value,
-    ) -> (CallOutcome, Outcome) {
+        policy: &ToolPolicy,
+        call_id: &str,
+        key: Option<&str>,
+        resume: Option<Value>,
+        first: u32,
+        mut input: Value,
+    ) -> Ran {
         let tool = registered.tool.as_ref();
-        // A panicking handler fails its call; it does not take the call's record down with it.
-        let result = AssertUnwindSafe(tool.call_json(ctx, input))
-            .catch_unwind()
-            .await;
-        let outcome = match result {
-            Err(panic) => CallOutcome::Failed(Failure::Panicked(panic_message(panic.as_ref()))),
-            Ok(Ok(ToolOutcome::Output(output))) => CallOutcome::Completed(output),
-            // The resume schema is checked now, while the tool is at fault, rather than when a
-            // person tries to approve.
-            Ok(Ok(ToolOutcome::Suspend(suspension))) => {
-                match compile_schema(&suspension.input_schema) {
-                    Ok(_) => CallOutcome::Suspended {
-                        token: ids::new_suspension_token(),
-                        reason: suspension.reason,
-                        input_schema: suspension.input_schema,
-                    },
-                    Err(message) => CallOutcome::Failed(Failure::InvalidSuspension(message)),
+        let mut attempt = first;
+        let outcome = loop {
+            let made = attempt - first + 1;
+            let mut ctx = ToolCtx::new(call_id)
+                .with_attempt(attempt)
+                .with_idempotency_key(key);
+            if let Some(resume) = &resume {
+                ctx = ctx.with_resume(resume.clone());
+            }
+            // Keep the input only while another attempt may need it.
+            let argument = if policy.retry.allows_another(made) {
+                input.clone()
+            } else {
+                std::mem::take(&mut input)
+            };
+            // A panicking handler fails its call; it does not take the call's record with it.
+            let run = AssertUnwindSafe(tool.call_json(&ctx, argument)).catch_unwind();
+            let result = tokio::time::timeout(policy.settings.timeout, run).await;
+            match result {
+                Ok(Ok(Err(ToolError::Handler { source, .. })))
+                    if !source.is_permanent() && policy.retry.allows_another(made) =>
+                {
+                    let wait = policy.retry.backoff(made);
+                    tracing::warn!(
+                        tool = tool.name(),
+                        attempt,
+                        error = %source,
+                        wait_ms = wait.as_millis() as u64,
+                        "attempt failed; retrying"
+                    );
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
                 }
-            }
-            Ok(Err(ToolError::InvalidInput { violations, .. })) => {
-                CallOutcome::Failed(Failure::InputRejected(violations))
-            }
-            Ok(Err(ToolError::Handler { source, .. })) => {
-                CallOutcome::Failed(Failure::ToolFailed(source.to_string()))
-            }
-            Ok(Err(ToolError::OutputSerialization { source, .. })) => {
-                CallOutcome::Failed(Failure::OutputUnserializable(source.to_string()))
+                Err(_elapsed) => {
+                    let failure = Failure::new(
+                        FailureKind::TimedOut,
+                        format!(
+                            "The tool did not finish within {} ms.",
+                            policy.settings.timeout.as_millis()
+                        ),
+                    );
+                    // A write that timed out may have had its effect: only a person can tell.
+                    let status = if tool.effect() == Effect::Write {
+                        CallStatus::NeedsReconciliation
+                    } else {
+                        CallStatus::Failed
+                    };
+                    break CallOutcome::Failed { status, failure };
+                }
+                Ok(Err(panic)) => {
+                    let message = format!("The tool panicked: {}", panic_message(panic.as_ref()));
+                    break failed(Failure::new(FailureKind::Panicked, message));
+                }
+                Ok(Ok(result)) => break self.settle(registered, policy, result),
             }
         };
-        if let CallOutcome::Failed(failure) = &outcome {
+        if let CallOutcome::Failed { failure, .. } = &outcome {
             tracing::warn!(
                 tool = tool.name(),
-                code = failure.code(),
-                "tool call failed"
+                code = failure.kind.code(),
+                "call failed"
             );
         }
         let recorded = match &outcome {
@@ -360,16 +809,109 @@ impl Dispatcher {
                 token,
                 reason,
                 input_schema,
+                expires_at,
             } => Outcome::Suspended {
                 token: token.clone(),
                 reason: reason.clone(),
                 input_schema: input_schema.clone(),
+                expires_at: *expires_at,
             },
-            CallOutcome::Failed(failure) => Outcome::Failed {
-                error: failure.to_call_error(),
+            CallOutcome::Failed {
+                status: CallStatus::NeedsReconciliation,
+                failure,
+            } => Outcome::NeedsReconciliation {
+                error: failure.error.clone(),
+            },
+            CallOutcome::Failed { failure, .. } => Outcome::Failed {
+                error: failure.error.clone(),
             },
         };
-        (outcome, recorded)
+        Ran {
+            outcome,
+            recorded,
+            attempts: attempt,
+        }
+    }
+
+    /// What one finished attempt amounts to.
+    fn settle(
+        &self,
+        registered: &Registered,
+        policy: &ToolPolicy,
+        result: Result<ToolOutcome<Value>, ToolError>,
+    ) -> CallOutcome {
+        match result {
+            Ok(ToolOutcome::Output(output)) => match registered.check_output(&output) {
+                Ok(()) => CallOutcome::Completed(output),
+                Err(violations) => failed(Failure::with_violations(
+                    FailureKind::OutputSchemaViolation,
+                    "The tool's output does not match its output schema.",
+                    &violations,
+                )),
+            },
+            // The resume schema is checked now, while the tool is at fault, rather than when a
+            // person tries to approve.
+            Ok(ToolOutcome::Suspend(suspension)) => {
+                match compile_schema(&suspension.input_schema) {
+                    Ok(_) => CallOutcome::Suspended {
+                        token: ids::new_suspension_token(),
+                        reason: suspension.reason,
+                        input_schema: suspension.input_schema,
+                        expires_at: policy.settings.approval_ttl.map(|ttl| {
+                            let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+                            Timestamp(Timestamp::now().0.saturating_add(ttl_ms))
+                        }),
+                    },
+                    Err(message) => failed(Failure::new(
+                        FailureKind::InvalidSuspension,
+                        format!("The tool suspended with an invalid resume schema: {message}"),
+                    )),
+                }
+            }
+            Err(ToolError::InvalidInput { violations, .. }) => failed(Failure::with_violations(
+                FailureKind::InputRejected,
+                "The input does not fit the tool's input type.",
+                &violations,
+            )),
+            Err(ToolError::Handler { source, .. }) => {
+                failed(Failure::new(FailureKind::ToolFailed, source.to_string()))
+            }
+            Err(ToolError::OutputSerialization { source, .. }) => failed(Failure::new(
+                FailureKind::OutputUnserializable,
+                format!("The tool's output could not be serialized: {source}"),
+            )),
+        }
+    }
+}
+
+fn failed(failure: Failure) -> CallOutcome {
+    CallOutcome::Failed {
+        status: CallStatus::Failed,
+        failure,
+    }
+}
+
+/// A slot of the tool's concurrency limit, or `Overloaded` when none is free: refusing at once
+/// beats an unbounded queue.
+fn take_slot(policy: &ToolPolicy, tool: &str) -> Result<OwnedSemaphorePermit, DispatchError> {
+    policy
+        .slots
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| DispatchError::Overloaded(tool.to_owned()))
+}
+
+/// The error for a resolution that did not go the expected way.
+fn unexpected_resolution(resolved: Resolved) -> DispatchError {
+    match resolved {
+        Resolved::AlreadyResolved(call) => DispatchError::AlreadyResolved(Box::new(call)),
+        Resolved::Expired(call) => DispatchError::SuspensionExpired(Box::new(call)),
+        Resolved::UnknownToken => DispatchError::UnknownToken,
+        Resolved::Approved(_) | Resolved::Rejected(_) | Resolved::Completed(_) => {
+            DispatchError::Store(StoreError::Corrupt(
+                "the store resolved a suspension differently than asked".into(),
+            ))
+        }
     }
 }
 

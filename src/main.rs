@@ -1,7 +1,7 @@
 //! The `toolgate` binary: parse the command line, read the configuration once, open the store,
 //! build the router, serve until SIGINT or SIGTERM, then finish the requests in flight.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,16 +33,24 @@ enum Command {
         /// The data directory (overrides `data_dir`).
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
+        /// Serve without API keys on a non-loopback address. Anyone who can reach the server
+        /// can then call tools and approve calls.
+        #[arg(long)]
+        insecure_no_auth: bool,
     },
+    /// Print the SHA-256 of a token read from standard input, for `[[auth.keys]] token_sha256`.
+    HashToken,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::HashToken => hash_token(),
         Command::Serve {
             config,
             bind,
             data_dir,
+            insecure_no_auth,
         } => {
             let config = match Config::load(
                 config.as_deref(),
@@ -66,7 +74,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(config)) {
+            match runtime.block_on(serve(config, insecure_no_auth)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
                     tracing::error!("{err}");
@@ -75,6 +83,29 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `toolgate hash-token`: the token comes from stdin, so it never shows in a process list or a
+/// shell history; one trailing newline is dropped.
+fn hash_token() -> ExitCode {
+    let mut token = String::new();
+    if let Err(err) = std::io::stdin().read_to_string(&mut token) {
+        eprintln!("toolgate: cannot read the token from standard input: {err}");
+        return ExitCode::FAILURE;
+    }
+    let token = token
+        .strip_suffix('\n')
+        .map(|t| t.strip_suffix('\r').unwrap_or(t))
+        .unwrap_or(&token);
+    if token.is_empty() {
+        eprintln!("toolgate: the token is empty");
+        return ExitCode::from(2);
+    }
+    println!(
+        "{}",
+        hex::encode(toolgate::server::auth::token_sha256(token))
+    );
+    ExitCode::SUCCESS
 }
 
 fn init_tracing(default_filter: &str) {
@@ -88,7 +119,23 @@ fn init_tracing(default_filter: &str) {
         .init();
 }
 
-async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
+async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let keys = config.api_keys()?;
+    if keys.is_empty() {
+        if !config.bind.ip().is_loopback() && !insecure_no_auth {
+            return Err(format!(
+                "refusing to listen on {} without API keys: configure [[auth.keys]] (see \
+                 config/default.toml), or pass --insecure-no-auth to let anyone who can reach \
+                 it call tools and approve calls",
+                config.bind
+            )
+            .into());
+        }
+        tracing::warn!(
+            bind = %config.bind,
+            "auth is off: no [[auth.keys]] configured, every request acts as admin"
+        );
+    }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         format!(
             "cannot create the data directory {}: {e}",
@@ -103,9 +150,16 @@ async fn serve(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     if config.examples.enabled {
         toolgate::examples::register(&mut tools, &config.examples, &config.data_dir)?;
     }
+    if let Some(name) = config.tools.keys().find(|name| tools.get(name).is_none()) {
+        return Err(format!("config key `tools.{name}`: no tool is named `{name}`").into());
+    }
     let tool_count = tools.len();
     let router = ServerBuilder::new(tools, store)
         .max_body_bytes(config.max_body_bytes)
+        .max_json_depth(config.max_json_depth)
+        .max_in_flight(config.max_in_flight)
+        .api_keys(keys)
+        .dispatch_config(config.dispatch_config())
         .build();
 
     let listener = tokio::net::TcpListener::bind(config.bind)

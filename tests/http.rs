@@ -906,50 +906,78 @@ struct BrokenStore;
 
 const SECRET: &str = "/var/secret/toolgate.db: disk on fire";
 
+fn broken<T>() -> Result<T, toolgate::store::StoreError> {
+    Err(toolgate::store::StoreError::Backend(SECRET.into()))
+}
+
 #[toolgate::async_trait]
 impl toolgate::store::Store for BrokenStore {
     async fn insert_call(
         &self,
         _call: toolgate::store::NewCall,
         _outcome: Option<toolgate::store::Outcome>,
-    ) -> Result<(), toolgate::store::StoreError> {
-        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+    ) -> Result<toolgate::store::Inserted, toolgate::store::StoreError> {
+        broken()
     }
     async fn finish_call(
         &self,
         _call_id: &str,
+        _attempts: u32,
         _outcome: toolgate::store::Outcome,
     ) -> Result<(), toolgate::store::StoreError> {
-        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+        broken()
+    }
+    async fn rerun_interrupted(
+        &self,
+        _call_id: &str,
+    ) -> Result<Option<toolgate::store::CallRecord>, toolgate::store::StoreError> {
+        broken()
     }
     async fn call(
         &self,
         _call_id: &str,
     ) -> Result<Option<toolgate::store::CallRecord>, toolgate::store::StoreError> {
-        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+        broken()
+    }
+    async fn list_calls(
+        &self,
+        _filter: toolgate::store::CallFilter,
+        _after: Option<i64>,
+        _limit: u32,
+    ) -> Result<toolgate::store::CallPage, toolgate::store::StoreError> {
+        broken()
     }
     async fn pending_approvals(
         &self,
         _after: Option<i64>,
         _limit: u32,
     ) -> Result<toolgate::store::ApprovalPage, toolgate::store::StoreError> {
-        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+        broken()
     }
     async fn approval(
         &self,
         _token: &str,
     ) -> Result<Option<toolgate::store::ApprovalState>, toolgate::store::StoreError> {
-        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+        broken()
     }
     async fn resolve(
         &self,
         _token: &str,
         _resolution: toolgate::store::Resolution,
+        _actor: Option<&str>,
     ) -> Result<toolgate::store::Resolved, toolgate::store::StoreError> {
-        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+        broken()
+    }
+    async fn reconcile(
+        &self,
+        _call_id: &str,
+        _settlement: toolgate::store::Settlement,
+        _actor: Option<&str>,
+    ) -> Result<toolgate::store::Reconciled, toolgate::store::StoreError> {
+        broken()
     }
     async fn ping(&self) -> Result<(), toolgate::store::StoreError> {
-        Err(toolgate::store::StoreError::Backend(SECRET.into()))
+        broken()
     }
 }
 

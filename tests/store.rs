@@ -6,18 +6,29 @@ mod common;
 use std::sync::Arc;
 
 use serde_json::json;
+use toolgate::Effect;
 use toolgate::store::{
-    ApprovalState, CallError, CallStatus, NewCall, Outcome, Resolution, Resolved, SqliteStore,
-    Store, StoreError, Timestamp,
+    ApprovalState, CallError, CallFilter, CallStatus, Inserted, NewCall, Outcome, Reconciled,
+    Resolution, Resolved, Settlement, SqliteStore, Store, StoreError, Timestamp,
 };
 
 fn new_call(id: &str) -> NewCall {
     NewCall {
         call_id: id.to_owned(),
         tool: "tool".into(),
+        effect: Effect::Write,
+        caller: Some("agent".into()),
         input: json!({"id": id}),
         idempotency_key: None,
         created_at: Timestamp::now(),
+    }
+}
+
+fn keyed(id: &str, key: &str, effect: Effect) -> NewCall {
+    NewCall {
+        idempotency_key: Some(key.to_owned()),
+        effect,
+        ..new_call(id)
     }
 }
 
@@ -26,7 +37,12 @@ fn suspended(token: &str) -> Outcome {
         token: token.to_owned(),
         reason: format!("decide {token}"),
         input_schema: json!({"type": "object"}),
+        expires_at: None,
     }
+}
+
+fn kinds(call: &toolgate::store::CallRecord) -> Vec<&str> {
+    call.events.iter().map(|e| e.kind.as_str()).collect()
 }
 
 async fn intent_then_outcome(store: Arc<dyn Store>) {
@@ -40,6 +56,7 @@ async fn intent_then_outcome(store: Arc<dyn Store>) {
     store
         .finish_call(
             "c1",
+            2,
             Outcome::Completed {
                 output: json!({"ok": true}),
             },
@@ -49,12 +66,18 @@ async fn intent_then_outcome(store: Arc<dyn Store>) {
     let done = store.call("c1").await.unwrap().unwrap();
     assert_eq!(done.status, CallStatus::Completed);
     assert_eq!(done.output, Some(json!({"ok": true})));
+    assert_eq!(done.attempts, 2);
+    assert_eq!(done.caller.as_deref(), Some("agent"));
+    assert_eq!(done.effect, Effect::Write);
     assert!(done.updated_at >= done.created_at);
+    assert_eq!(kinds(&done), ["created", "completed"]);
+    assert_eq!(done.events[0].actor.as_deref(), Some("agent"));
 
     // An outcome for a call that is not running is refused and changes nothing.
     let err = store
         .finish_call(
             "c1",
+            1,
             Outcome::Failed {
                 error: CallError::new("x", "y"),
             },
@@ -117,16 +140,21 @@ async fn approve_is_single_use(store: Arc<dyn Store>) {
     let approve = || Resolution::Approve {
         resume_input: json!({"yes": 1}),
     };
-    match store.resolve("ta", approve()).await.unwrap() {
+    match store.resolve("ta", approve(), Some("ops")).await.unwrap() {
         Resolved::Approved(call) => {
             assert_eq!(call.status, CallStatus::Running);
             assert_eq!(call.attempts, 2);
             assert_eq!(call.suspension, None);
+            assert_eq!(
+                kinds(&call),
+                ["created", "suspended", "approved", "redispatched"]
+            );
+            assert_eq!(call.events[2].actor.as_deref(), Some("ops"));
         }
         other => panic!("expected approved, got {other:?}"),
     }
     assert!(matches!(
-        store.resolve("ta", approve()).await.unwrap(),
+        store.resolve("ta", approve(), Some("ops")).await.unwrap(),
         Resolved::AlreadyResolved(_)
     ));
     assert!(matches!(
@@ -134,7 +162,7 @@ async fn approve_is_single_use(store: Arc<dyn Store>) {
         Some(ApprovalState::Resolved(_))
     ));
     assert_eq!(
-        store.resolve("nope", approve()).await.unwrap(),
+        store.resolve("nope", approve(), None).await.unwrap(),
         Resolved::UnknownToken
     );
     assert_eq!(store.approval("nope").await.unwrap(), None);
@@ -150,15 +178,24 @@ async fn reject_records_the_reason(store: Arc<dyn Store>) {
     let reject = Resolution::Reject {
         reason: "no".into(),
     };
-    match store.resolve("tr", reject.clone()).await.unwrap() {
+    match store
+        .resolve("tr", reject.clone(), Some("ops"))
+        .await
+        .unwrap()
+    {
         Resolved::Rejected(call) => {
             assert_eq!(call.status, CallStatus::Rejected);
             assert_eq!(call.error, Some(CallError::new("rejected", "no")));
             assert_eq!(call.attempts, 1);
+            let last = call.events.last().unwrap();
+            assert_eq!(
+                (last.kind.as_str(), last.actor.as_deref()),
+                ("rejected", Some("ops"))
+            );
         }
         other => panic!("expected rejected, got {other:?}"),
     }
-    match store.resolve("tr", reject).await.unwrap() {
+    match store.resolve("tr", reject, None).await.unwrap() {
         Resolved::AlreadyResolved(call) => assert_eq!(call.status, CallStatus::Rejected),
         other => panic!("expected already resolved, got {other:?}"),
     }
@@ -182,7 +219,7 @@ async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>) {
                         reason: format!("r{i}"),
                     }
                 };
-                store.resolve("tx", resolution).await.unwrap()
+                store.resolve("tx", resolution, None).await.unwrap()
             })
         })
         .collect();
@@ -191,7 +228,7 @@ async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>) {
         match task.await.unwrap() {
             Resolved::Approved(_) | Resolved::Rejected(_) => winners += 1,
             Resolved::AlreadyResolved(_) => {}
-            Resolved::UnknownToken => panic!("the token exists"),
+            other => panic!("unexpected {other:?}"),
         }
     }
     assert_eq!(winners, 1);
@@ -240,7 +277,7 @@ async fn many_concurrent_writes_all_land(store: Arc<dyn Store>) {
                 let id = format!("w{i}");
                 store.insert_call(new_call(&id), None).await.unwrap();
                 store
-                    .finish_call(&id, Outcome::Completed { output: json!(i) })
+                    .finish_call(&id, 1, Outcome::Completed { output: json!(i) })
                     .await
                     .unwrap();
             })
@@ -254,6 +291,216 @@ async fn many_concurrent_writes_all_land(store: Arc<dyn Store>) {
         assert_eq!(call.output, Some(json!(i)));
     }
     store.ping().await.unwrap();
+}
+
+async fn one_call_per_idempotency_key(store: Arc<dyn Store>) {
+    assert_eq!(
+        store
+            .insert_call(keyed("k1", "refund:o-1", Effect::Write), None)
+            .await
+            .unwrap(),
+        Inserted::New
+    );
+    // The same key on the same tool: nothing written, the first call returned.
+    match store
+        .insert_call(keyed("k2", "refund:o-1", Effect::Write), None)
+        .await
+        .unwrap()
+    {
+        Inserted::Existing(call) => {
+            assert_eq!(call.call_id, "k1");
+            assert_eq!(call.status, CallStatus::Running);
+        }
+        other => panic!("expected the existing call, got {other:?}"),
+    }
+    assert!(store.call("k2").await.unwrap().is_none());
+    // The same key on another tool is another effect.
+    let other_tool = NewCall {
+        tool: "other".into(),
+        ..keyed("k3", "refund:o-1", Effect::Write)
+    };
+    assert_eq!(
+        store.insert_call(other_tool, None).await.unwrap(),
+        Inserted::New
+    );
+
+    // Of many concurrent inserts with one key, exactly one is new.
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .insert_call(keyed(&format!("race{i}"), "race", Effect::Idempotent), None)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut new = 0;
+    for task in tasks {
+        if task.await.unwrap() == Inserted::New {
+            new += 1;
+        }
+    }
+    assert_eq!(new, 1);
+}
+
+async fn interrupted_calls_are_claimed_once(store: Arc<dyn Store>) {
+    // Only an interrupted call can be claimed; a running one cannot.
+    store.insert_call(new_call("i1"), None).await.unwrap();
+    assert!(store.rerun_interrupted("i1").await.unwrap().is_none());
+    assert!(store.rerun_interrupted("missing").await.unwrap().is_none());
+}
+
+async fn reconciliation_settles_once(store: Arc<dyn Store>) {
+    store
+        .insert_call(
+            new_call("n1"),
+            Some(Outcome::NeedsReconciliation {
+                error: CallError::new("tool_timeout", "slow"),
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.call("n1").await.unwrap().unwrap().status,
+        CallStatus::NeedsReconciliation
+    );
+    match store
+        .reconcile("n1", Settlement::Output(json!({"id": 1})), Some("ops"))
+        .await
+        .unwrap()
+    {
+        Reconciled::Settled(call) => {
+            assert_eq!(call.status, CallStatus::Completed);
+            assert_eq!(call.output, Some(json!({"id": 1})));
+            let last = call.events.last().unwrap();
+            assert_eq!(
+                (last.kind.as_str(), last.actor.as_deref()),
+                ("reconciled", Some("ops"))
+            );
+        }
+        other => panic!("expected settled, got {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .reconcile("n1", Settlement::Error("no".into()), None)
+            .await
+            .unwrap(),
+        Reconciled::NotNeeded(_)
+    ));
+    assert_eq!(
+        store
+            .reconcile("zz", Settlement::Error("no".into()), None)
+            .await
+            .unwrap(),
+        Reconciled::UnknownCall
+    );
+}
+
+async fn external_completion_and_expiry(store: Arc<dyn Store>) {
+    store
+        .insert_call(new_call("e1"), Some(suspended("te1")))
+        .await
+        .unwrap();
+    match store
+        .resolve(
+            "te1",
+            Resolution::Complete {
+                output: json!({"r": 1}),
+            },
+            Some("ops"),
+        )
+        .await
+        .unwrap()
+    {
+        Resolved::Completed(call) => {
+            assert_eq!(call.status, CallStatus::Completed);
+            assert_eq!(call.output, Some(json!({"r": 1})));
+            assert_eq!(call.attempts, 1, "the tool did not run");
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+
+    let past = Outcome::Suspended {
+        token: "te2".into(),
+        reason: "late".into(),
+        input_schema: json!({}),
+        expires_at: Some(Timestamp(Timestamp::now().0 - 1)),
+    };
+    store.insert_call(new_call("e2"), Some(past)).await.unwrap();
+    // Expired by the clock: not listed, shown as expired, and refused.
+    let page = store.pending_approvals(None, 500).await.unwrap();
+    assert!(page.approvals.iter().all(|a| a.token != "te2"));
+    assert_eq!(
+        store.call("e2").await.unwrap().unwrap().status,
+        CallStatus::Expired
+    );
+    assert!(matches!(
+        store.approval("te2").await.unwrap(),
+        Some(ApprovalState::Expired(_))
+    ));
+    match store
+        .resolve(
+            "te2",
+            Resolution::Approve {
+                resume_input: json!({}),
+            },
+            None,
+        )
+        .await
+        .unwrap()
+    {
+        Resolved::Expired(call) => {
+            assert_eq!(call.status, CallStatus::Expired);
+            assert_eq!(call.error.unwrap().code, "suspension_expired");
+        }
+        other => panic!("expected expired, got {other:?}"),
+    }
+}
+
+async fn calls_list_newest_first_with_filters(store: Arc<dyn Store>) {
+    for i in 0..5 {
+        let call = NewCall {
+            tool: if i % 2 == 0 { "even" } else { "odd" }.into(),
+            ..new_call(&format!("l{i}"))
+        };
+        store
+            .insert_call(call, Some(Outcome::Completed { output: json!(i) }))
+            .await
+            .unwrap();
+    }
+    let even = CallFilter {
+        tool: Some("even".into()),
+        ..CallFilter::default()
+    };
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.list_calls(even.clone(), cursor, 2).await.unwrap();
+        ids.extend(page.calls.iter().map(|c| c.call_id.clone()));
+        assert!(
+            page.calls.iter().all(|c| c.events.is_empty()),
+            "lists leave events out"
+        );
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(ids, ["l4", "l2", "l0"]);
+    let running = CallFilter {
+        status: Some(CallStatus::Running),
+        ..CallFilter::default()
+    };
+    assert!(
+        store
+            .list_calls(running, None, 50)
+            .await
+            .unwrap()
+            .calls
+            .is_empty()
+    );
 }
 
 macro_rules! suite {
@@ -294,6 +541,26 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn many_concurrent_writes_all_land() {
                 super::many_concurrent_writes_all_land(store().await.0).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn one_call_per_idempotency_key() {
+                super::one_call_per_idempotency_key(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn interrupted_calls_are_claimed_once() {
+                super::interrupted_calls_are_claimed_once(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn reconciliation_settles_once() {
+                super::reconciliation_settles_once(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn external_completion_and_expiry() {
+                super::external_completion_and_expiry(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn calls_list_newest_first_with_filters() {
+                super::calls_list_newest_first_with_filters(store().await.0).await;
             }
         }
     };
@@ -345,4 +612,43 @@ fn sqlite_refuses_a_database_from_a_newer_build() {
         Err(other) => panic!("unexpected error {other}"),
         Ok(_) => panic!("a newer schema must not be opened"),
     }
+}
+
+#[tokio::test]
+async fn sqlite_recovers_calls_left_running_by_effect() {
+    let dir = common::temp_dir();
+    {
+        let store = open_sqlite(dir.path());
+        store
+            .insert_call(keyed("w", "kw", Effect::Write), None)
+            .await
+            .unwrap();
+        store
+            .insert_call(keyed("i", "ki", Effect::Idempotent), None)
+            .await
+            .unwrap();
+        store
+            .insert_call(keyed("r", "kr", Effect::Read), None)
+            .await
+            .unwrap();
+        // The process "dies" here: nothing finishes these calls.
+    }
+    let store = open_sqlite(dir.path());
+    let status = |id: &'static str| {
+        let store = store.clone();
+        async move { store.call(id).await.unwrap().unwrap() }
+    };
+    let write = status("w").await;
+    assert_eq!(write.status, CallStatus::NeedsReconciliation);
+    assert_eq!(write.events.last().unwrap().kind, "needs_reconciliation");
+    assert_eq!(status("i").await.status, CallStatus::Interrupted);
+    assert_eq!(status("r").await.status, CallStatus::Interrupted);
+
+    // An interrupted call is claimed by exactly one re-run.
+    let claimed = store.rerun_interrupted("i").await.unwrap().unwrap();
+    assert_eq!(claimed.status, CallStatus::Running);
+    assert_eq!(claimed.attempts, 2);
+    assert!(store.rerun_interrupted("i").await.unwrap().is_none());
+    // A write is never claimed for a re-run.
+    assert!(store.rerun_interrupted("w").await.unwrap().is_none());
 }

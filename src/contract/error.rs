@@ -10,6 +10,7 @@ use std::fmt;
 /// A failure reported by a tool's handler. Its `Display` is the message.
 pub struct HandlerError {
     message: String,
+    permanent: bool,
     source: Option<Box<dyn StdError + Send + Sync + 'static>>,
 }
 
@@ -18,6 +19,7 @@ impl HandlerError {
     pub fn message(message: impl Into<String>) -> Self {
         HandlerError {
             message: message.into(),
+            permanent: false,
             source: None,
         }
     }
@@ -29,8 +31,21 @@ impl HandlerError {
     {
         HandlerError {
             message: source.to_string(),
+            permanent: false,
             source: Some(Box::new(source)),
         }
+    }
+
+    /// Marks the failure permanent: trying again cannot help (a declined card, a bad account
+    /// number), so the server never retries it.
+    pub fn permanent(mut self) -> Self {
+        self.permanent = true;
+        self
+    }
+
+    /// Whether the failure is permanent.
+    pub fn is_permanent(&self) -> bool {
+        self.permanent
     }
 
     /// The message shown to the caller.
@@ -49,6 +64,7 @@ impl fmt::Debug for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("HandlerError");
         d.field("message", &self.message);
+        d.field("permanent", &self.permanent);
         if let Some(source) = &self.source {
             d.field("source", source);
         }

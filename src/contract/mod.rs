@@ -10,6 +10,7 @@
 //! - [`erased`]: `DynTool`, the object-safe face every tool is dispatched through, and
 //!   `TypedTool`, the adapter from a typed handler to it.
 //! - [`registry`]: `ToolSet`, the name-keyed set of tools a server serves.
+//! - [`retry`]: `RetryPolicy`, how live failures are retried given a tool's effect.
 
 pub mod ctx;
 pub mod erased;
@@ -17,3 +18,4 @@ pub mod error;
 pub mod meta;
 pub mod outcome;
 pub mod registry;
+pub mod retry;

@@ -4,10 +4,8 @@
 //! LLM providers accept, no two tools may share a name, and its input schema must compile, since
 //! every call is validated against it before the handler runs.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 use super::erased::{DynTool, ToolDescriptor, TypedTool};
 use super::error::InputViolation;
@@ -29,8 +27,8 @@ pub enum RegistryError {
         /// The rejected name.
         name: String,
     },
-    /// The tool's input schema is not a JSON Schema a validator can compile.
-    #[error("tool `{name}` has an input schema that does not compile: {message}")]
+    /// The tool's input or output schema is not a JSON Schema a validator can compile.
+    #[error("tool `{name}` has a schema that does not compile: {message}")]
     InvalidSchema {
         /// The tool's name.
         name: String,
@@ -50,16 +48,30 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 /// The most violations reported for one input; past this the list is cut.
 const MAX_VIOLATIONS: usize = 32;
 
-/// A registered tool with its input validator, compiled once.
+/// A registered tool with its validators, compiled once.
 pub(crate) struct Registered {
     pub(crate) tool: Box<dyn DynTool>,
-    validator: Arc<jsonschema::Validator>,
+    input: jsonschema::Validator,
+    output: Option<jsonschema::Validator>,
 }
 
 impl Registered {
     /// Checks `input` against the tool's input schema.
     pub(crate) fn check_input(&self, input: &Value) -> Result<(), Vec<InputViolation>> {
-        violations(&self.validator, input)
+        violations(&self.input, input)
+    }
+
+    /// Whether the tool declares an output schema.
+    pub(crate) fn has_output_schema(&self) -> bool {
+        self.output.is_some()
+    }
+
+    /// Checks `output` against the tool's output schema, when it declares one.
+    pub(crate) fn check_output(&self, output: &Value) -> Result<(), Vec<InputViolation>> {
+        match &self.output {
+            Some(validator) => violations(validator, output),
+            None => Ok(()),
+        }
     }
 }
 
@@ -116,17 +128,22 @@ impl ToolSet {
         if self.tools.contains_key(&name) {
             return Err(RegistryError::DuplicateName { name });
         }
-        let validator = compile_schema(tool.input_schema()).map_err(|message| {
-            RegistryError::InvalidSchema {
-                name: name.clone(),
-                message,
-            }
-        })?;
+        let invalid = |message| RegistryError::InvalidSchema {
+            name: name.clone(),
+            message,
+        };
+        let input = compile_schema(tool.input_schema()).map_err(invalid)?;
+        let output = tool
+            .output_schema()
+            .map(compile_schema)
+            .transpose()
+            .map_err(invalid)?;
         self.tools.insert(
             name,
             Registered {
                 tool,
-                validator: Arc::new(validator),
+                input,
+                output,
             },
         );
         Ok(self)

@@ -1,23 +1,24 @@
-//! `/approvals`: the queue of pending suspensions, and a person's approve or reject.
+//! `/approvals`: the queue of pending suspensions, and a person's approve, reject or complete.
 
-use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::AppState;
+use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
-use super::extract::{JsonBody, PathParam, QueryParams};
+use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
 use super::responses::{CallCompleted, CallSuspended, call_response};
 use crate::store::{Approval, ApprovalState, CallRecord};
 
 /// The default page size of `GET /approvals`.
 const DEFAULT_LIMIT: u32 = 50;
 /// The largest page size of `GET /approvals`.
-const MAX_LIMIT: u32 = 500;
+pub(super) const MAX_LIMIT: u32 = 500;
 /// The longest rejection reason accepted, in characters.
-const MAX_REASON_CHARS: usize = 4096;
+pub(super) const MAX_REASON_CHARS: usize = 4096;
 
 /// Paging of `GET /approvals`.
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -56,27 +57,26 @@ pub struct RejectRequest {
     pub reason: String,
 }
 
-/// Lists pending suspensions, oldest first.
-#[utoipa::path(
-    get, path = "/approvals", tag = "approvals", operation_id = "listApprovals",
-    params(ApprovalsQuery),
-    responses(
-        (status = 200, description = "A page of pending suspensions.", body = ApprovalList),
-        (status = 400, description = "`bad_request`: a bad `limit` or `cursor`, or an unknown parameter.", body = ErrorEnvelope),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
-    )
-)]
-pub(super) async fn list(
-    State(app): State<AppState>,
-    QueryParams(query): QueryParams<ApprovalsQuery>,
-) -> Result<Json<ApprovalList>, ApiError> {
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+/// The body of an external completion.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    /// The work's result: must match the tool's output schema (the receipt).
+    pub output: Value,
+}
+
+/// Reads a page `limit` and an opaque `cursor` as handed out in `next_cursor`.
+pub(super) fn page(
+    limit: Option<u32>,
+    cursor: Option<&str>,
+) -> Result<(u32, Option<i64>), ApiError> {
+    let limit = limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ApiError::BadRequest(format!(
             "`limit` must be between 1 and {MAX_LIMIT}."
         )));
     }
-    let after = match query.cursor.as_deref() {
+    let after = match cursor {
         None => None,
         Some(cursor) => Some(
             cursor
@@ -90,6 +90,24 @@ pub(super) async fn list(
                 })?,
         ),
     };
+    Ok((limit, after))
+}
+
+/// Lists pending suspensions, oldest first.
+#[utoipa::path(
+    get, path = "/approvals", tag = "approvals", operation_id = "listApprovals",
+    params(ApprovalsQuery),
+    responses(
+        (status = 200, description = "A page of pending, unexpired suspensions.", body = ApprovalList),
+        (status = 400, description = "`bad_request`: a bad `limit` or `cursor`, or an unknown parameter.", body = ErrorEnvelope),
+        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+    )
+)]
+pub(super) async fn list(
+    State(app): State<AppState>,
+    QueryParams(query): QueryParams<ApprovalsQuery>,
+) -> Result<Json<ApprovalList>, ApiError> {
+    let (limit, after) = page(query.limit, query.cursor.as_deref())?;
     let page = app
         .dispatcher
         .store()
@@ -109,7 +127,8 @@ pub(super) async fn list(
         (status = 200, description = "The pending suspension, with `input`.", body = Approval),
         (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
-        (status = 409, description = "`already_resolved`: it was approved or rejected; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 409, description = "`already_resolved`: it was approved, rejected or completed; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 410, description = "`suspension_expired`: nobody resolved it in time; `details` is the call's record.", body = ErrorEnvelope),
         (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
     )
 )]
@@ -120,6 +139,7 @@ pub(super) async fn get(
     match app.dispatcher.store().approval(&token).await? {
         Some(ApprovalState::Pending(approval)) => Ok(Json(approval)),
         Some(ApprovalState::Resolved(call)) => Err(ApiError::AlreadyResolved(Box::new(call))),
+        Some(ApprovalState::Expired(call)) => Err(ApiError::SuspensionExpired(Box::new(call))),
         None => Err(ApiError::UnknownToken),
     }
 }
@@ -133,21 +153,28 @@ pub(super) async fn get(
     responses(
         (status = 200, description = "The tool ran again and completed.", body = CallCompleted),
         (status = 202, description = "The tool ran again and suspended anew, with a new token.", body = CallSuspended),
-        (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, or an unknown field.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
-        (status = 409, description = "`already_resolved`: it was approved or rejected before; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token; or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
+        (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
         (status = 422, description = "`invalid_resume_input`: `input` does not fit the suspension's `input_schema` (`details.errors`); it stays pending.", body = ErrorEnvelope),
-        (status = 500, description = "`tool_failed` (the tool returned an error) or `tool_panicked`; the body also carries `call_id`, `tool` and `\"status\": \"failed\"`. Or `internal`.", body = ErrorEnvelope),
+        (status = 500, description = "`tool_failed`, `tool_panicked` or `output_schema_violation`: the re-run failed, and the body also carries `call_id`, `tool` and `status`. Or `internal`.", body = ErrorEnvelope),
+        (status = 504, description = "`tool_timeout`: the re-run did not finish in time.", body = ErrorEnvelope),
     )
 )]
 pub(super) async fn approve(
     State(app): State<AppState>,
+    Extension(principal): Extension<Principal>,
     PathParam(token): PathParam,
     JsonBody(request): JsonBody<ApproveRequest>,
 ) -> Result<Response, ApiError> {
-    let result = app.dispatcher.approve(&token, request.input).await?;
+    check_depth(&request.input, app.max_json_depth)?;
+    let result = app
+        .dispatcher
+        .approve(&token, request.input, principal.name.as_deref())
+        .await?;
     Ok(call_response(result))
 }
 
@@ -160,7 +187,8 @@ pub(super) async fn approve(
         (status = 200, description = "Rejected; the call's record.", body = CallRecord),
         (status = 400, description = "`bad_request`: malformed JSON, a missing or too long `reason`, or an unknown field.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
-        (status = 409, description = "`already_resolved`: it was approved or rejected before; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
         (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
@@ -168,6 +196,7 @@ pub(super) async fn approve(
 )]
 pub(super) async fn reject(
     State(app): State<AppState>,
+    Extension(principal): Extension<Principal>,
     PathParam(token): PathParam,
     JsonBody(request): JsonBody<RejectRequest>,
 ) -> Result<Json<CallRecord>, ApiError> {
@@ -176,5 +205,41 @@ pub(super) async fn reject(
             "`reason` is longer than {MAX_REASON_CHARS} characters."
         )));
     }
-    Ok(Json(app.dispatcher.reject(&token, request.reason).await?))
+    let call = app
+        .dispatcher
+        .reject(&token, request.reason, principal.name.as_deref())
+        .await?;
+    Ok(Json(call))
+}
+
+/// Completes a suspension with work done outside the server: the call becomes `completed` with
+/// `output`, which must match the tool's output schema (its receipt); the tool does not run.
+#[utoipa::path(
+    post, path = "/approvals/{token}/complete", tag = "approvals", operation_id = "complete",
+    params(("token" = String, Path, description = "The suspension's token.")),
+    request_body = CompleteRequest,
+    responses(
+        (status = 200, description = "Completed with this output.", body = CallCompleted),
+        (status = 400, description = "`bad_request`: malformed JSON, a missing `output`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token; or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
+        (status = 409, description = "`completion_not_allowed`: the tool declares no output schema; or `already_resolved`.", body = ErrorEnvelope),
+        (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
+        (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
+        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
+        (status = 422, description = "`output_schema_violation`: `output` does not match the tool's output schema (`details.errors`); it stays pending.", body = ErrorEnvelope),
+        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+    )
+)]
+pub(super) async fn complete(
+    State(app): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    PathParam(token): PathParam,
+    JsonBody(request): JsonBody<CompleteRequest>,
+) -> Result<Response, ApiError> {
+    check_depth(&request.output, app.max_json_depth)?;
+    let result = app
+        .dispatcher
+        .complete(&token, request.output, principal.name.as_deref())
+        .await?;
+    Ok(call_response(result))
 }

@@ -6,7 +6,7 @@
 //! cause, so nothing internal leaks to a client.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -66,6 +66,26 @@ pub enum ApiError {
     InvalidResumeInput(Vec<InputViolation>),
     /// The suspension was already approved or rejected.
     AlreadyResolved(Box<CallRecord>),
+    /// No valid bearer token.
+    Unauthorized,
+    /// The key's role may not use this route.
+    Forbidden,
+    /// The server or the tool is at its concurrency limit.
+    Overloaded(String),
+    /// The idempotency key belongs to a call with another input.
+    IdempotencyKeyReused(String),
+    /// The call with this idempotency key is still running.
+    CallInProgress(String),
+    /// The call with this idempotency key needs reconciliation first.
+    NeedsReconciliation(Box<CallRecord>),
+    /// The suspension expired.
+    SuspensionExpired(Box<CallRecord>),
+    /// The tool declares no output schema, so it cannot be completed externally.
+    CompletionNotAllowed(String),
+    /// A person's output does not fit the tool's output schema.
+    OutputSchemaViolation(Vec<InputViolation>),
+    /// The call does not need reconciliation.
+    NotReconcilable(Box<CallRecord>),
     /// The store cannot serve requests.
     NotReady,
     /// Something failed inside the server; already logged.
@@ -87,8 +107,18 @@ impl ApiError {
             ApiError::InvalidInput { .. } | ApiError::InvalidResumeInput(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            ApiError::AlreadyResolved(_) => StatusCode::CONFLICT,
-            ApiError::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::AlreadyResolved(_)
+            | ApiError::CallInProgress(_)
+            | ApiError::NeedsReconciliation(_)
+            | ApiError::CompletionNotAllowed(_)
+            | ApiError::NotReconcilable(_) => StatusCode::CONFLICT,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ApiError::SuspensionExpired(_) => StatusCode::GONE,
+            ApiError::Overloaded(_) | ApiError::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -107,6 +137,16 @@ impl ApiError {
             ApiError::InvalidInput { .. } => "invalid_input",
             ApiError::InvalidResumeInput(_) => "invalid_resume_input",
             ApiError::AlreadyResolved(_) => "already_resolved",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden => "forbidden",
+            ApiError::Overloaded(_) => "overloaded",
+            ApiError::IdempotencyKeyReused(_) => "idempotency_key_reused",
+            ApiError::CallInProgress(_) => "call_in_progress",
+            ApiError::NeedsReconciliation(_) => "needs_reconciliation",
+            ApiError::SuspensionExpired(_) => "suspension_expired",
+            ApiError::CompletionNotAllowed(_) => "completion_not_allowed",
+            ApiError::OutputSchemaViolation(_) => "output_schema_violation",
+            ApiError::NotReconcilable(_) => "not_reconcilable",
             ApiError::NotReady => "not_ready",
             ApiError::Internal => "internal",
         }
@@ -146,6 +186,58 @@ impl ApiError {
                 ),
                 serde_json::to_value(call).ok(),
             ),
+            ApiError::Unauthorized => (
+                "A valid API key is required: send `Authorization: Bearer <token>`.".into(),
+                None,
+            ),
+            ApiError::Forbidden => ("This API key's role may not use this route.".into(), None),
+            ApiError::Overloaded(what) => (
+                format!("{what} is at its concurrency limit; retry later."),
+                None,
+            ),
+            ApiError::IdempotencyKeyReused(call_id) => (
+                format!(
+                    "This idempotency key belongs to call `{call_id}`, made with a different input."
+                ),
+                Some(json!({ "call_id": call_id })),
+            ),
+            ApiError::CallInProgress(call_id) => (
+                format!(
+                    "Call `{call_id}` with this idempotency key is still running; retry later."
+                ),
+                Some(json!({ "call_id": call_id })),
+            ),
+            ApiError::NeedsReconciliation(call) => (
+                format!(
+                    "Call `{}` with this idempotency key may or may not have had its effect; \
+                     an approver must settle it with POST /calls/{{call_id}}/resolve.",
+                    call.call_id
+                ),
+                serde_json::to_value(call).ok(),
+            ),
+            ApiError::SuspensionExpired(call) => (
+                format!("The suspension of call `{}` has expired.", call.call_id),
+                serde_json::to_value(call).ok(),
+            ),
+            ApiError::CompletionNotAllowed(tool) => (
+                format!(
+                    "Tool `{tool}` declares no output schema, so a completion would carry no \
+                     receipt; approve or reject it instead."
+                ),
+                Some(json!({ "tool": tool })),
+            ),
+            ApiError::OutputSchemaViolation(violations) => (
+                "The output does not match the tool's output schema.".into(),
+                Some(json!({ "errors": violations })),
+            ),
+            ApiError::NotReconcilable(call) => (
+                format!(
+                    "Call `{}` is {}; only a call that needs reconciliation can be settled.",
+                    call.call_id,
+                    call.status.as_str()
+                ),
+                serde_json::to_value(call).ok(),
+            ),
             ApiError::NotReady => ("The store is not available.".into(), None),
             ApiError::Internal => ("The server failed to handle this request.".into(), None),
         };
@@ -162,7 +254,18 @@ impl IntoResponse for ApiError {
         let body = ErrorEnvelope {
             error: self.to_object(),
         };
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(body)).into_response();
+        let headers = response.headers_mut();
+        match self {
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::Overloaded(_) | ApiError::CallInProgress(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            _ => {}
+        }
+        response
     }
 }
 
@@ -185,6 +288,19 @@ impl From<DispatchError> for ApiError {
             DispatchError::InvalidResumeInput(violations) => {
                 ApiError::InvalidResumeInput(violations)
             }
+            DispatchError::Overloaded(tool) => ApiError::Overloaded(format!("Tool `{tool}`")),
+            DispatchError::IdempotencyKeyReused { call_id } => {
+                ApiError::IdempotencyKeyReused(call_id)
+            }
+            DispatchError::CallInProgress { call_id } => ApiError::CallInProgress(call_id),
+            DispatchError::NeedsReconciliation(call) => ApiError::NeedsReconciliation(call),
+            DispatchError::SuspensionExpired(call) => ApiError::SuspensionExpired(call),
+            DispatchError::CompletionNotAllowed(tool) => ApiError::CompletionNotAllowed(tool),
+            DispatchError::OutputSchemaViolation(violations) => {
+                ApiError::OutputSchemaViolation(violations)
+            }
+            DispatchError::UnknownCall(call_id) => ApiError::UnknownCall(call_id),
+            DispatchError::NotReconcilable(call) => ApiError::NotReconcilable(call),
             DispatchError::Store(err) => err.into(),
             DispatchError::Internal(message) => {
                 tracing::error!(error = %message, "call lifecycle failed");

@@ -5,8 +5,29 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use super::error::ApiError;
+
+/// Refuses JSON nested deeper than `max` levels: bounded work for the validators and the
+/// store, whatever a client sends.
+pub fn check_depth(value: &Value, max: usize) -> Result<(), ApiError> {
+    fn depth(value: &Value) -> usize {
+        match value {
+            Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+            Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+    // serde_json already refuses more than 128 levels while parsing, so this recursion is
+    // bounded too.
+    if depth(value) > max {
+        return Err(ApiError::BadRequest(format!(
+            "The JSON is nested deeper than {max} levels."
+        )));
+    }
+    Ok(())
+}
 
 /// A JSON request body. Needs `Content-Type: application/json`; bounded by the body limit.
 pub struct JsonBody<T>(pub T);

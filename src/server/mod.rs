@@ -7,6 +7,7 @@
 //! server runs (the tool list, each descriptor, the OpenAPI document) is serialized once here.
 
 mod approvals;
+pub mod auth;
 mod calls;
 pub mod error;
 mod extract;
@@ -20,18 +21,26 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
 use axum::routing::{get, post};
+use tokio::sync::Semaphore;
 use tower_http::trace::{DefaultOnRequest, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::contract::registry::ToolSet;
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{DispatchConfig, Dispatcher};
 use crate::store::Store;
+use auth::{ApiKey, Keys};
 use error::ApiError;
 
 /// The default largest request body, in bytes (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The default deepest JSON nesting accepted in inputs and outputs.
+pub const DEFAULT_MAX_JSON_DEPTH: usize = 64;
+/// The default most requests handled at once; more are refused with `503 overloaded`.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
 
 /// Builds the toolgate `Router` from a tool set and a store.
 ///
@@ -47,6 +56,10 @@ pub struct ServerBuilder {
     tools: ToolSet,
     store: Arc<dyn Store>,
     max_body_bytes: usize,
+    max_json_depth: usize,
+    max_in_flight: usize,
+    keys: Vec<ApiKey>,
+    dispatch: DispatchConfig,
 }
 
 /// What every handler shares.
@@ -54,6 +67,7 @@ pub struct ServerBuilder {
 pub(crate) struct AppState {
     dispatcher: Dispatcher,
     catalog: Arc<Catalog>,
+    max_json_depth: usize,
 }
 
 /// Answers that never change while the server runs, serialized once.
@@ -75,6 +89,10 @@ impl ServerBuilder {
             tools,
             store,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            keys: Vec::new(),
+            dispatch: DispatchConfig::default(),
         }
     }
 
@@ -84,22 +102,54 @@ impl ServerBuilder {
         self
     }
 
+    /// The deepest JSON nesting accepted in inputs and outputs; deeper gets `400 bad_request`.
+    pub fn max_json_depth(mut self, depth: usize) -> Self {
+        self.max_json_depth = depth;
+        self
+    }
+
+    /// The most requests handled at once; more get `503 overloaded` at once instead of a queue.
+    pub fn max_in_flight(mut self, requests: usize) -> Self {
+        self.max_in_flight = requests.max(1);
+        self
+    }
+
+    /// The API keys; with none (the default), auth is off and every request acts as admin.
+    pub fn api_keys(mut self, keys: Vec<ApiKey>) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// Per-tool timeouts, concurrency limits and approval TTLs, and the retry policy.
+    pub fn dispatch_config(mut self, config: DispatchConfig) -> Self {
+        self.dispatch = config;
+        self
+    }
+
     /// The router, with every route and layer in place.
     pub fn build(self) -> Router {
         let catalog = Arc::new(Catalog::new(&self.tools));
         let state = AppState {
-            dispatcher: Dispatcher::new(Arc::new(self.tools), self.store),
+            dispatcher: Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch),
             catalog,
+            max_json_depth: self.max_json_depth,
         };
+        let keys = Arc::new(Keys::new(self.keys));
+        let in_flight = Arc::new(Semaphore::new(self.max_in_flight));
+        // Layers, innermost first: the body limit, auth (with the route known), load shedding,
+        // and outermost the request span.
         Router::new()
             .route("/tools", get(tools::list))
             .route("/tools/{name}", get(tools::get))
             .route("/tools/{name}/call", post(tools::call))
+            .route("/calls", get(calls::list))
             .route("/calls/{call_id}", get(calls::get))
+            .route("/calls/{call_id}/resolve", post(calls::resolve))
             .route("/approvals", get(approvals::list))
             .route("/approvals/{token}", get(approvals::get))
             .route("/approvals/{token}/approve", post(approvals::approve))
             .route("/approvals/{token}/reject", post(approvals::reject))
+            .route("/approvals/{token}/complete", post(approvals::complete))
             .route("/openapi.json", get(serve_openapi))
             .route("/healthz", get(health::healthz))
             .route("/readyz", get(health::readyz))
@@ -107,6 +157,8 @@ impl ServerBuilder {
             .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
             .with_state(state)
             .layer(DefaultBodyLimit::max(self.max_body_bytes))
+            .layer(middleware::from_fn_with_state(keys, auth::authorize))
+            .layer(middleware::from_fn_with_state(in_flight, shed_load))
             .layer(
                 // One span per request, named by its route template rather than its path, so
                 // suspension tokens in paths are never logged. The call id is added once known.
@@ -144,6 +196,26 @@ impl Catalog {
             openapi_json,
         }
     }
+}
+
+/// Global load shedding: past `max_in_flight` requests at once, answer `503 overloaded` at once
+/// rather than queue without bound. Health probes are always answered.
+async fn shed_load(
+    State(in_flight): State<Arc<Semaphore>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let open = request
+        .extensions()
+        .get::<MatchedPath>()
+        .is_some_and(|path| auth::is_open(path.as_str()));
+    if open {
+        return Ok(next.run(request).await);
+    }
+    let _slot = in_flight
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Overloaded("The server".into()))?;
+    Ok(next.run(request).await)
 }
 
 fn json_bytes<T: serde::Serialize>(value: &T) -> Bytes {

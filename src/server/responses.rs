@@ -10,7 +10,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::error::ErrorObject;
-use crate::dispatch::{CallOutcome, CallResult, Failure};
+use crate::dispatch::{CallOutcome, CallResult, FailureKind};
+use crate::store::CallStatus;
 
 /// A call that completed.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -59,19 +60,51 @@ pub struct CallFailed {
     pub call_id: String,
     /// The tool called.
     pub tool: String,
-    /// Always `failed`.
-    #[schema(inline, value_type = String, pattern = "^failed$")]
-    pub status: &'static str,
+    /// `failed`, `rejected`, `expired` or `needs_reconciliation`.
+    pub status: CallStatus,
     /// Why it failed; `details` repeats `call_id`, `tool` and `status`.
     pub error: ErrorObject,
 }
 
-/// Turns an attempt's result into its HTTP answer.
+/// The header that marks the answer of an earlier request with the same idempotency key.
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// The HTTP status of a call that ended without an output.
+fn failure_status(kind: FailureKind) -> StatusCode {
+    match kind {
+        FailureKind::InputRejected => StatusCode::UNPROCESSABLE_ENTITY,
+        FailureKind::TimedOut => StatusCode::GATEWAY_TIMEOUT,
+        FailureKind::Rejected => StatusCode::CONFLICT,
+        FailureKind::Expired => StatusCode::GONE,
+        FailureKind::ToolFailed
+        | FailureKind::OutputUnserializable
+        | FailureKind::OutputSchemaViolation
+        | FailureKind::InvalidSuspension
+        | FailureKind::Panicked
+        | FailureKind::ReconciledAsFailed => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// Turns where a call stands into its HTTP answer. A replayed answer carries
+/// `Idempotent-Replayed: true`.
 pub fn call_response(result: CallResult) -> Response {
+    let replayed = result.replayed;
+    let mut response = outcome_response(result);
+    if replayed {
+        response.headers_mut().insert(
+            REPLAYED_HEADER,
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    response
+}
+
+fn outcome_response(result: CallResult) -> Response {
     let CallResult {
         call_id,
         tool,
         outcome,
+        replayed: _,
     } = result;
     match outcome {
         CallOutcome::Completed(output) => (
@@ -88,6 +121,7 @@ pub fn call_response(result: CallResult) -> Response {
             token,
             reason,
             input_schema,
+            expires_at: _,
         } => (
             StatusCode::ACCEPTED,
             Json(CallSuspended {
@@ -102,33 +136,27 @@ pub fn call_response(result: CallResult) -> Response {
             }),
         )
             .into_response(),
-        CallOutcome::Failed(failure) => {
-            let status = match failure {
-                Failure::InputRejected(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                Failure::ToolFailed(_)
-                | Failure::OutputUnserializable(_)
-                | Failure::InvalidSuspension(_)
-                | Failure::Panicked(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            let recorded = failure.to_call_error();
+        CallOutcome::Failed { status, failure } => {
+            let http_status = failure_status(failure.kind);
+            let recorded = failure.error;
             let mut details = match recorded.details {
                 Some(Value::Object(map)) => map,
                 _ => serde_json::Map::new(),
             };
             details.insert("call_id".into(), call_id.clone().into());
             details.insert("tool".into(), tool.clone().into());
-            details.insert("status".into(), "failed".into());
+            details.insert("status".into(), status.as_str().into());
             let error = ErrorObject {
                 code: recorded.code,
                 message: recorded.message,
                 details: Some(Value::Object(details)),
             };
             (
-                status,
+                http_status,
                 Json(CallFailed {
                     call_id,
                     tool,
-                    status: "failed",
+                    status,
                     error,
                 }),
             )

@@ -1,16 +1,19 @@
 //! `/tools`: the tool list, one tool's descriptor, and calling a tool.
 
+use axum::Extension;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::AppState;
+use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
-use super::extract::{JsonBody, PathParam};
+use super::extract::{JsonBody, PathParam, check_depth};
 use super::responses::{CallCompleted, CallSuspended, call_response};
 use crate::contract::erased::ToolDescriptor;
+use crate::dispatch::CallOptions;
 
 /// `GET /tools`: every tool, in name order.
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -25,6 +28,29 @@ pub struct ToolList {
 pub struct CallRequest {
     /// The tool's input; must match its `input_schema`.
     pub input: Value,
+}
+
+/// The longest `Idempotency-Key` accepted.
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// The client's `Idempotency-Key`, if sent: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = || {
+        ApiError::BadRequest(format!(
+            "`Idempotency-Key` must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters."
+        ))
+    };
+    let key = value.to_str().map_err(|_| bad())?.trim();
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY_LEN
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(bad());
+    }
+    Ok(Some(key.to_owned()))
 }
 
 /// Answers with JSON serialized once at start-up.
@@ -66,24 +92,42 @@ pub(super) async fn get(
 /// request body carries that tool's input schema.
 #[utoipa::path(
     post, path = "/tools/{name}/call", tag = "tools", operation_id = "callTool",
-    params(("name" = String, Path, description = "The tool's name.")),
+    params(
+        ("name" = String, Path, description = "The tool's name."),
+        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe: a second request with the same key (for this tool and caller) is answered with the first call's result instead of running again. A tool that declares its own key uses that instead."),
+    ),
     request_body = CallRequest,
     responses(
-        (status = 200, description = "The call completed.", body = CallCompleted),
-        (status = 202, description = "The call waits for a person; approve or reject it with the suspension's token.", body = CallSuspended),
-        (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, or an unknown field.", body = ErrorEnvelope),
+        (status = 200, description = "The call completed. With `Idempotent-Replayed: true`, this is the answer of an earlier request with the same idempotency key.", body = CallCompleted,
+            headers(("Idempotent-Replayed" = String, description = "`true` when the answer is a replay."))),
+        (status = 202, description = "The call waits for a person; approve or reject it with the suspension's token.", body = CallSuspended,
+            headers(("Idempotent-Replayed" = String, description = "`true` when the answer is a replay."))),
+        (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, JSON nested too deep, or a bad `Idempotency-Key`.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_tool`: no tool has this name.", body = ErrorEnvelope),
+        (status = 409, description = "`call_in_progress` (with `Retry-After`): the call with this idempotency key still runs. `needs_reconciliation`: it may have had its effect and waits for a person (`details` is the call). `rejected`: a replayed call that a person rejected.", body = ErrorEnvelope,
+            headers(("Retry-After" = String, description = "Seconds to wait, with `call_in_progress`."))),
+        (status = 410, description = "`suspension_expired`: a replayed call whose suspension expired.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
-        (status = 422, description = "`invalid_input`: the input does not fit the tool's input schema (`details.errors`); the tool did not run.", body = ErrorEnvelope),
-        (status = 500, description = "`tool_failed` (the tool returned an error) or `tool_panicked`; the body also carries `call_id`, `tool` and `\"status\": \"failed\"` (see `CallFailed`). Or `internal`: the server failed.", body = ErrorEnvelope),
+        (status = 422, description = "`invalid_input`: the input does not fit the tool's input schema (`details.errors`); the tool did not run. `idempotency_key_reused`: the key belongs to a call with another input.", body = ErrorEnvelope),
+        (status = 500, description = "`tool_failed` (the tool returned an error), `tool_panicked`, or `output_schema_violation` (its output does not match its output schema); the body also carries `call_id`, `tool` and `\"status\": \"failed\"` (see `CallFailed`). Or `internal`: the server failed.", body = ErrorEnvelope),
+        (status = 503, description = "`overloaded` (with `Retry-After`): the tool is at its concurrency limit; nothing ran.", body = ErrorEnvelope,
+            headers(("Retry-After" = String, description = "Seconds to wait."))),
+        (status = 504, description = "`tool_timeout`: an attempt ran past the tool's timeout. A `write` call then has `\"status\": \"needs_reconciliation\"`.", body = ErrorEnvelope),
     )
 )]
 pub(super) async fn call(
     State(app): State<AppState>,
+    Extension(principal): Extension<Principal>,
     PathParam(name): PathParam,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<CallRequest>,
 ) -> Result<Response, ApiError> {
-    let result = app.dispatcher.call(&name, request.input).await?;
+    check_depth(&request.input, app.max_json_depth)?;
+    let options = CallOptions {
+        caller: principal.name,
+        idempotency_key: idempotency_key(&headers)?,
+    };
+    let result = app.dispatcher.call(&name, request.input, options).await?;
     Ok(call_response(result))
 }

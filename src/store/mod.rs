@@ -5,7 +5,10 @@
 //! backend keeps:
 //! - a write returns only once it is committed (durable), so an answer sent after it is true;
 //! - resolving a suspension is conditional: of two resolutions of one token exactly one wins;
-//! - a call's pending suspension and its `suspended` status change together, in one transaction.
+//! - a call's pending suspension and its `suspended` status change together, in one transaction;
+//! - at most one call exists per (tool, idempotency key): a unique constraint with a conditional
+//!   insert, so exactly-once holds across restarts and across servers sharing one database;
+//! - every change of a call appends to its event history in the same transaction.
 //!
 //! Every backend runs the same conformance suite (`tests/store.rs`).
 
@@ -16,6 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
+
+use crate::contract::meta::Effect;
 
 pub use sqlite::SqliteStore;
 
@@ -50,7 +55,9 @@ impl Serialize for Timestamp {
 }
 
 /// Where a call is in its lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
     /// The tool is running (or was, when the server stopped).
@@ -63,6 +70,14 @@ pub enum CallStatus {
     Failed,
     /// A person rejected it; the tool did not run again.
     Rejected,
+    /// A `read` or `idempotent` call was running when the server stopped; the same request
+    /// (same idempotency key) runs it again.
+    Interrupted,
+    /// A `write` call was running when the server stopped, or timed out: its effect may or may
+    /// not have happened. Never re-run by itself; an approver settles it.
+    NeedsReconciliation,
+    /// Its suspension expired before anyone approved or rejected it.
+    Expired,
 }
 
 impl CallStatus {
@@ -74,6 +89,9 @@ impl CallStatus {
             CallStatus::Completed => "completed",
             CallStatus::Failed => "failed",
             CallStatus::Rejected => "rejected",
+            CallStatus::Interrupted => "interrupted",
+            CallStatus::NeedsReconciliation => "needs_reconciliation",
+            CallStatus::Expired => "expired",
         }
     }
 
@@ -85,6 +103,9 @@ impl CallStatus {
             "completed" => CallStatus::Completed,
             "failed" => CallStatus::Failed,
             "rejected" => CallStatus::Rejected,
+            "interrupted" => CallStatus::Interrupted,
+            "needs_reconciliation" => CallStatus::NeedsReconciliation,
+            "expired" => CallStatus::Expired,
             _ => return None,
         })
     }
@@ -127,6 +148,28 @@ pub struct SuspensionView {
     /// When the call was suspended.
     #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
+    /// When the suspension expires, if it does.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Timestamp>,
+}
+
+/// One entry of a call's append-only history.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CallEvent {
+    /// When it happened.
+    #[schema(value_type = String, format = DateTime)]
+    pub at: Timestamp,
+    /// What happened: `created`, `suspended`, `approved`, `rejected`, `completed_externally`,
+    /// `redispatched`, `retried`, `completed`, `failed`, `timed_out`, `interrupted`,
+    /// `needs_reconciliation`, `reconciled`, `expired`.
+    pub kind: String,
+    /// The API key name of whoever caused it, when a client or a person did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// Evidence, such as an error or the number of attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
 }
 
 /// Everything recorded about one call.
@@ -136,8 +179,14 @@ pub struct CallRecord {
     pub call_id: String,
     /// The tool called.
     pub tool: String,
+    /// What the tool does to the world.
+    pub effect: Effect,
     /// Where the call is in its lifecycle.
     pub status: CallStatus,
+    /// The API key name that made the call; `null` when auth is off.
+    pub caller: Option<String>,
+    /// The idempotency key the call ran under, if any.
+    pub idempotency_key: Option<String>,
     /// The input it was called with.
     #[schema(value_type = Object)]
     pub input: Value,
@@ -154,8 +203,11 @@ pub struct CallRecord {
     /// When its record last changed.
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: Timestamp,
-    /// How many times its tool has run (an approval runs it again).
+    /// How many times its tool has run (an approval or a retry runs it again).
     pub attempts: u32,
+    /// What happened to the call, oldest first. Left out of lists.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<CallEvent>,
 }
 
 /// A call about to be recorded.
@@ -165,12 +217,26 @@ pub struct NewCall {
     pub call_id: String,
     /// The tool called.
     pub tool: String,
+    /// What the tool does to the world.
+    pub effect: Effect,
+    /// The API key name making the call, when auth is on.
+    pub caller: Option<String>,
     /// The input, already validated.
     pub input: Value,
-    /// The idempotency key the tool declared, if any.
+    /// The idempotency key: the tool's own, or one derived from the client's header. At most
+    /// one call exists per (tool, key).
     pub idempotency_key: Option<String>,
     /// When the call was made.
     pub created_at: Timestamp,
+}
+
+/// What inserting a call did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inserted {
+    /// The call is new.
+    New,
+    /// A call with the same (tool, idempotency key) exists; nothing was written.
+    Existing(Box<CallRecord>),
 }
 
 /// How an attempt ended, as recorded.
@@ -194,6 +260,14 @@ pub enum Outcome {
         reason: String,
         /// The JSON Schema the approver's input must satisfy.
         input_schema: Value,
+        /// When the suspension expires, if it does.
+        expires_at: Option<Timestamp>,
+    },
+    /// The effect of a `write` call may or may not have happened (it timed out): a person must
+    /// settle it.
+    NeedsReconciliation {
+        /// Why.
+        error: CallError,
     },
 }
 
@@ -214,6 +288,9 @@ pub struct Approval {
     /// When the call was suspended.
     #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
+    /// When it expires, if it does.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Timestamp>,
     /// The call's input; present when one approval is read by its token.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -234,8 +311,10 @@ pub struct ApprovalPage {
 pub enum ApprovalState {
     /// Still waiting, with the call's input.
     Pending(Approval),
-    /// Already approved or rejected; the call as it is now.
+    /// Already approved, rejected or completed; the call as it is now.
     Resolved(CallRecord),
+    /// It expired before anyone resolved it; the call as it is now.
+    Expired(CallRecord),
 }
 
 /// A person's decision on a suspension.
@@ -251,6 +330,11 @@ pub enum Resolution {
         /// The approver's reason.
         reason: String,
     },
+    /// Finish the call as completed with work done outside the server; the tool does not run.
+    Complete {
+        /// The output, already checked against the tool's output schema.
+        output: Value,
+    },
 }
 
 /// What resolving a token did.
@@ -260,8 +344,12 @@ pub enum Resolved {
     Approved(CallRecord),
     /// Rejected: the call is `rejected`.
     Rejected(CallRecord),
+    /// Completed externally: the call is `completed`.
+    Completed(CallRecord),
     /// Someone resolved it first; the call as it is now.
     AlreadyResolved(CallRecord),
+    /// It had expired: now recorded as such; the call as it is now.
+    Expired(CallRecord),
     /// No suspension ever had this token.
     UnknownToken,
 }
@@ -292,20 +380,83 @@ pub enum StoreError {
     },
 }
 
+/// How a call needing reconciliation is settled.
+#[derive(Debug, Clone)]
+pub enum Settlement {
+    /// The effect happened, with this output (already checked against the output schema).
+    Output(Value),
+    /// The effect did not happen, for this reason.
+    Error(String),
+}
+
+/// What settling a call did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reconciled {
+    /// Settled; the call as it is now.
+    Settled(CallRecord),
+    /// The call does not need reconciliation; the call as it is now.
+    NotNeeded(CallRecord),
+    /// No call has this id.
+    UnknownCall,
+}
+
+/// Which calls to list.
+#[derive(Debug, Clone, Default)]
+pub struct CallFilter {
+    /// Only calls in this status.
+    pub status: Option<CallStatus>,
+    /// Only calls of this tool.
+    pub tool: Option<String>,
+}
+
+/// One page of calls, newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallPage {
+    /// The calls, without their events.
+    pub calls: Vec<CallRecord>,
+    /// Where the next page starts, when there is one.
+    pub next_cursor: Option<i64>,
+}
+
 /// Durable storage of calls and suspensions. See the module docs for what a backend promises.
+///
+/// Writes that change a call take `actor`, the API key name of whoever caused the change, for
+/// its event history.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Records a new call: `running` (its intent, before the tool runs) when `outcome` is
-    /// `None`, or already finished with `outcome`. Its attempts count is 1.
-    async fn insert_call(&self, call: NewCall, outcome: Option<Outcome>) -> Result<(), StoreError>;
+    /// `None`, or already finished with `outcome`. Its attempts count is 1. When a call with the
+    /// same (tool, idempotency key) exists, writes nothing and returns it.
+    async fn insert_call(
+        &self,
+        call: NewCall,
+        outcome: Option<Outcome>,
+    ) -> Result<Inserted, StoreError>;
 
-    /// Records how the running call `call_id` ended.
-    async fn finish_call(&self, call_id: &str, outcome: Outcome) -> Result<(), StoreError>;
+    /// Records how the running call `call_id` ended, after `attempts` runs of its tool in all.
+    async fn finish_call(
+        &self,
+        call_id: &str,
+        attempts: u32,
+        outcome: Outcome,
+    ) -> Result<(), StoreError>;
 
-    /// The call `call_id`, if it exists.
+    /// Claims an `interrupted` call to run it again: it becomes `running` with one more
+    /// attempt. `None` when it is not interrupted (someone else claimed it first).
+    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError>;
+
+    /// The call `call_id` with its events, if it exists.
     async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError>;
 
-    /// Up to `limit` pending suspensions after the cursor `after`, oldest first.
+    /// Up to `limit` calls matching `filter`, newest first, after the cursor `after`.
+    async fn list_calls(
+        &self,
+        filter: CallFilter,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<CallPage, StoreError>;
+
+    /// Up to `limit` pending, unexpired suspensions after the cursor `after`, oldest first.
     async fn pending_approvals(
         &self,
         after: Option<i64>,
@@ -315,8 +466,21 @@ pub trait Store: Send + Sync + 'static {
     /// What `token` stands for, if it ever existed.
     async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError>;
 
-    /// Resolves the suspension `token`, if it is still pending.
-    async fn resolve(&self, token: &str, resolution: Resolution) -> Result<Resolved, StoreError>;
+    /// Resolves the suspension `token`, if it is still pending and unexpired.
+    async fn resolve(
+        &self,
+        token: &str,
+        resolution: Resolution,
+        actor: Option<&str>,
+    ) -> Result<Resolved, StoreError>;
+
+    /// Settles a call that needs reconciliation.
+    async fn reconcile(
+        &self,
+        call_id: &str,
+        settlement: Settlement,
+        actor: Option<&str>,
+    ) -> Result<Reconciled, StoreError>;
 
     /// Checks the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;

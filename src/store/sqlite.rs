@@ -6,6 +6,10 @@
 //! write that returned is on disk, and concurrent calls share the cost of the disk's flush
 //! instead of queueing behind one flush each. Reads run on a small pool of separate connections
 //! (WAL lets them read while the writer writes), on tokio's blocking threads.
+//!
+//! Opening the store recovers from a crash: calls left `running` by a previous process become
+//! `interrupted` (read, idempotent) or `needs_reconciliation` (write). One server owns one
+//! SQLite file; several servers share a database through a server-based backend instead.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -13,18 +17,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::{
-    Approval, ApprovalPage, ApprovalState, CallError, CallRecord, CallStatus, NewCall, Outcome,
-    Resolution, Resolved, Store, StoreError, SuspensionView, Timestamp,
+    Approval, ApprovalPage, ApprovalState, CallError, CallEvent, CallFilter, CallPage, CallRecord,
+    CallStatus, Inserted, NewCall, Outcome, Reconciled, Resolution, Resolved, Settlement, Store,
+    StoreError, SuspensionView, Timestamp,
 };
+use crate::contract::meta::Effect;
 
 /// Versioned schema changes, applied in order; `PRAGMA user_version` records the last applied.
-const MIGRATIONS: &[&str] = &[include_str!(
-    "migrations/sqlite/0001_calls_and_suspensions.sql"
-)];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/sqlite/0001_calls_and_suspensions.sql"),
+    include_str!("migrations/sqlite/0002_idempotency_events_auth.sql"),
+];
 
 /// The most writes committed in one transaction.
 const MAX_BATCH: usize = 512;
@@ -52,18 +59,23 @@ struct Job {
 
 enum WriteOp {
     Insert(NewCall, Option<Outcome>),
-    Finish(String, Outcome),
-    Resolve(String, Resolution),
+    Finish(String, u32, Outcome),
+    Rerun(String),
+    Resolve(String, Resolution, Option<String>),
+    Reconcile(String, Settlement, Option<String>),
 }
 
 enum Reply {
     Done,
+    Inserted(Inserted),
+    Call(Option<Box<CallRecord>>),
     Resolved(Box<Resolved>),
+    Reconciled(Box<Reconciled>),
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path`, brings its schema up to date, and
-    /// starts the writer thread.
+    /// Opens (creating if needed) the database at `path`, brings its schema up to date, recovers
+    /// calls a previous process left running, and starts the writer thread.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let mut conn = open_connection(&path)?;
@@ -71,6 +83,7 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(backend)?;
         migrate(&mut conn)?;
+        recover(&mut conn)?;
         let (writer, queue) = mpsc::channel();
         std::thread::Builder::new()
             .name("toolgate-sqlite-writer".into())
@@ -136,6 +149,10 @@ fn backend(err: rusqlite::Error) -> StoreError {
     StoreError::Backend(err.to_string())
 }
 
+fn unexpected_reply() -> StoreError {
+    StoreError::Backend("unexpected reply from the writer thread".into())
+}
+
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
@@ -181,6 +198,57 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Settles calls a previous process left `running`: a read or idempotent call may run again
+/// when its request comes back (`interrupted`); a write's effect may have happened, so a person
+/// decides (`needs_reconciliation`).
+fn recover(conn: &mut Connection) -> Result<(), StoreError> {
+    let now = Timestamp::now().0;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    let mut counts = [0usize; 2];
+    {
+        let mut running = tx
+            .prepare("SELECT call_id, effect FROM calls WHERE status = 'running'")
+            .map_err(backend)?;
+        let rows: Vec<(String, String)> = running
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .map_err(backend)?
+            .collect::<Result<_, _>>()
+            .map_err(backend)?;
+        for (call_id, effect) in rows {
+            let (status, slot) = if effect == "write" {
+                (CallStatus::NeedsReconciliation, 1)
+            } else {
+                (CallStatus::Interrupted, 0)
+            };
+            tx.execute(
+                "UPDATE calls SET status = ?2, updated_at = ?3 WHERE call_id = ?1",
+                params![call_id, status.as_str(), now],
+            )
+            .map_err(backend)?;
+            append_event(
+                &tx,
+                &call_id,
+                now,
+                status.as_str(),
+                None,
+                Some(&json!({"reason": "the server stopped while the call was running"})),
+            )?;
+            counts[slot] += 1;
+        }
+    }
+    tx.commit().map_err(backend)?;
+    if counts != [0, 0] {
+        tracing::warn!(
+            interrupted = counts[0],
+            needs_reconciliation = counts[1],
+            "recovered calls left running by a previous process"
+        );
+    }
+    Ok(())
+}
+
 /// The writer thread: batch, apply, commit once, answer. Ends when every sender is gone.
 fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Job>) {
     while let Ok(first) = queue.recv() {
@@ -215,10 +283,11 @@ fn apply_batch(conn: &mut Connection, ops: Vec<WriteOp>) -> Vec<Result<Reply, St
         Ok(tx) => tx,
         Err(err) => return fail_all(err),
     };
+    let now = Timestamp::now().0;
     let mut results = Vec::with_capacity(count);
     for op in ops {
         let result = match tx.savepoint() {
-            Ok(sp) => match apply(&sp, op) {
+            Ok(sp) => match apply(&sp, op, now) {
                 Ok(reply) => sp.commit().map(|()| reply).map_err(backend),
                 // Dropping the savepoint rolls back what the op did.
                 Err(err) => Err(err),
@@ -233,43 +302,138 @@ fn apply_batch(conn: &mut Connection, ops: Vec<WriteOp>) -> Vec<Result<Reply, St
     }
 }
 
-fn apply(conn: &Connection, op: WriteOp) -> Result<Reply, StoreError> {
-    let now = Timestamp::now().0;
+fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> {
     match op {
-        WriteOp::Insert(call, outcome) => {
-            let input = call.input.to_string();
-            conn.prepare_cached(
-                "INSERT INTO calls (call_id, tool, status, input, idempotency_key, attempts, \
-                 created_at, updated_at) VALUES (?1, ?2, 'running', ?3, ?4, 1, ?5, ?5)",
-            )
-            .and_then(|mut st| {
-                st.execute(params![
-                    call.call_id,
-                    call.tool,
-                    input,
-                    call.idempotency_key,
-                    call.created_at.0
-                ])
-            })
-            .map_err(backend)?;
-            if let Some(outcome) = outcome {
-                record_outcome(conn, &call.call_id, outcome, now)?;
+        WriteOp::Insert(call, outcome) => insert(conn, call, outcome, now).map(Reply::Inserted),
+        WriteOp::Finish(call_id, attempts, outcome) => {
+            record_outcome(conn, &call_id, Some(attempts), outcome, now)?;
+            Ok(Reply::Done)
+        }
+        WriteOp::Rerun(call_id) => {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE calls SET status = 'running', attempts = attempts + 1, \
+                     updated_at = ?2 WHERE call_id = ?1 AND status = 'interrupted'",
+                )
+                .and_then(|mut st| st.execute(params![call_id, now]))
+                .map_err(backend)?;
+            if changed == 0 {
+                return Ok(Reply::Call(None));
             }
-            Ok(Reply::Done)
+            append_event(
+                conn,
+                &call_id,
+                now,
+                "redispatched",
+                None,
+                Some(&json!({"after": "interrupted"})),
+            )?;
+            Ok(Reply::Call(Some(Box::new(load_call(conn, &call_id, now)?))))
         }
-        WriteOp::Finish(call_id, outcome) => {
-            record_outcome(conn, &call_id, outcome, now)?;
-            Ok(Reply::Done)
+        WriteOp::Resolve(token, resolution, actor) => {
+            resolve(conn, &token, resolution, actor.as_deref(), now)
+                .map(|resolved| Reply::Resolved(Box::new(resolved)))
         }
-        WriteOp::Resolve(token, resolution) => resolve(conn, &token, resolution, now)
-            .map(|resolved| Reply::Resolved(Box::new(resolved))),
+        WriteOp::Reconcile(call_id, settlement, actor) => {
+            reconcile(conn, &call_id, settlement, actor.as_deref(), now)
+                .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
+        }
     }
+}
+
+fn insert(
+    conn: &Connection,
+    call: NewCall,
+    outcome: Option<Outcome>,
+    now: i64,
+) -> Result<Inserted, StoreError> {
+    let input = call.input.to_string();
+    // The conditional insert: a second call with the same (tool, idempotency key) writes
+    // nothing, and the one that exists is returned instead.
+    let changed = conn
+        .prepare_cached(
+            "INSERT INTO calls (call_id, tool, effect, caller, status, input, idempotency_key, \
+             attempts, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, 1, ?7, ?7) ON CONFLICT DO NOTHING",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                call.call_id,
+                call.tool,
+                call.effect.as_str(),
+                call.caller,
+                input,
+                call.idempotency_key,
+                call.created_at.0
+            ])
+        })
+        .map_err(backend)?;
+    if changed == 0 {
+        let existing: Option<String> = match &call.idempotency_key {
+            Some(key) => conn
+                .prepare_cached(
+                    "SELECT call_id FROM calls WHERE tool = ?1 AND idempotency_key = ?2",
+                )
+                .and_then(|mut st| {
+                    st.query_row(params![call.tool, key], |row| row.get(0))
+                        .optional()
+                })
+                .map_err(backend)?,
+            None => None,
+        };
+        return match existing {
+            Some(call_id) => Ok(Inserted::Existing(Box::new(load_call(
+                conn, &call_id, now,
+            )?))),
+            None => Err(StoreError::Backend(format!(
+                "call id {} already exists",
+                call.call_id
+            ))),
+        };
+    }
+    append_event(
+        conn,
+        &call.call_id,
+        call.created_at.0,
+        "created",
+        call.caller.as_deref(),
+        None,
+    )?;
+    if let Some(outcome) = outcome {
+        record_outcome(conn, &call.call_id, None, outcome, now)?;
+    }
+    Ok(Inserted::New)
+}
+
+fn append_event(
+    conn: &Connection,
+    call_id: &str,
+    at: i64,
+    kind: &str,
+    actor: Option<&str>,
+    details: Option<&Value>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO call_events (call_id, at, kind, actor, details) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            call_id,
+            at,
+            kind,
+            actor,
+            details.map(Value::to_string)
+        ])
+    })
+    .map_err(backend)?;
+    Ok(())
 }
 
 /// Moves the running call `call_id` to its outcome; a suspension is created with it.
 fn record_outcome(
     conn: &Connection,
     call_id: &str,
+    attempts: Option<u32>,
     outcome: Outcome,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -277,39 +441,80 @@ fn record_outcome(
         Outcome::Completed { output } => (CallStatus::Completed, Some(output.to_string()), None),
         Outcome::Failed { error } => (CallStatus::Failed, None, Some(to_json(error)?)),
         Outcome::Suspended { .. } => (CallStatus::Suspended, None, None),
+        Outcome::NeedsReconciliation { error } => {
+            (CallStatus::NeedsReconciliation, None, Some(to_json(error)?))
+        }
     };
     let changed = conn
         .prepare_cached(
-            "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5 \
-             WHERE call_id = ?1 AND status = 'running'",
+            "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5, \
+             attempts = coalesce(?6, attempts) WHERE call_id = ?1 AND status = 'running'",
         )
-        .and_then(|mut st| st.execute(params![call_id, status.as_str(), output, error, now]))
+        .and_then(|mut st| {
+            st.execute(params![
+                call_id,
+                status.as_str(),
+                output,
+                error,
+                now,
+                attempts.map(i64::from)
+            ])
+        })
         .map_err(backend)?;
     if changed == 0 {
         return Err(StoreError::NotRunning {
             call_id: call_id.to_owned(),
         });
     }
-    if let Outcome::Suspended {
-        token,
-        reason,
-        input_schema,
-    } = outcome
-    {
-        conn.prepare_cached(
-            "INSERT INTO suspensions (token, call_id, reason, input_schema, status, created_at) \
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5)",
-        )
-        .and_then(|mut st| {
-            st.execute(params![
-                token,
+    let attempts_detail = attempts.map(|n| json!({ "attempts": n }));
+    match outcome {
+        Outcome::Completed { .. } => {
+            append_event(
+                conn,
                 call_id,
-                reason,
-                input_schema.to_string(),
-                now
-            ])
-        })
-        .map_err(backend)?;
+                now,
+                "completed",
+                None,
+                attempts_detail.as_ref(),
+            )?;
+        }
+        Outcome::Failed { error } | Outcome::NeedsReconciliation { error } => {
+            let mut details = json!({ "error": error });
+            if let Some(n) = attempts {
+                details["attempts"] = n.into();
+            }
+            append_event(conn, call_id, now, status.as_str(), None, Some(&details))?;
+        }
+        Outcome::Suspended {
+            token,
+            reason,
+            input_schema,
+            expires_at,
+        } => {
+            conn.prepare_cached(
+                "INSERT INTO suspensions (token, call_id, reason, input_schema, status, \
+                 created_at, expires_at) VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    token,
+                    call_id,
+                    reason,
+                    input_schema.to_string(),
+                    now,
+                    expires_at.map(|t| t.0)
+                ])
+            })
+            .map_err(backend)?;
+            append_event(
+                conn,
+                call_id,
+                now,
+                "suspended",
+                None,
+                Some(&json!({"reason": reason})),
+            )?;
+        }
     }
     Ok(())
 }
@@ -318,35 +523,37 @@ fn resolve(
     conn: &Connection,
     token: &str,
     resolution: Resolution,
+    actor: Option<&str>,
     now: i64,
 ) -> Result<Resolved, StoreError> {
-    let (status, resume_input, reject_reason) = match &resolution {
-        Resolution::Approve { resume_input } => ("approved", Some(resume_input.to_string()), None),
-        Resolution::Reject { reason } => ("rejected", None, Some(reason.as_str())),
+    let status = match &resolution {
+        Resolution::Approve { .. } => "approved",
+        Resolution::Reject { .. } => "rejected",
+        Resolution::Complete { .. } => "completed",
     };
-    // Conditional on `pending`: of two resolutions of one token, the second changes nothing.
+    let (resume_input, reject_reason) = match &resolution {
+        Resolution::Approve { resume_input } => (Some(resume_input.to_string()), None),
+        Resolution::Reject { reason } => (None, Some(reason.as_str())),
+        Resolution::Complete { .. } => (None, None),
+    };
+    // Conditional on `pending` and unexpired: of two resolutions of one token, the second
+    // changes nothing.
     let call_id: Option<String> = conn
         .prepare_cached(
             "UPDATE suspensions SET status = ?2, resume_input = ?3, reject_reason = ?4, \
-             resolved_at = ?5 WHERE token = ?1 AND status = 'pending' RETURNING call_id",
+             resolved_at = ?5, resolved_by = ?6 WHERE token = ?1 AND status = 'pending' \
+             AND (expires_at IS NULL OR expires_at > ?5) RETURNING call_id",
         )
         .and_then(|mut st| {
             st.query_row(
-                params![token, status, resume_input, reject_reason, now],
+                params![token, status, resume_input, reject_reason, now, actor],
                 |row| row.get(0),
             )
             .optional()
         })
         .map_err(backend)?;
     let Some(call_id) = call_id else {
-        let call_id: Option<String> = conn
-            .prepare_cached("SELECT call_id FROM suspensions WHERE token = ?1")
-            .and_then(|mut st| st.query_row([token], |row| row.get(0)).optional())
-            .map_err(backend)?;
-        return Ok(match call_id {
-            Some(call_id) => Resolved::AlreadyResolved(load_call(conn, &call_id)?),
-            None => Resolved::UnknownToken,
-        });
+        return unresolved(conn, token, now);
     };
     match resolution {
         Resolution::Approve { .. } => {
@@ -356,19 +563,119 @@ fn resolve(
             )
             .and_then(|mut st| st.execute(params![call_id, now]))
             .map_err(backend)?;
-            Ok(Resolved::Approved(load_call(conn, &call_id)?))
+            append_event(conn, &call_id, now, "approved", actor, None)?;
+            append_event(conn, &call_id, now, "redispatched", None, None)?;
+            Ok(Resolved::Approved(load_call(conn, &call_id, now)?))
         }
         Resolution::Reject { reason } => {
-            let error = to_json(&CallError::new("rejected", reason))?;
+            let error = to_json(&CallError::new("rejected", reason.clone()))?;
             conn.prepare_cached(
                 "UPDATE calls SET status = 'rejected', error = ?2, updated_at = ?3 \
                  WHERE call_id = ?1",
             )
             .and_then(|mut st| st.execute(params![call_id, error, now]))
             .map_err(backend)?;
-            Ok(Resolved::Rejected(load_call(conn, &call_id)?))
+            append_event(
+                conn,
+                &call_id,
+                now,
+                "rejected",
+                actor,
+                Some(&json!({"reason": reason})),
+            )?;
+            Ok(Resolved::Rejected(load_call(conn, &call_id, now)?))
+        }
+        Resolution::Complete { output } => {
+            conn.prepare_cached(
+                "UPDATE calls SET status = 'completed', output = ?2, updated_at = ?3 \
+                 WHERE call_id = ?1",
+            )
+            .and_then(|mut st| st.execute(params![call_id, output.to_string(), now]))
+            .map_err(backend)?;
+            append_event(conn, &call_id, now, "completed_externally", actor, None)?;
+            Ok(Resolved::Completed(load_call(conn, &call_id, now)?))
         }
     }
+}
+
+/// Why a token could not be resolved: it never existed, was resolved before, or has expired
+/// (which is recorded now, so the call's record says so too).
+fn unresolved(conn: &Connection, token: &str, now: i64) -> Result<Resolved, StoreError> {
+    let row: Option<(String, String)> = conn
+        .prepare_cached("SELECT call_id, status FROM suspensions WHERE token = ?1")
+        .and_then(|mut st| {
+            st.query_row([token], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(backend)?;
+    let Some((call_id, status)) = row else {
+        return Ok(Resolved::UnknownToken);
+    };
+    if status != "pending" {
+        return Ok(Resolved::AlreadyResolved(load_call(conn, &call_id, now)?));
+    }
+    conn.prepare_cached(
+        "UPDATE suspensions SET status = 'expired', resolved_at = ?2 WHERE token = ?1",
+    )
+    .and_then(|mut st| st.execute(params![token, now]))
+    .map_err(backend)?;
+    let error = to_json(&expired_error())?;
+    conn.prepare_cached(
+        "UPDATE calls SET status = 'expired', error = ?2, updated_at = ?3 WHERE call_id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![call_id, error, now]))
+    .map_err(backend)?;
+    append_event(conn, &call_id, now, "expired", None, None)?;
+    Ok(Resolved::Expired(load_call(conn, &call_id, now)?))
+}
+
+fn expired_error() -> CallError {
+    CallError::new(
+        "suspension_expired",
+        "The suspension expired before anyone approved or rejected it.",
+    )
+}
+
+fn reconcile(
+    conn: &Connection,
+    call_id: &str,
+    settlement: Settlement,
+    actor: Option<&str>,
+    now: i64,
+) -> Result<Reconciled, StoreError> {
+    let (status, output, error) = match &settlement {
+        Settlement::Output(output) => (CallStatus::Completed, Some(output.to_string()), None),
+        Settlement::Error(message) => (
+            CallStatus::Failed,
+            None,
+            Some(to_json(&CallError::new(
+                "reconciled_as_failed",
+                message.clone(),
+            ))?),
+        ),
+    };
+    let changed = conn
+        .prepare_cached(
+            "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5 \
+             WHERE call_id = ?1 AND status = 'needs_reconciliation'",
+        )
+        .and_then(|mut st| st.execute(params![call_id, status.as_str(), output, error, now]))
+        .map_err(backend)?;
+    if changed == 0 {
+        return Ok(match find_call(conn, call_id, now)? {
+            Some(call) => Reconciled::NotNeeded(call),
+            None => Reconciled::UnknownCall,
+        });
+    }
+    append_event(
+        conn,
+        call_id,
+        now,
+        "reconciled",
+        actor,
+        Some(&json!({"status": status.as_str()})),
+    )?;
+    Ok(Reconciled::Settled(load_call(conn, call_id, now)?))
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
@@ -379,29 +686,69 @@ fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreErro
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
-/// The columns `call_from_row` reads, with the call's pending suspension joined.
-const CALL_SELECT: &str = "SELECT c.call_id, c.tool, c.status, c.input, c.output, c.error, \
-     c.attempts, c.created_at, c.updated_at, s.token, s.reason, s.input_schema, s.created_at \
-     FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
-     WHERE c.call_id = ?1";
+/// The columns `raw_call` reads, with the call's pending suspension joined.
+const CALL_COLUMNS: &str = "SELECT c.rowid, c.call_id, c.tool, c.effect, c.status, c.caller, \
+     c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
+     s.token, s.reason, s.input_schema, s.created_at, s.expires_at \
+     FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending'";
 
-fn load_call(conn: &Connection, call_id: &str) -> Result<CallRecord, StoreError> {
-    find_call(conn, call_id)?.ok_or_else(|| StoreError::Corrupt(format!("call {call_id} vanished")))
+fn load_call(conn: &Connection, call_id: &str, now: i64) -> Result<CallRecord, StoreError> {
+    find_call(conn, call_id, now)?
+        .ok_or_else(|| StoreError::Corrupt(format!("call {call_id} vanished")))
 }
 
-fn find_call(conn: &Connection, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-    conn.prepare_cached(CALL_SELECT)
+fn find_call(conn: &Connection, call_id: &str, now: i64) -> Result<Option<CallRecord>, StoreError> {
+    let sql = format!("{CALL_COLUMNS} WHERE c.call_id = ?1");
+    let Some(raw) = conn
+        .prepare_cached(&sql)
         .and_then(|mut st| st.query_row([call_id], raw_call).optional())
         .map_err(backend)?
-        .map(RawCall::decode)
-        .transpose()
+    else {
+        return Ok(None);
+    };
+    let mut call = raw.decode(now)?;
+    call.events = events(conn, call_id)?;
+    Ok(Some(call))
+}
+
+fn events(conn: &Connection, call_id: &str) -> Result<Vec<CallEvent>, StoreError> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT at, kind, actor, details FROM call_events WHERE call_id = ?1 ORDER BY seq",
+        )
+        .map_err(backend)?;
+    let rows = st
+        .query_map([call_id], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Option<String>>(2)?,
+                row.get::<_, Option<String>>(3)?,
+            ))
+        })
+        .map_err(backend)?;
+    let mut events = Vec::new();
+    for row in rows {
+        let (at, kind, actor, details) = row.map_err(backend)?;
+        events.push(CallEvent {
+            at: Timestamp(at),
+            kind,
+            actor,
+            details: details.as_deref().map(parse_json).transpose()?,
+        });
+    }
+    Ok(events)
 }
 
 /// A call row as stored, before its JSON columns are parsed.
 struct RawCall {
+    rowid: i64,
     call_id: String,
     tool: String,
+    effect: String,
     status: String,
+    caller: Option<String>,
+    idempotency_key: Option<String>,
     input: String,
     output: Option<String>,
     error: Option<String>,
@@ -412,31 +759,49 @@ struct RawCall {
     reason: Option<String>,
     input_schema: Option<String>,
     suspended_at: Option<i64>,
+    expires_at: Option<i64>,
 }
 
 fn raw_call(row: &Row<'_>) -> rusqlite::Result<RawCall> {
     Ok(RawCall {
-        call_id: row.get(0)?,
-        tool: row.get(1)?,
-        status: row.get(2)?,
-        input: row.get(3)?,
-        output: row.get(4)?,
-        error: row.get(5)?,
-        attempts: row.get(6)?,
-        created_at: row.get(7)?,
-        updated_at: row.get(8)?,
-        token: row.get(9)?,
-        reason: row.get(10)?,
-        input_schema: row.get(11)?,
-        suspended_at: row.get(12)?,
+        rowid: row.get(0)?,
+        call_id: row.get(1)?,
+        tool: row.get(2)?,
+        effect: row.get(3)?,
+        status: row.get(4)?,
+        caller: row.get(5)?,
+        idempotency_key: row.get(6)?,
+        input: row.get(7)?,
+        output: row.get(8)?,
+        error: row.get(9)?,
+        attempts: row.get(10)?,
+        created_at: row.get(11)?,
+        updated_at: row.get(12)?,
+        token: row.get(13)?,
+        reason: row.get(14)?,
+        input_schema: row.get(15)?,
+        suspended_at: row.get(16)?,
+        expires_at: row.get(17)?,
     })
 }
 
+fn parse_effect(s: &str) -> Result<Effect, StoreError> {
+    match s {
+        "read" => Ok(Effect::Read),
+        "idempotent" => Ok(Effect::Idempotent),
+        "write" => Ok(Effect::Write),
+        other => Err(StoreError::Corrupt(format!("unknown effect {other}"))),
+    }
+}
+
 impl RawCall {
-    fn decode(self) -> Result<CallRecord, StoreError> {
-        let status = CallStatus::parse(&self.status)
+    /// The record as of `now`: a suspension whose time is up shows as `expired` even before
+    /// anyone tries to resolve it (which records the expiry).
+    fn decode(self, now: i64) -> Result<CallRecord, StoreError> {
+        let mut status = CallStatus::parse(&self.status)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown call status {}", self.status)))?;
-        let suspension = match (
+        let mut error = self.error.as_deref().map(parse_json).transpose()?;
+        let mut suspension = match (
             self.token,
             self.reason,
             self.input_schema,
@@ -447,31 +812,40 @@ impl RawCall {
                 reason,
                 input_schema: parse_json(&schema)?,
                 created_at: Timestamp(at),
+                expires_at: self.expires_at.map(Timestamp),
             }),
             _ => None,
         };
+        if status == CallStatus::Suspended && self.expires_at.is_some_and(|at| at <= now) {
+            status = CallStatus::Expired;
+            suspension = None;
+            error = Some(expired_error());
+        }
         Ok(CallRecord {
             call_id: self.call_id,
             tool: self.tool,
+            effect: parse_effect(&self.effect)?,
             status,
+            caller: self.caller,
+            idempotency_key: self.idempotency_key,
             input: parse_json(&self.input)?,
             output: self.output.as_deref().map(parse_json).transpose()?,
-            error: self.error.as_deref().map(parse_json).transpose()?,
+            error,
             suspension,
             created_at: Timestamp(self.created_at),
             updated_at: Timestamp(self.updated_at),
             attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            events: Vec::new(),
         })
     }
 }
 
-/// Reads an approvals row: seq, token, call_id, tool, reason, input_schema, created_at[, input].
-fn approval_from_row(
-    row: &Row<'_>,
-    with_input: bool,
-) -> rusqlite::Result<(i64, Approval, Option<String>, String)> {
-    let schema: String = row.get(5)?;
-    let input: Option<String> = if with_input { row.get(7)? } else { None };
+/// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
+/// expires_at.
+const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, c.tool, s.reason, \
+     s.input_schema, s.created_at, s.expires_at";
+
+fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Approval, String)> {
     Ok((
         row.get(0)?,
         Approval {
@@ -481,36 +855,101 @@ fn approval_from_row(
             reason: row.get(4)?,
             input_schema: Value::Null,
             created_at: Timestamp(row.get(6)?),
+            expires_at: row.get::<_, Option<i64>>(7)?.map(Timestamp),
             input: None,
         },
-        input,
-        schema,
+        row.get(5)?,
     ))
-}
-
-fn decode_approval(
-    (seq, mut approval, input, schema): (i64, Approval, Option<String>, String),
-) -> Result<(i64, Approval), StoreError> {
-    approval.input_schema = parse_json(&schema)?;
-    approval.input = input.as_deref().map(parse_json).transpose()?;
-    Ok((seq, approval))
 }
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn insert_call(&self, call: NewCall, outcome: Option<Outcome>) -> Result<(), StoreError> {
-        self.write(WriteOp::Insert(call, outcome)).await.map(|_| ())
+    async fn insert_call(
+        &self,
+        call: NewCall,
+        outcome: Option<Outcome>,
+    ) -> Result<Inserted, StoreError> {
+        match self.write(WriteOp::Insert(call, outcome)).await? {
+            Reply::Inserted(inserted) => Ok(inserted),
+            _ => Err(unexpected_reply()),
+        }
     }
 
-    async fn finish_call(&self, call_id: &str, outcome: Outcome) -> Result<(), StoreError> {
-        self.write(WriteOp::Finish(call_id.to_owned(), outcome))
+    async fn finish_call(
+        &self,
+        call_id: &str,
+        attempts: u32,
+        outcome: Outcome,
+    ) -> Result<(), StoreError> {
+        self.write(WriteOp::Finish(call_id.to_owned(), attempts, outcome))
             .await
             .map(|_| ())
     }
 
+    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+        match self.write(WriteOp::Rerun(call_id.to_owned())).await? {
+            Reply::Call(call) => Ok(call.map(|c| *c)),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
     async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
         let call_id = call_id.to_owned();
-        self.read(move |conn| find_call(conn, &call_id)).await
+        self.read(move |conn| find_call(conn, &call_id, Timestamp::now().0))
+            .await
+    }
+
+    async fn list_calls(
+        &self,
+        filter: CallFilter,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<CallPage, StoreError> {
+        self.read(move |conn| {
+            let now = Timestamp::now().0;
+            let sql = format!(
+                "{CALL_COLUMNS} WHERE (?1 IS NULL OR c.status = ?1) AND (?2 IS NULL OR c.tool = ?2) \
+                 AND c.rowid < ?3 ORDER BY c.rowid DESC LIMIT ?4"
+            );
+            let mut st = conn.prepare_cached(&sql).map_err(backend)?;
+            // A suspended call whose time is up shows as expired; it is stored as suspended.
+            let stored_status = filter.status.map(|s| match s {
+                CallStatus::Expired => "expired",
+                other => other.as_str(),
+            });
+            let rows = st
+                .query_map(
+                    params![
+                        stored_status,
+                        filter.tool,
+                        after.unwrap_or(i64::MAX),
+                        i64::from(limit) + 1
+                    ],
+                    raw_call,
+                )
+                .map_err(backend)?;
+            let mut calls = Vec::with_capacity(limit as usize);
+            let mut next_cursor = None;
+            let mut more = false;
+            for row in rows {
+                let raw = row.map_err(backend)?;
+                if calls.len() == limit as usize {
+                    more = true;
+                    break;
+                }
+                let rowid = raw.rowid;
+                let call = raw.decode(now)?;
+                next_cursor = Some(rowid);
+                if filter.status.is_none_or(|s| s == call.status) {
+                    calls.push(call);
+                }
+            }
+            Ok(CallPage {
+                calls,
+                next_cursor: if more { next_cursor } else { None },
+            })
+        })
+        .await
     }
 
     async fn pending_approvals(
@@ -519,35 +958,35 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<ApprovalPage, StoreError> {
         self.read(move |conn| {
-            let mut st = conn
-                .prepare_cached(
-                    "SELECT s.seq, s.token, s.call_id, c.tool, s.reason, s.input_schema, \
-                     s.created_at FROM suspensions s JOIN calls c ON c.call_id = s.call_id \
-                     WHERE s.status = 'pending' AND s.seq > ?1 ORDER BY s.seq LIMIT ?2",
-                )
-                .map_err(backend)?;
+            let sql = format!(
+                "{APPROVAL_COLUMNS} FROM suspensions s JOIN calls c ON c.call_id = s.call_id \
+                 WHERE s.status = 'pending' AND s.seq > ?1 \
+                 AND (s.expires_at IS NULL OR s.expires_at > ?3) ORDER BY s.seq LIMIT ?2"
+            );
+            let mut st = conn.prepare_cached(&sql).map_err(backend)?;
             // One more than asked tells whether another page follows.
             let rows = st
-                .query_map(params![after.unwrap_or(0), i64::from(limit) + 1], |row| {
-                    approval_from_row(row, false)
-                })
+                .query_map(
+                    params![after.unwrap_or(0), i64::from(limit) + 1, Timestamp::now().0],
+                    approval_from_row,
+                )
                 .map_err(backend)?;
             let mut approvals = Vec::with_capacity(limit as usize);
             let mut next_cursor = None;
+            let mut more = false;
             for row in rows {
-                let (seq, approval) = decode_approval(row.map_err(backend)?)?;
+                let (seq, mut approval, schema) = row.map_err(backend)?;
                 if approvals.len() == limit as usize {
+                    more = true;
                     break;
                 }
+                approval.input_schema = parse_json(&schema)?;
                 next_cursor = Some(seq);
                 approvals.push(approval);
             }
-            if approvals.len() < limit as usize {
-                next_cursor = None;
-            }
             Ok(ApprovalPage {
                 approvals,
-                next_cursor,
+                next_cursor: if more { next_cursor } else { None },
             })
         })
         .await
@@ -556,40 +995,71 @@ impl Store for SqliteStore {
     async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
         let token = token.to_owned();
         self.read(move |conn| {
+            let now = Timestamp::now().0;
+            let sql = format!(
+                "{APPROVAL_COLUMNS}, c.input, s.status FROM suspensions s \
+                 JOIN calls c ON c.call_id = s.call_id WHERE s.token = ?1"
+            );
             let row = conn
-                .prepare_cached(
-                    "SELECT s.seq, s.token, s.call_id, c.tool, s.reason, s.input_schema, \
-                     s.created_at, c.input, s.status FROM suspensions s \
-                     JOIN calls c ON c.call_id = s.call_id WHERE s.token = ?1",
-                )
+                .prepare_cached(&sql)
                 .and_then(|mut st| {
                     st.query_row([&token], |row| {
-                        Ok((approval_from_row(row, true)?, row.get::<_, String>(8)?))
+                        Ok((
+                            approval_from_row(row)?,
+                            row.get::<_, String>(8)?,
+                            row.get::<_, String>(9)?,
+                        ))
                     })
                     .optional()
                 })
                 .map_err(backend)?;
-            match row {
-                None => Ok(None),
-                Some((raw, status)) if status == "pending" => {
-                    Ok(Some(ApprovalState::Pending(decode_approval(raw)?.1)))
-                }
-                Some(((_, approval, _, _), _)) => Ok(Some(ApprovalState::Resolved(load_call(
+            let Some(((_, mut approval, schema), input, status)) = row else {
+                return Ok(None);
+            };
+            if status != "pending" {
+                return Ok(Some(ApprovalState::Resolved(load_call(
                     conn,
                     &approval.call_id,
-                )?))),
+                    now,
+                )?)));
             }
+            if approval.expires_at.is_some_and(|at| at.0 <= now) {
+                return Ok(Some(ApprovalState::Expired(load_call(
+                    conn,
+                    &approval.call_id,
+                    now,
+                )?)));
+            }
+            approval.input_schema = parse_json(&schema)?;
+            approval.input = Some(parse_json(&input)?);
+            Ok(Some(ApprovalState::Pending(approval)))
         })
         .await
     }
 
-    async fn resolve(&self, token: &str, resolution: Resolution) -> Result<Resolved, StoreError> {
-        match self
-            .write(WriteOp::Resolve(token.to_owned(), resolution))
-            .await?
-        {
+    async fn resolve(
+        &self,
+        token: &str,
+        resolution: Resolution,
+        actor: Option<&str>,
+    ) -> Result<Resolved, StoreError> {
+        let op = WriteOp::Resolve(token.to_owned(), resolution, actor.map(str::to_owned));
+        match self.write(op).await? {
             Reply::Resolved(resolved) => Ok(*resolved),
-            Reply::Done => Err(StoreError::Backend("unexpected writer reply".into())),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn reconcile(
+        &self,
+        call_id: &str,
+        settlement: Settlement,
+        actor: Option<&str>,
+    ) -> Result<Reconciled, StoreError> {
+        let op = WriteOp::Reconcile(call_id.to_owned(), settlement, actor.map(str::to_owned));
+        match self.write(op).await? {
+            Reply::Reconciled(reconciled) => Ok(*reconciled),
+            _ => Err(unexpected_reply()),
         }
     }
 
