@@ -21,6 +21,9 @@ use crate::server::auth::{ApiKey, Role};
 /// The prefix of configuration environment variables.
 pub const ENV_PREFIX: &str = "TOOLGATE_";
 
+/// Keys whose values are strings, taken from the environment verbatim.
+const STRING_KEYS: &[&str] = &["bind", "data_dir", "log"];
+
 /// Everything the binary is configured with.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -241,7 +244,14 @@ impl Config {
             if path.iter().any(String::is_empty) {
                 return Err(ConfigError::BadEnv { name });
             }
-            set_path(&mut table, &path, env_value(&raw))
+            // A string key keeps the text as it is (`TOOLGATE_DATA_DIR=2024` is a directory);
+            // any other value is read as TOML (`3000`, `true`).
+            let value = if STRING_KEYS.contains(&path.join(".").as_str()) {
+                toml::Value::String(raw)
+            } else {
+                env_value(&raw)
+            };
+            set_path(&mut table, &path, value)
                 .map_err(|()| ConfigError::BadEnv { name: name.clone() })?;
         }
         let mut config = Config::from_table(table)?;
@@ -433,6 +443,7 @@ mod tests {
                 ("TOOLGATE_EXAMPLES__SEND_EMAIL_DELAY_MS", "3000"),
                 ("TOOLGATE_EXAMPLES__ENABLED", "false"),
                 ("TOOLGATE_LOG", "debug,hyper=warn"),
+                ("TOOLGATE_DATA_DIR", "2024"),
                 ("PATH", "/usr/bin"),
             ]),
             Overrides {
@@ -442,10 +453,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.bind, "127.0.0.1:1".parse().unwrap());
-        assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/x"), "the flag wins");
         assert_eq!(config.log, "debug,hyper=warn");
         assert_eq!(config.examples.send_email_delay_ms, 3000);
         assert!(!config.examples.enabled);
+    }
+
+    #[test]
+    fn string_keys_from_the_environment_stay_strings() {
+        let config = Config::load(
+            None,
+            env(&[("TOOLGATE_DATA_DIR", "2024"), ("TOOLGATE_LOG", "true")]),
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(config.data_dir, PathBuf::from("2024"));
+        assert_eq!(config.log, "true");
     }
 
     #[test]

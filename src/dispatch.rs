@@ -17,11 +17,12 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde_json::{Value, json};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument;
 
 use crate::contract::ctx::ToolCtx;
@@ -91,6 +92,57 @@ pub struct Dispatcher {
     tools: Arc<ToolSet>,
     store: Arc<dyn Store>,
     policies: Arc<HashMap<String, ToolPolicy>>,
+    running: Running,
+}
+
+/// Counts the calls running in detached tasks, so a shutdown can wait for them to be recorded
+/// instead of cutting a tool off half-way.
+#[derive(Clone, Default)]
+pub struct Running {
+    inner: Arc<RunningInner>,
+}
+
+#[derive(Default)]
+struct RunningInner {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// Held by each running call; the last one out wakes whoever waits for idleness.
+struct RunningGuard(Arc<RunningInner>);
+
+impl Running {
+    fn enter(&self) -> RunningGuard {
+        self.inner.count.fetch_add(1, Ordering::SeqCst);
+        RunningGuard(self.inner.clone())
+    }
+
+    /// How many calls are running now.
+    pub fn count(&self) -> usize {
+        self.inner.count.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once no call is running.
+    pub async fn idle(&self) {
+        loop {
+            let notified = self.inner.idle.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a wake-up between the two is not lost.
+            notified.as_mut().enable();
+            if self.count() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// How a call stands after a request, as reported to whoever asked.
@@ -365,7 +417,13 @@ impl Dispatcher {
             tools,
             store,
             policies: Arc::new(policies),
+            running: Running::default(),
         }
+    }
+
+    /// The calls running now; a graceful shutdown waits for [`Running::idle`].
+    pub fn running(&self) -> &Running {
+        &self.running
     }
 
     /// The tools dispatched to.
@@ -397,7 +455,10 @@ impl Dispatcher {
     ) -> Result<CallResult, DispatchError> {
         let this = self.clone();
         let tool = tool.to_owned();
-        detached(async move { this.run_call(&tool, input, options).await }).await
+        detached(&self.running, async move {
+            this.run_call(&tool, input, options).await
+        })
+        .await
     }
 
     /// Approves the suspension `token` with the approver's `resume_input` and runs the call's
@@ -412,7 +473,7 @@ impl Dispatcher {
         let this = self.clone();
         let token = token.to_owned();
         let actor = actor.map(str::to_owned);
-        detached(async move {
+        detached(&self.running, async move {
             this.run_approval(&token, resume_input, actor.as_deref())
                 .await
         })
@@ -788,8 +849,14 @@ impl Dispatcher {
                     break CallOutcome::Failed { status, failure };
                 }
                 Ok(Err(panic)) => {
-                    let message = format!("The tool panicked: {}", panic_message(panic.as_ref()));
-                    break failed(Failure::new(FailureKind::Panicked, message));
+                    // The payload may say anything about the tool's insides: logged, not answered.
+                    tracing::error!(
+                        tool = tool.name(),
+                        call_id,
+                        panic = %panic_message(panic.as_ref()),
+                        "tool panicked"
+                    );
+                    break failed(Failure::new(FailureKind::Panicked, "The tool panicked."));
                 }
                 Ok(Ok(result)) => break self.settle(registered, policy, result),
             }
@@ -862,10 +929,18 @@ impl Dispatcher {
                             Timestamp(Timestamp::now().0.saturating_add(ttl_ms))
                         }),
                     },
-                    Err(message) => failed(Failure::new(
-                        FailureKind::InvalidSuspension,
-                        format!("The tool suspended with an invalid resume schema: {message}"),
-                    )),
+                    Err(message) => {
+                        tracing::error!(
+                            tool = registered.tool.name(),
+                            error = %message,
+                            "the tool suspended with an invalid resume schema"
+                        );
+                        failed(Failure::new(
+                            FailureKind::InvalidSuspension,
+                            "The tool suspended with a resume schema that is not a valid JSON \
+                             Schema.",
+                        ))
+                    }
                 }
             }
             Err(ToolError::InvalidInput { violations, .. }) => failed(Failure::with_violations(
@@ -876,10 +951,13 @@ impl Dispatcher {
             Err(ToolError::Handler { source, .. }) => {
                 failed(Failure::new(FailureKind::ToolFailed, source.to_string()))
             }
-            Err(ToolError::OutputSerialization { source, .. }) => failed(Failure::new(
-                FailureKind::OutputUnserializable,
-                format!("The tool's output could not be serialized: {source}"),
-            )),
+            Err(ToolError::OutputSerialization { source, .. }) => {
+                tracing::error!(tool = registered.tool.name(), error = %source, "unserializable output");
+                failed(Failure::new(
+                    FailureKind::OutputUnserializable,
+                    "The tool's output could not be serialized to JSON.",
+                ))
+            }
         }
     }
 }
@@ -916,11 +994,17 @@ fn unexpected_resolution(resolved: Resolved) -> DispatchError {
 }
 
 /// Runs `work` as its own task, in the current span, so it finishes even if the future awaiting
-/// it is dropped.
-async fn detached<F>(work: F) -> Result<CallResult, DispatchError>
+/// it is dropped; `running` counts it until it does.
+async fn detached<F>(running: &Running, work: F) -> Result<CallResult, DispatchError>
 where
     F: Future<Output = Result<CallResult, DispatchError>> + Send + 'static,
 {
+    let guard = running.enter();
+    let work = async move {
+        let result = work.await;
+        drop(guard);
+        result
+    };
     tokio::spawn(work.instrument(tracing::Span::current()))
         .await
         .map_err(|err| DispatchError::Internal(err.to_string()))?

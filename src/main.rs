@@ -154,13 +154,23 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         return Err(format!("config key `tools.{name}`: no tool is named `{name}`").into());
     }
     let tool_count = tools.len();
-    let router = ServerBuilder::new(tools, store)
+    let dispatch = config.dispatch_config();
+    // Calls still running when the server stops get the longest tool timeout to finish.
+    let grace = dispatch
+        .tools
+        .values()
+        .map(|tool| tool.timeout)
+        .chain([dispatch.defaults.timeout])
+        .max()
+        .unwrap_or_default()
+        + std::time::Duration::from_secs(1);
+    let (router, running) = ServerBuilder::new(tools, store)
         .max_body_bytes(config.max_body_bytes)
         .max_json_depth(config.max_json_depth)
         .max_in_flight(config.max_in_flight)
         .api_keys(keys)
-        .dispatch_config(config.dispatch_config())
-        .build();
+        .dispatch_config(dispatch)
+        .build_with_running();
 
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
@@ -175,6 +185,18 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
+    if running.count() > 0 {
+        tracing::info!(
+            calls = running.count(),
+            "waiting for running calls to be recorded"
+        );
+        if tokio::time::timeout(grace, running.idle()).await.is_err() {
+            tracing::warn!(
+                calls = running.count(),
+                "calls still running at exit; the next start recovers them"
+            );
+        }
+    }
     tracing::info!("toolgate stopped");
     Ok(())
 }

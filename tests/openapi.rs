@@ -44,14 +44,14 @@ fn refs(value: &Value, out: &mut Vec<String>) {
 }
 
 fn python() -> PathBuf {
-    if let Some(path) = std::env::var_os("TOOLGATE_TEST_PYTHON") {
+    if let Some(path) = std::env::var_os("OPENAPI_VALIDATOR_PYTHON") {
         return path.into();
     }
     let venv = repo_root().join(".ci/venv/bin/python");
     assert!(
         venv.exists(),
         "the OpenAPI validator is not installed: run `bash .ci/test-deps` (or set \
-         TOOLGATE_TEST_PYTHON to a python with openapi-spec-validator)"
+         OPENAPI_VALIDATOR_PYTHON to a python with openapi-spec-validator)"
     );
     venv
 }

@@ -31,6 +31,13 @@ pub trait DynTool: Send + Sync {
     /// The idempotency key the tool declares for `input`; `None` when it declares none or the
     /// input does not fit the tool.
     fn idempotency_key(&self, input: &Value) -> Option<String>;
+    /// Checks what the input schema cannot say (a typed tool: that `input` deserializes into its
+    /// input type, where `1.0` passes `"type": "integer"` but not `u64`). The server calls it
+    /// after the schema check and before recording anything. `Ok` by default.
+    fn check_input(&self, input: &Value) -> Result<(), Vec<InputViolation>> {
+        let _ = input;
+        Ok(())
+    }
     /// Runs one attempt with a JSON input.
     async fn call_json(&self, ctx: &ToolCtx, input: Value)
     -> Result<ToolOutcome<Value>, ToolError>;
@@ -114,18 +121,21 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
         self.handler.idempotency_key(&input)
     }
 
+    fn check_input(&self, input: &Value) -> Result<(), Vec<InputViolation>> {
+        serde_path_to_error::deserialize::<_, H::Input>(input)
+            .map(drop)
+            .map_err(|err| vec![deserialize_violation(err)])
+    }
+
     async fn call_json(
         &self,
         ctx: &ToolCtx,
         input: Value,
     ) -> Result<ToolOutcome<Value>, ToolError> {
         let input: H::Input =
-            serde_json::from_value(input).map_err(|err| ToolError::InvalidInput {
+            serde_path_to_error::deserialize(input).map_err(|err| ToolError::InvalidInput {
                 tool: H::NAME.to_owned(),
-                violations: vec![InputViolation {
-                    path: String::new(),
-                    message: err.to_string(),
-                }],
+                violations: vec![deserialize_violation(err)],
             })?;
         let outcome = self
             .handler
@@ -144,5 +154,25 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
                 }),
             ToolOutcome::Suspend(suspension) => Ok(ToolOutcome::Suspend(suspension)),
         }
+    }
+}
+
+/// A deserialization error as a violation at a JSON Pointer.
+fn deserialize_violation(err: serde_path_to_error::Error<serde_json::Error>) -> InputViolation {
+    let mut path = String::new();
+    for segment in err.path().iter() {
+        path.push('/');
+        match segment {
+            serde_path_to_error::Segment::Seq { index } => path.push_str(&index.to_string()),
+            serde_path_to_error::Segment::Map { key } => {
+                path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+            }
+            serde_path_to_error::Segment::Enum { variant } => path.push_str(variant),
+            serde_path_to_error::Segment::Unknown => path.push('?'),
+        }
+    }
+    InputViolation {
+        path,
+        message: err.into_inner().to_string(),
     }
 }

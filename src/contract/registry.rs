@@ -56,9 +56,10 @@ pub(crate) struct Registered {
 }
 
 impl Registered {
-    /// Checks `input` against the tool's input schema.
+    /// Checks `input` against the tool's input schema, then whatever the tool checks itself.
     pub(crate) fn check_input(&self, input: &Value) -> Result<(), Vec<InputViolation>> {
-        violations(&self.input, input)
+        violations(&self.input, input)?;
+        self.tool.check_input(input)
     }
 
     /// Whether the tool declares an output schema.

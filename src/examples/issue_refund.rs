@@ -42,7 +42,8 @@ pub struct RefundRequest {
 #[serde(deny_unknown_fields)]
 pub struct RefundApproval {
     /// A note kept with the approval.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
     pub note: Option<String>,
 }
 

@@ -30,7 +30,7 @@ use tower_http::trace::{DefaultOnRequest, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::contract::registry::ToolSet;
-use crate::dispatch::{DispatchConfig, Dispatcher};
+use crate::dispatch::{DispatchConfig, Dispatcher, Running};
 use crate::store::Store;
 use auth::{ApiKey, Keys};
 use error::ApiError;
@@ -128,9 +128,18 @@ impl ServerBuilder {
 
     /// The router, with every route and layer in place.
     pub fn build(self) -> Router {
+        self.build_with_running().0
+    }
+
+    /// The router, and the count of calls it runs: a graceful shutdown waits for
+    /// [`Running::idle`] after the server stops accepting, so no tool is cut off half-way
+    /// (calls run on even when their client hangs up).
+    pub fn build_with_running(self) -> (Router, Running) {
         let catalog = Arc::new(Catalog::new(&self.tools));
+        let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch);
+        let running = dispatcher.running().clone();
         let state = AppState {
-            dispatcher: Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch),
+            dispatcher,
             catalog,
             max_json_depth: self.max_json_depth,
         };
@@ -138,7 +147,7 @@ impl ServerBuilder {
         let in_flight = Arc::new(Semaphore::new(self.max_in_flight));
         // Layers, innermost first: the body limit, auth (with the route known), load shedding,
         // and outermost the request span.
-        Router::new()
+        let router = Router::new()
             .route("/tools", get(tools::list))
             .route("/tools/{name}", get(tools::get))
             .route("/tools/{name}/call", post(tools::call))
@@ -177,7 +186,8 @@ impl ServerBuilder {
                     })
                     .on_request(DefaultOnRequest::new().level(Level::DEBUG))
                     .on_response(DefaultOnResponse::new().level(Level::INFO)),
-            )
+            );
+        (router, running)
     }
 }
 

@@ -39,6 +39,9 @@ const MAX_BATCH: usize = 512;
 /// Read connections kept open between requests.
 const MAX_IDLE_READERS: usize = 8;
 
+/// The most reads at once; more wait for a free slot instead of each opening a connection.
+const MAX_READERS: usize = 16;
+
 /// The embedded SQLite store. Cheap to clone; all clones share one writer.
 #[derive(Clone)]
 pub struct SqliteStore {
@@ -49,6 +52,7 @@ struct Inner {
     path: PathBuf,
     writer: mpsc::Sender<Job>,
     readers: Mutex<Vec<Connection>>,
+    read_slots: tokio::sync::Semaphore,
 }
 
 /// One write and where its result goes once committed.
@@ -63,6 +67,8 @@ enum WriteOp {
     Rerun(String),
     Resolve(String, Resolution, Option<String>),
     Reconcile(String, Settlement, Option<String>),
+    /// Nothing: proves the writer thread is alive and can take the write lock.
+    Ping,
 }
 
 enum Reply {
@@ -94,6 +100,7 @@ impl SqliteStore {
                 path,
                 writer,
                 readers: Mutex::new(Vec::new()),
+                read_slots: tokio::sync::Semaphore::new(MAX_READERS),
             }),
         })
     }
@@ -120,6 +127,12 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        let _slot = self
+            .inner
+            .read_slots
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Backend("the store is closed".into()))?;
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
             let pooled = inner.readers.lock().ok().and_then(|mut pool| pool.pop());
@@ -338,6 +351,7 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
             reconcile(conn, &call_id, settlement, actor.as_deref(), now)
                 .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
         }
+        WriteOp::Ping => Ok(Reply::Done),
     }
 }
 
@@ -1064,6 +1078,8 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
+        // Through the writer too: a store that can read but no longer write is not ready.
+        self.write(WriteOp::Ping).await?;
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
             .await
     }

@@ -126,7 +126,12 @@ impl TestServer {
     pub async fn start(tools: ToolSet, data_dir: &Path) -> Self {
         std::fs::create_dir_all(data_dir).unwrap();
         let store = SqliteStore::open(data_dir.join("toolgate.db")).expect("store opens");
-        let router = ServerBuilder::new(tools, store).build();
+        Self::serve(ServerBuilder::new(tools, store)).await
+    }
+
+    /// Serves what `builder` builds.
+    pub async fn serve(builder: ServerBuilder) -> Self {
+        let (router, running) = builder.build_with_running();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (shutdown, signal) = tokio::sync::oneshot::channel();
@@ -137,6 +142,8 @@ impl TestServer {
                 })
                 .await
                 .unwrap();
+            // As the binary does: let running calls be recorded before letting go.
+            running.idle().await;
         });
         TestServer {
             api: Api::new(addr),
@@ -185,6 +192,12 @@ impl Binary {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        // Hermetic: only the configuration the test gives reaches the server.
+        for (key, _) in std::env::vars() {
+            if key.starts_with("TOOLGATE_") {
+                command.env_remove(key);
+            }
+        }
         for (key, value) in env {
             command.env(key, value);
         }
