@@ -605,6 +605,7 @@ impl Dispatcher {
             caller: options.caller,
             input: input.clone(),
             idempotency_key: key.clone(),
+            attempts: 1,
             created_at,
         };
 
@@ -632,6 +633,10 @@ impl Dispatcher {
                     .await?
             }
             Some(call) => {
+                let call = NewCall {
+                    attempts: ran.attempts,
+                    ..call
+                };
                 self.store.insert_call(call, Some(ran.recorded)).await?;
             }
         }

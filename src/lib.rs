@@ -41,6 +41,7 @@ pub use contract::error::{HandlerError, InputViolation, ToolError};
 pub use contract::meta::{Effect, ToolHandler, ToolMeta};
 pub use contract::outcome::{Suspension, ToolOutcome};
 pub use contract::registry::{RegistryError, ToolSet, is_valid_tool_name};
+pub use contract::retry::RetryPolicy;
 pub use server::ServerBuilder;
 
 /// The README's Rust examples, compiled as doctests so they stay true.

@@ -160,18 +160,37 @@ async fn every_fixed_route_is_documented_with_its_error_envelope() {
         ("/tools", "get"),
         ("/tools/{name}", "get"),
         ("/tools/{name}/call", "post"),
+        ("/calls", "get"),
         ("/calls/{call_id}", "get"),
+        ("/calls/{call_id}/resolve", "post"),
         ("/approvals", "get"),
         ("/approvals/{token}", "get"),
         ("/approvals/{token}/approve", "post"),
         ("/approvals/{token}/reject", "post"),
+        ("/approvals/{token}/complete", "post"),
         ("/openapi.json", "get"),
         ("/healthz", "get"),
         ("/readyz", "get"),
     ];
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    assert_eq!(doc["security"], json!([{"bearer": []}]));
     for (path, method) in expected {
         let op = &doc["paths"][path][method];
         assert!(op.is_object(), "{method} {path} is documented");
+        let health = path == "/healthz" || path == "/readyz";
+        for code in ["401", "403", "503"] {
+            assert_eq!(
+                op["responses"].get(code).is_some(),
+                !health || code == "503" && path == "/readyz",
+                "{method} {path} documents {code} exactly when it can answer it"
+            );
+        }
+        if health {
+            assert_eq!(op["security"], json!([]), "{path} is open");
+        }
         for (code, response) in op["responses"].as_object().unwrap() {
             if code.starts_with('4') || code.starts_with('5') {
                 let schema = &response["content"]["application/json"]["schema"];

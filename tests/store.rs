@@ -20,6 +20,7 @@ fn new_call(id: &str) -> NewCall {
         caller: Some("agent".into()),
         input: json!({"id": id}),
         idempotency_key: None,
+        attempts: 1,
         created_at: Timestamp::now(),
     }
 }

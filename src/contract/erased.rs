@@ -64,10 +64,8 @@ pub struct ToolDescriptor {
     /// What running it does to the world.
     pub effect: Effect,
     /// The JSON Schema of its input.
-    #[schema(value_type = Object)]
     pub input_schema: Value,
     /// The JSON Schema of its output, or `null` when it declares none.
-    #[schema(value_type = Option<Object>)]
     pub output_schema: Option<Value>,
 }
 

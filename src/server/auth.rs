@@ -109,7 +109,7 @@ impl Keys {
 }
 
 /// Routes anyone may reach, even without a key: liveness and readiness probes.
-pub(super) fn is_open(route: &str) -> bool {
+pub(crate) fn is_open(route: &str) -> bool {
     matches!(route, "/healthz" | "/readyz")
 }
 

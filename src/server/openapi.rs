@@ -16,7 +16,7 @@ use super::{approvals, calls, health, tools};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
-use crate::store::{Approval, CallError, CallRecord, CallStatus, SuspensionView};
+use crate::store::{Approval, CallError, CallEvent, CallRecord, CallStatus, SuspensionView};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -28,14 +28,15 @@ use crate::store::{Approval, CallError, CallRecord, CallStatus, SuspensionView};
     ),
     paths(
         tools::list, tools::get, tools::call,
-        calls::get,
-        approvals::list, approvals::get, approvals::approve, approvals::reject,
+        calls::list, calls::get, calls::resolve,
+        approvals::list, approvals::get, approvals::approve, approvals::reject, approvals::complete,
         health::healthz, health::readyz,
         openapi_json,
     ),
     components(schemas(
         ErrorEnvelope, ErrorObject, ToolDescriptor, Effect, CallCompleted, CallSuspended,
         CallFailed, SuspensionTicket, CallRecord, CallStatus, CallError, SuspensionView, Approval,
+        CallEvent,
     )),
     tags(
         (name = "tools", description = "Tool schemas, and calling tools."),
@@ -121,7 +122,70 @@ pub fn document(tools: &ToolSet) -> Value {
     if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
         schemas.extend(components);
     }
+    add_auth_and_shedding(&mut doc);
     doc
+}
+
+/// Every operation but the health probes needs a bearer token (`401`), may be refused to the
+/// key's role (`403`), and may be shed under load (`503`): documented once here rather than on
+/// each handler.
+fn add_auth_and_shedding(doc: &mut Value) {
+    doc["components"]["securitySchemes"] = json!({
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key's token. With no keys configured, auth is off.",
+        }
+    });
+    doc["security"] = json!([{ "bearer": [] }]);
+    let envelope = |description: &str, header: bool| {
+        let mut response = json!({
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorEnvelope"}}},
+        });
+        if header {
+            response["headers"] = json!({"Retry-After": {
+                "description": "Seconds to wait.",
+                "schema": {"type": "string"},
+            }});
+        }
+        response
+    };
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for (path, item) in paths.iter_mut() {
+        let open = crate::server::auth::is_open(path);
+        let Some(operations) = item.as_object_mut() else {
+            continue;
+        };
+        for operation in operations.values_mut() {
+            if open {
+                operation["security"] = json!([]);
+                continue;
+            }
+            let Some(responses) = operation["responses"].as_object_mut() else {
+                continue;
+            };
+            responses.entry("401").or_insert_with(|| {
+                let mut response = envelope("`unauthorized`: no valid bearer token.", false);
+                response["headers"] = json!({"WWW-Authenticate": {
+                    "description": "`Bearer`.",
+                    "schema": {"type": "string"},
+                }});
+                response
+            });
+            responses.entry("403").or_insert_with(|| {
+                envelope("`forbidden`: the key's role may not use this route.", false)
+            });
+            responses.entry("503").or_insert_with(|| {
+                envelope(
+                    "`overloaded`: the server is at its limit of requests at once; retry later.",
+                    true,
+                )
+            });
+        }
+    }
 }
 
 /// Registers `schema` as the component `prefix` (its `$defs` as `prefix.<def>`), rewriting its

@@ -49,7 +49,6 @@ pub struct SuspensionTicket {
     /// What the approver is asked.
     pub reason: String,
     /// The JSON Schema the approver's input must satisfy.
-    #[schema(value_type = Object)]
     pub input_schema: Value,
 }
 

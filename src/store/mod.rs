@@ -143,7 +143,6 @@ pub struct SuspensionView {
     /// What the approver is asked.
     pub reason: String,
     /// The JSON Schema the approver's input must satisfy.
-    #[schema(value_type = Object)]
     pub input_schema: Value,
     /// When the call was suspended.
     #[schema(value_type = String, format = DateTime)]
@@ -188,10 +187,8 @@ pub struct CallRecord {
     /// The idempotency key the call ran under, if any.
     pub idempotency_key: Option<String>,
     /// The input it was called with.
-    #[schema(value_type = Object)]
     pub input: Value,
     /// The output, once completed.
-    #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
     /// Why it failed or was rejected.
     pub error: Option<CallError>,
@@ -226,6 +223,8 @@ pub struct NewCall {
     /// The idempotency key: the tool's own, or one derived from the client's header. At most
     /// one call exists per (tool, key).
     pub idempotency_key: Option<String>,
+    /// How many times the tool has run: 1 for an intent recorded before the first run.
+    pub attempts: u32,
     /// When the call was made.
     pub created_at: Timestamp,
 }
@@ -283,7 +282,6 @@ pub struct Approval {
     /// What the approver is asked.
     pub reason: String,
     /// The JSON Schema the approver's input must satisfy.
-    #[schema(value_type = Object)]
     pub input_schema: Value,
     /// When the call was suspended.
     #[schema(value_type = String, format = DateTime)]
@@ -293,7 +291,6 @@ pub struct Approval {
     pub expires_at: Option<Timestamp>,
     /// The call's input; present when one approval is read by its token.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
 }
 
@@ -425,7 +422,7 @@ pub struct CallPage {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Records a new call: `running` (its intent, before the tool runs) when `outcome` is
-    /// `None`, or already finished with `outcome`. Its attempts count is 1. When a call with the
+    /// `None`, or already finished with `outcome`. When a call with the
     /// same (tool, idempotency key) exists, writes nothing and returns it.
     async fn insert_call(
         &self,

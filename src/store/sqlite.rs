@@ -368,7 +368,7 @@ fn insert(
         .prepare_cached(
             "INSERT INTO calls (call_id, tool, effect, caller, status, input, idempotency_key, \
              attempts, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, 1, ?7, ?7) ON CONFLICT DO NOTHING",
+             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?8, ?7, ?7) ON CONFLICT DO NOTHING",
         )
         .and_then(|mut st| {
             st.execute(params![
@@ -378,7 +378,8 @@ fn insert(
                 call.caller,
                 input,
                 call.idempotency_key,
-                call.created_at.0
+                call.created_at.0,
+                i64::from(call.attempts)
             ])
         })
         .map_err(backend)?;

@@ -50,6 +50,48 @@ impl Api {
         read(response).await
     }
 
+    /// Calls `tool` with an `Idempotency-Key` header; returns the status, the
+    /// `Idempotent-Replayed` and `Retry-After` headers, and the body.
+    pub async fn call_keyed(
+        &self,
+        tool: &str,
+        key: &str,
+        input: Value,
+    ) -> (StatusCode, Option<String>, Option<String>, Value) {
+        let response = self
+            .client
+            .post(format!("{}/tools/{tool}/call", self.base))
+            .header("idempotency-key", key)
+            .json(&serde_json::json!({ "input": input }))
+            .send()
+            .await
+            .expect("request sent");
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let (replayed, retry_after) = (header("idempotent-replayed"), header("retry-after"));
+        let (status, body) = read(response).await;
+        (status, replayed, retry_after, body)
+    }
+
+    /// Posts JSON with extra headers.
+    pub async fn post_raw_with(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Value,
+    ) -> (StatusCode, Value) {
+        let mut request = self.client.post(format!("{}{path}", self.base)).json(&body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        read(request.send().await.expect("request sent")).await
+    }
+
     /// Posts raw bytes with an optional content type.
     pub async fn post_raw(
         &self,
