@@ -1,0 +1,366 @@
+//! Auth and roles: every route times {no token, caller, approver, admin}, a caller that can
+//! never approve (its own suspensions included), who-did-what on every resolution, and the
+//! binary's refusal to serve without keys on a non-loopback address.
+
+mod common;
+
+use common::{Api, TestServer, assert_error, temp_dir};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use toolgate::server::auth::{ApiKey, Role, token_sha256};
+use toolgate::store::SqliteStore;
+use toolgate::{ServerBuilder, ToolSet};
+
+const CALLER: &str = "caller-token-9f2c";
+const OTHER_CALLER: &str = "other-caller-token-41aa";
+const APPROVER: &str = "approver-token-77d0";
+const ADMIN: &str = "admin-token-c3e1";
+
+fn key(name: &str, role: Role, token: &str) -> ApiKey {
+    ApiKey {
+        name: name.into(),
+        role,
+        token_sha256: token_sha256(token),
+    }
+}
+
+async fn server(dir: &std::path::Path) -> TestServer {
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), dir).unwrap();
+    let store = SqliteStore::open(dir.join("toolgate.db")).unwrap();
+    let keys = vec![
+        key("agent", Role::Caller, CALLER),
+        key("other-agent", Role::Caller, OTHER_CALLER),
+        key("finance-ops", Role::Approver, APPROVER),
+        key("root", Role::Admin, ADMIN),
+    ];
+    TestServer::serve(ServerBuilder::new(tools, store).api_keys(keys)).await
+}
+
+/// Sends one request as `token` (none when `None`); returns the status, the
+/// `WWW-Authenticate` header and the JSON body.
+async fn send(
+    api: &Api,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> (StatusCode, Option<String>, Value) {
+    let mut request = api.client.request(method, format!("{}{path}", api.base));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, challenge, body)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Who {
+    Nobody,
+    Caller,
+    Approver,
+    Admin,
+}
+
+impl Who {
+    fn token(self) -> Option<&'static str> {
+        match self {
+            Who::Nobody => None,
+            Who::Caller => Some(CALLER),
+            Who::Approver => Some(APPROVER),
+            Who::Admin => Some(ADMIN),
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_route_times_every_role() {
+    let dir = temp_dir();
+    let server = server(dir.path()).await;
+    let api = &server.api;
+    let (_, _, call) = send(
+        api,
+        Method::POST,
+        "/tools/echo/call",
+        Some(json!({"input": {"text": "x"}})),
+        Some(ADMIN),
+    )
+    .await;
+    let call_id = call["call_id"].as_str().unwrap().to_owned();
+    let (_, _, asked) = send(
+        api,
+        Method::POST,
+        "/tools/ask_human/call",
+        Some(json!({"input": {"question": "?"}})),
+        Some(ADMIN),
+    )
+    .await;
+    let token = asked["suspension"]["token"].as_str().unwrap().to_owned();
+
+    use Who::*;
+    // (method, path, body, who may use it). Resolutions use a token that does not exist, so an
+    // allowed one answers 404 and the table's requests do not change each other's state.
+    let routes: Vec<(Method, String, Option<Value>, Vec<Who>)> = vec![
+        (Method::GET, "/tools".into(), None, vec![Caller, Admin]),
+        (Method::GET, "/tools/echo".into(), None, vec![Caller, Admin]),
+        (
+            Method::POST,
+            "/tools/echo/call".into(),
+            Some(json!({"input": {"text": "t"}})),
+            vec![Caller, Admin],
+        ),
+        (Method::GET, "/calls".into(), None, vec![Approver, Admin]),
+        (
+            Method::GET,
+            format!("/calls/{call_id}"),
+            None,
+            vec![Caller, Approver, Admin],
+        ),
+        (
+            Method::POST,
+            format!("/calls/{call_id}/resolve"),
+            Some(json!({"error": "x"})),
+            vec![Approver, Admin],
+        ),
+        (
+            Method::GET,
+            "/approvals".into(),
+            None,
+            vec![Approver, Admin],
+        ),
+        (
+            Method::GET,
+            format!("/approvals/{token}"),
+            None,
+            vec![Approver, Admin],
+        ),
+        (
+            Method::POST,
+            "/approvals/sus_none/approve".into(),
+            Some(json!({"input": {}})),
+            vec![Approver, Admin],
+        ),
+        (
+            Method::POST,
+            "/approvals/sus_none/reject".into(),
+            Some(json!({"reason": "r"})),
+            vec![Approver, Admin],
+        ),
+        (
+            Method::POST,
+            "/approvals/sus_none/complete".into(),
+            Some(json!({"output": {}})),
+            vec![Approver, Admin],
+        ),
+        (
+            Method::GET,
+            "/openapi.json".into(),
+            None,
+            vec![Caller, Approver, Admin],
+        ),
+        (
+            Method::GET,
+            "/healthz".into(),
+            None,
+            vec![Nobody, Caller, Approver, Admin],
+        ),
+        (
+            Method::GET,
+            "/readyz".into(),
+            None,
+            vec![Nobody, Caller, Approver, Admin],
+        ),
+    ];
+    for (method, path, body, allowed) in routes {
+        for who in [Nobody, Caller, Approver, Admin] {
+            let (status, challenge, answer) =
+                send(api, method.clone(), &path, body.clone(), who.token()).await;
+            let case = format!("{method} {path} as {who:?}: {status} {answer}");
+            if allowed.contains(&who) {
+                assert!(
+                    status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN,
+                    "{case}"
+                );
+                assert!(!status.is_server_error(), "{case}");
+            } else if who == Nobody {
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "{case}");
+                assert_eq!(challenge.as_deref(), Some("Bearer"), "{case}");
+                assert_error(&answer, "unauthorized");
+            } else {
+                assert_eq!(status, StatusCode::FORBIDDEN, "{case}");
+                assert_error(&answer, "forbidden");
+            }
+        }
+    }
+    // The suspension the table looked at is untouched.
+    let (status, _, _) = send(
+        api,
+        Method::GET,
+        &format!("/approvals/{token}"),
+        None,
+        Some(APPROVER),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_credentials_are_401() {
+    let dir = temp_dir();
+    let server = server(dir.path()).await;
+    let url = format!("{}/tools", server.api.base);
+    for header in [
+        "Bearer wrong-token",
+        "Basic YWRtaW46YWRtaW4=",
+        "Bearer",
+        "",
+        ADMIN,
+    ] {
+        let response = server
+            .api
+            .client
+            .get(&url)
+            .header("authorization", header)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{header:?}");
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    }
+    let response = server
+        .api
+        .client
+        .get(&url)
+        .bearer_auth(CALLER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // The scheme is case-insensitive.
+    let response = server
+        .api
+        .client
+        .get(&url)
+        .header("authorization", format!("bearer {CALLER}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_caller_sees_only_its_calls_and_never_approves_and_approvers_are_recorded() {
+    let dir = temp_dir();
+    let server = server(dir.path()).await;
+    let api = &server.api;
+    let (status, _, asked) = send(
+        api,
+        Method::POST,
+        "/tools/issue_refund/call",
+        Some(json!({"input": {"order_id": "o-1", "amount_cents": 50_000, "reason": "r"}})),
+        Some(CALLER),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let call_id = asked["call_id"].as_str().unwrap();
+    let token = asked["suspension"]["token"].as_str().unwrap();
+
+    let path = format!("/calls/{call_id}");
+    let (status, _, record) = send(api, Method::GET, &path, None, Some(CALLER)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(record["caller"], "agent");
+    assert_eq!(record["events"][0]["actor"], "agent");
+    let (status, _, body) = send(api, Method::GET, &path, None, Some(OTHER_CALLER)).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another caller's call does not exist for it"
+    );
+    assert_error(&body, "unknown_call");
+
+    // Its own suspension included, a caller cannot resolve anything.
+    for (action, body) in [
+        ("approve", json!({"input": {}})),
+        ("reject", json!({"reason": "mine"})),
+        ("complete", json!({"output": {}})),
+    ] {
+        let (status, _, _) = send(
+            api,
+            Method::POST,
+            &format!("/approvals/{token}/{action}"),
+            Some(body),
+            Some(CALLER),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{action}");
+    }
+    let (status, _, _) = send(api, Method::GET, &path, None, Some(APPROVER)).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (status, _, done) = send(
+        api,
+        Method::POST,
+        &format!("/approvals/{token}/approve"),
+        Some(json!({"input": {"note": "ok"}})),
+        Some(APPROVER),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let (_, _, record) = send(api, Method::GET, &path, None, Some(CALLER)).await;
+    let approved = record["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "approved")
+        .unwrap();
+    assert_eq!(approved["actor"], "finance-ops");
+    assert!(approved["at"].is_string());
+    server.stop().await;
+}
+
+#[test]
+fn the_binary_refuses_a_public_address_without_keys() {
+    let dir = temp_dir();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--bind", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--insecure-no-auth"), "{stderr}");
+}
+
+#[test]
+fn hash_token_prints_the_sha256_of_stdin() {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("hash-token")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"abc\n").unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    // SHA-256("abc"), the FIPS 180-2 test vector; the trailing newline is not part of the token.
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap().trim(),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+}

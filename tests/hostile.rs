@@ -1,0 +1,188 @@
+//! Hostile input, generated: malformed and oversized bodies, wrong types, deep nesting, odd
+//! paths, methods and headers. Whatever arrives, the answer is never a 5xx, always the error
+//! envelope for a 4xx, the server keeps serving, and a rejected request records nothing.
+
+mod common;
+
+use common::{TestServer, temp_dir};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+/// Any JSON value, up to a few levels deep.
+fn any_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        "\\PC{0,12}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::from),
+            prop::collection::btree_map("[a-z_]{0,8}", inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A request body: raw bytes, broken JSON, any JSON, an envelope with any input, or something
+/// huge or deeply nested.
+fn any_body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..64),
+        Just(b"{\"input\": ".to_vec()),
+        any_json().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        any_json().prop_map(|input| serde_json::to_vec(&json!({ "input": input })).unwrap()),
+        any_json().prop_map(|output| serde_json::to_vec(&json!({ "output": output })).unwrap()),
+        (1usize..400).prop_map(|depth| {
+            let mut body = b"{\"input\": ".to_vec();
+            body.extend(std::iter::repeat_n(b'[', depth));
+            body.extend(std::iter::repeat_n(b']', depth));
+            body.push(b'}');
+            body
+        }),
+        (1usize..3).prop_map(|mib| {
+            let mut body = b"{\"input\": {\"text\": \"".to_vec();
+            body.extend(std::iter::repeat_n(b'x', mib * 1024 * 1024));
+            body.extend(b"\"}}");
+            body
+        }),
+    ]
+}
+
+fn any_path() -> impl Strategy<Value = String> {
+    let segment = prop_oneof![
+        Just("echo".to_owned()),
+        Just("issue_refund".to_owned()),
+        Just("sus_0000".to_owned()),
+        Just("%FF%FE".to_owned()),
+        Just("..".to_owned()),
+        "[a-zA-Z0-9_%.~-]{0,20}",
+    ];
+    prop_oneof![
+        segment.clone().prop_map(|s| format!("/tools/{s}/call")),
+        segment.clone().prop_map(|s| format!("/tools/{s}")),
+        segment.clone().prop_map(|s| format!("/calls/{s}")),
+        segment.clone().prop_map(|s| format!("/calls/{s}/resolve")),
+        segment
+            .clone()
+            .prop_map(|s| format!("/approvals/{s}/approve")),
+        segment
+            .clone()
+            .prop_map(|s| format!("/approvals/{s}/complete")),
+        segment
+            .clone()
+            .prop_map(|s| format!("/approvals?limit={s}")),
+        segment
+            .clone()
+            .prop_map(|s| format!("/calls?status={s}&cursor={s}")),
+        segment.prop_map(|s| format!("/{s}")),
+        Just("/tools".to_owned()),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct Attack {
+    method: Method,
+    path: String,
+    content_type: Option<String>,
+    idempotency_key: Option<String>,
+    body: Vec<u8>,
+}
+
+fn any_attack() -> impl Strategy<Value = Attack> {
+    (
+        prop_oneof![
+            Just(Method::POST),
+            Just(Method::GET),
+            Just(Method::PUT),
+            Just(Method::DELETE)
+        ],
+        any_path(),
+        prop::option::of(prop_oneof![
+            Just("application/json".to_owned()),
+            Just("application/json; charset=utf-8".to_owned()),
+            Just("text/plain".to_owned()),
+            Just("application/x-www-form-urlencoded".to_owned()),
+        ]),
+        prop::option::of("[ -~]{0,300}"),
+        any_body(),
+    )
+        .prop_map(
+            |(method, path, content_type, idempotency_key, body)| Attack {
+                method,
+                path,
+                content_type,
+                idempotency_key,
+                body,
+            },
+        )
+}
+
+fn calls_in_db(dir: &std::path::Path) -> i64 {
+    let conn = rusqlite::Connection::open(dir.join("toolgate.db")).unwrap();
+    conn.query_row("SELECT count(*) FROM calls", [], |row| row.get(0))
+        .unwrap()
+}
+
+#[test]
+fn generated_hostile_requests_never_get_a_5xx_nor_leave_a_trace() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = temp_dir();
+    let server = runtime.block_on(TestServer::examples(dir.path()));
+    let api = server.api.clone();
+    let cases = std::env::var("HOSTILE_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(300);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&any_attack(), |attack| {
+            let before = calls_in_db(dir.path());
+            let (status, body) = runtime.block_on(async {
+                let mut request = api
+                    .client
+                    .request(
+                        attack.method.clone(),
+                        format!("{}{}", api.base, attack.path),
+                    )
+                    .body(attack.body.clone());
+                if let Some(content_type) = &attack.content_type {
+                    request = request.header("content-type", content_type);
+                }
+                if let Some(key) = &attack.idempotency_key {
+                    request = request.header("idempotency-key", key);
+                }
+                let response = request.send().await.expect("the server answers");
+                let status = response.status();
+                (status, response.bytes().await.unwrap())
+            });
+            prop_assert!(!status.is_server_error(), "{status} for {attack:?}");
+            if status.is_client_error() {
+                let envelope: Value = serde_json::from_slice(&body)
+                    .map_err(|e| TestCaseError::fail(format!("not JSON: {e}")))?;
+                prop_assert!(envelope["error"]["code"].is_string(), "{envelope}");
+                prop_assert!(envelope["error"]["message"].is_string(), "{envelope}");
+                prop_assert_eq!(
+                    calls_in_db(dir.path()),
+                    before,
+                    "a rejected request was recorded"
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+    // Still serving.
+    let (status, _) = runtime.block_on(server.api.get("/healthz"));
+    assert!(status.is_success());
+    runtime.block_on(server.stop());
+}
