@@ -13,6 +13,9 @@ RUN useradd --system --uid 10001 --home-dir /data toolgate \
     && mkdir -p /data \
     && chown toolgate /data
 COPY --from=build /src/target/release/toolgate /usr/local/bin/toolgate
+# Mount a config with [[auth.keys]] over this one: without keys the server refuses to listen on
+# 0.0.0.0 (see README, "Auth").
+COPY config/default.toml /etc/toolgate/toolgate.toml
 USER toolgate
 VOLUME ["/data"]
 ENV TOOLGATE_DATA_DIR=/data \
@@ -20,4 +23,4 @@ ENV TOOLGATE_DATA_DIR=/data \
 EXPOSE 8080
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["toolgate"]
-CMD ["serve"]
+CMD ["serve", "--config", "/etc/toolgate/toolgate.toml"]

@@ -177,7 +177,7 @@ async fn typed_tool_never_runs_the_handler_on_input_that_does_not_fit() {
 }
 
 #[test]
-fn the_idempotency_key_is_a_pure_function_of_the_input() {
+fn the_idempotency_key_comes_from_the_typed_input() {
     let tool = TypedTool::new(pay_claim().0);
     let input = json!({"claim_id": "c-17", "cents": 100});
     assert_eq!(tool.idempotency_key(&input), Some("pay_claim:c-17".into()));

@@ -680,3 +680,36 @@ async fn calls_are_listed_newest_first_with_filters() {
     }
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn past_max_in_flight_the_server_sheds_at_once_but_health_answers() {
+    let dir = temp_dir();
+    let mut tools = ToolSet::new();
+    tools.register(SlowLookup).unwrap();
+    let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
+    let config = DispatchConfig {
+        defaults: ToolSettings {
+            timeout: Duration::from_millis(600),
+            ..ToolSettings::default()
+        },
+        ..DispatchConfig::default()
+    };
+    let builder = ServerBuilder::new(tools, store)
+        .max_in_flight(1)
+        .dispatch_config(config);
+    let server = TestServer::serve(builder).await;
+    let api = server.api.clone();
+    let busy = tokio::spawn(async move { api.call("slow_lookup", json!({})).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, body) = server.api.get("/tools").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_error(&body, "overloaded");
+    let (status, _) = server.api.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK, "probes are never shed");
+    let (status, _) = server.api.get("/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(busy.await.unwrap().0, StatusCode::GATEWAY_TIMEOUT);
+    let (status, _) = server.api.get("/tools").await;
+    assert_eq!(status, StatusCode::OK, "served again once the slot is free");
+    server.stop().await;
+}

@@ -354,6 +354,22 @@ async fn malformed_requests_get_the_envelope_and_never_a_5xx() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_error(&body, "bad_request");
 
+    // Valid JSON nested deeper than the configured bound (64 by default).
+    let nested = format!(
+        r#"{{"input": {{"text": "a", "x": {}{}}}}}"#,
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    let (status, body) = api.post_raw("/tools/echo/call", json, nested).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&body, "bad_request");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nested deeper than 64")
+    );
+
     let (status, body) = api.get("/no/such/route").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_error(&body, "not_found");
@@ -1024,4 +1040,57 @@ async fn a_failing_store_is_answered_without_leaking_its_internals() {
         "liveness does not depend on the store"
     );
     server.abort();
+}
+
+/// Counts its runs; suspends on the first.
+#[derive(Tool)]
+#[tool(effect = "write")]
+struct Gatekeeper {
+    runs: Arc<AtomicUsize>,
+}
+
+#[toolgate::async_trait]
+impl ToolHandler for Gatekeeper {
+    type Input = TwiceInput;
+    type Output = Value;
+
+    async fn call(
+        &self,
+        ctx: &ToolCtx,
+        _input: TwiceInput,
+    ) -> Result<ToolOutcome<Value>, HandlerError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        match ctx.resume() {
+            None => Ok(ToolOutcome::suspend_for::<Go>("let it through?")),
+            Some(_) => Ok(ToolOutcome::output(json!("through"))),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_call_never_runs_its_tool_again() {
+    let dir = temp_dir();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut tools = ToolSet::new();
+    tools.register(Gatekeeper { runs: runs.clone() }).unwrap();
+    let server = TestServer::start(tools, dir.path()).await;
+    let (_, body) = server.api.call("gatekeeper", json!({})).await;
+    let token = body["suspension"]["token"].as_str().unwrap().to_owned();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let (status, _) = server
+        .api
+        .post(
+            &format!("/approvals/{token}/reject"),
+            json!({"reason": "no"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = server.api.approve(&token, json!({"ok": true})).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "neither the rejection nor a late approval ran it"
+    );
+    server.stop().await;
 }

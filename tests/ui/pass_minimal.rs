@@ -1,4 +1,5 @@
-//! A tool author needs only `toolgate` and `serde`: the derive and the re-exports suffice.
+//! A tool written only against `toolgate`'s re-exports (and `serde`) compiles: the derive, the
+//! `async_trait` attribute, and `schemars` through `toolgate::schemars`.
 use serde::Deserialize;
 use toolgate::schemars::{self, JsonSchema};
 use toolgate::{HandlerError, Tool, ToolCtx, ToolHandler, ToolMeta, ToolOutcome, ToolSet};
