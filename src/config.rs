@@ -384,6 +384,7 @@ impl Config {
                 initial_backoff: Duration::from_millis(self.retry.initial_backoff_ms),
                 max_backoff: Duration::from_millis(self.retry.max_backoff_ms),
             },
+            max_running_calls: self.max_in_flight,
         }
     }
 }

@@ -60,7 +60,7 @@ impl Default for ToolSettings {
 }
 
 /// Everything the dispatcher is configured with.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DispatchConfig {
     /// Settings of tools not named in `tools`.
     pub defaults: ToolSettings,
@@ -68,6 +68,20 @@ pub struct DispatchConfig {
     pub tools: HashMap<String, ToolSettings>,
     /// Retries of live failures, before the effect-based adjustment (writes never retry).
     pub retry: RetryPolicy,
+    /// The most calls running at once across all tools, counting calls whose client has gone
+    /// (they run to their outcome).
+    pub max_running_calls: usize,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            defaults: ToolSettings::default(),
+            tools: HashMap::new(),
+            retry: RetryPolicy::default(),
+            max_running_calls: 1024,
+        }
+    }
 }
 
 /// One tool's settings, with its retry policy adjusted to its effect and its concurrency gate.
@@ -93,6 +107,7 @@ pub struct Dispatcher {
     store: Arc<dyn Store>,
     policies: Arc<HashMap<String, ToolPolicy>>,
     running: Running,
+    slots: Arc<Semaphore>,
 }
 
 /// Counts the calls running in detached tasks, so a shutdown can wait for them to be recorded
@@ -418,6 +433,7 @@ impl Dispatcher {
             store,
             policies: Arc::new(policies),
             running: Running::default(),
+            slots: Arc::new(Semaphore::new(config.max_running_calls.max(1))),
         }
     }
 
@@ -509,7 +525,7 @@ impl Dispatcher {
         output: Value,
         actor: Option<&str>,
     ) -> Result<CallResult, DispatchError> {
-        let approval = self.pending(token, actor).await?;
+        let approval = self.pending(token).await?;
         let registered = self
             .tools
             .lookup(&approval.tool)
@@ -586,14 +602,14 @@ impl Dispatcher {
             })?;
         let dyn_tool = registered.tool.as_ref();
         let policy = self.policy(dyn_tool.name());
-        let _slot = take_slot(policy, dyn_tool.name())?;
+        let _slot = self.take_slot(policy, dyn_tool.name())?;
 
         // The tool's own key names the effect and wins; a client's key is scoped to its caller.
         let key = dyn_tool.idempotency_key(&input).or_else(|| {
             options
                 .idempotency_key
-                .as_ref()
-                .map(|key| format!("client:{}:{key}", options.caller.as_deref().unwrap_or("-")))
+                .as_deref()
+                .map(|key| client_key_scope(options.caller.as_deref(), key))
         });
         let created_at = Timestamp::now();
         let call_id = ids::new_call_id(created_at.0);
@@ -672,18 +688,21 @@ impl Dispatcher {
             CallStatus::Interrupted => {
                 // Claim it; of two requests racing to re-run it, one wins and the other is told
                 // it is in progress.
-                let Some(call) = self.store.rerun_interrupted(&existing.call_id).await? else {
+                let Some(rerun) = self.store.rerun_interrupted(&existing.call_id).await? else {
                     return Err(DispatchError::CallInProgress {
                         call_id: existing.call_id,
                     });
                 };
+                // An interrupted re-dispatch of an approval resumes with the approver's input:
+                // the person is not asked twice.
+                let call = rerun.call;
                 let ran = self
                     .attempts(
                         registered,
                         policy,
                         &call.call_id,
                         call.idempotency_key.as_deref(),
-                        None,
+                        rerun.resume_input,
                         call.attempts,
                         call.input,
                     )
@@ -712,13 +731,8 @@ impl Dispatcher {
         }
     }
 
-    /// The pending suspension `token`, or why it is not pending. An expired one is recorded as
-    /// expired on the way.
-    async fn pending(
-        &self,
-        token: &str,
-        actor: Option<&str>,
-    ) -> Result<crate::store::Approval, DispatchError> {
+    /// The pending suspension `token`, or why it is not pending.
+    async fn pending(&self, token: &str) -> Result<crate::store::Approval, DispatchError> {
         match self
             .store
             .approval(token)
@@ -730,15 +744,10 @@ impl Dispatcher {
                 Ok(approval)
             }
             ApprovalState::Resolved(call) => Err(DispatchError::AlreadyResolved(Box::new(call))),
-            ApprovalState::Expired(_) => {
-                // Resolving an expired token records the expiry and reports it.
-                let reason = String::new();
-                let resolved = self
-                    .store
-                    .resolve(token, Resolution::Reject { reason }, actor)
-                    .await?;
-                Err(unexpected_resolution(resolved))
-            }
+            // Write the expiry down (a no-op if it already is), and report it.
+            ApprovalState::Expired(_) => Err(unexpected_resolution(
+                self.store.resolve(token, Resolution::Expire, None).await?,
+            )),
         }
     }
 
@@ -748,7 +757,7 @@ impl Dispatcher {
         resume_input: Value,
         actor: Option<&str>,
     ) -> Result<CallResult, DispatchError> {
-        let approval = self.pending(token, actor).await?;
+        let approval = self.pending(token).await?;
         // The schema compiled when the tool suspended (see `attempts`), so failing now means
         // the stored copy is damaged.
         let validator = compile_schema(&approval.input_schema)
@@ -759,7 +768,7 @@ impl Dispatcher {
             .lookup(&approval.tool)
             .ok_or_else(|| DispatchError::UnknownTool(approval.tool.clone()))?;
         let policy = self.policy(&approval.tool);
-        let _slot = take_slot(policy, &approval.tool)?;
+        let _slot = self.take_slot(policy, &approval.tool)?;
 
         let resolution = Resolution::Approve {
             resume_input: resume_input.clone(),
@@ -834,6 +843,14 @@ impl Dispatcher {
                         wait_ms = wait.as_millis() as u64,
                         "attempt failed; retrying"
                     );
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                // A read or idempotent attempt that timed out may run again; a write never does
+                // (its policy allows no second attempt).
+                Err(_elapsed) if policy.retry.allows_another(made) => {
+                    let wait = policy.retry.backoff(made);
+                    tracing::warn!(tool = tool.name(), attempt, "attempt timed out; retrying");
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
@@ -927,7 +944,7 @@ impl Dispatcher {
                 match compile_schema(&suspension.input_schema) {
                     Ok(_) => CallOutcome::Suspended {
                         token: ids::new_suspension_token(),
-                        reason: suspension.reason,
+                        reason: bounded_reason(suspension.reason),
                         input_schema: suspension.input_schema,
                         expires_at: policy.settings.approval_ttl.map(|ttl| {
                             let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
@@ -967,6 +984,17 @@ impl Dispatcher {
     }
 }
 
+/// The longest suspension reason kept, in characters; a tool may quote a caller's input in it,
+/// and every page of the approvals queue carries it.
+pub const MAX_REASON_CHARS: usize = 2000;
+
+fn bounded_reason(reason: String) -> String {
+    match reason.char_indices().nth(MAX_REASON_CHARS) {
+        Some((cut, _)) => format!("{}…", &reason[..cut]),
+        None => reason,
+    }
+}
+
 fn failed(failure: Failure) -> CallOutcome {
     CallOutcome::Failed {
         status: CallStatus::Failed,
@@ -974,14 +1002,37 @@ fn failed(failure: Failure) -> CallOutcome {
     }
 }
 
-/// A slot of the tool's concurrency limit, or `Overloaded` when none is free: refusing at once
-/// beats an unbounded queue.
-fn take_slot(policy: &ToolPolicy, tool: &str) -> Result<OwnedSemaphorePermit, DispatchError> {
-    policy
-        .slots
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| DispatchError::Overloaded(tool.to_owned()))
+/// The idempotency key a client's `Idempotency-Key` header stands for: scoped to the caller (the
+/// tool scope comes from the store's unique index on (tool, key)), and hashed so that no choice
+/// of caller name and key collides with another and the handler, which may hand it to a
+/// provider, never sees the key name.
+pub fn client_key_scope(caller: Option<&str>, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let caller = caller.unwrap_or("");
+    let mut hash = Sha256::new();
+    hash.update((caller.len() as u64).to_be_bytes());
+    hash.update(caller.as_bytes());
+    hash.update(key.as_bytes());
+    format!("client:{}", hex::encode(hash.finalize()))
+}
+
+impl Dispatcher {
+    /// A slot of the global and of the tool's concurrency limit, held until the call's run
+    /// ends; `Overloaded` when either is full: refusing at once beats an unbounded queue.
+    fn take_slot(
+        &self,
+        policy: &ToolPolicy,
+        tool: &str,
+    ) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), DispatchError> {
+        let overloaded = |_| DispatchError::Overloaded(tool.to_owned());
+        let global = self.slots.clone().try_acquire_owned().map_err(overloaded)?;
+        let local = policy
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(overloaded)?;
+        Ok((global, local))
+    }
 }
 
 /// The error for a resolution that did not go the expected way.

@@ -155,7 +155,10 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     }
     let tool_count = tools.len();
     let dispatch = config.dispatch_config();
-    // Calls still running when the server stops get the longest tool timeout to finish.
+    // Calls still running when the server stops get as long as the slowest tool may take, its
+    // retries and their waits included.
+    let retry = dispatch.retry;
+    let backoffs: std::time::Duration = (1..retry.max_attempts).map(|n| retry.backoff(n)).sum();
     let grace = dispatch
         .tools
         .values()
@@ -163,6 +166,8 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .chain([dispatch.defaults.timeout])
         .max()
         .unwrap_or_default()
+        .saturating_mul(retry.max_attempts)
+        + backoffs
         + std::time::Duration::from_secs(1);
     let (router, running) = ServerBuilder::new(tools, store)
         .max_body_bytes(config.max_body_bytes)

@@ -364,3 +364,34 @@ fn hash_token_prints_the_sha256_of_stdin() {
         "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     );
 }
+
+#[tokio::test]
+async fn roles_hold_when_the_router_is_nested_in_another_app() {
+    let dir = temp_dir();
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), dir.path()).unwrap();
+    let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
+    let keys = vec![
+        key("agent", Role::Caller, CALLER),
+        key("finance-ops", Role::Approver, APPROVER),
+    ];
+    let toolgate = ServerBuilder::new(tools, store).api_keys(keys).build();
+    let app = axum::Router::new()
+        .route("/", axum::routing::get(|| async { "host app" }))
+        .nest("/api", toolgate);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = Api::new(listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let (status, _, _) = send(&api, Method::GET, "/api/tools", None, Some(CALLER)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = send(&api, Method::GET, "/api/approvals", None, Some(CALLER)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = send(&api, Method::GET, "/api/approvals", None, Some(APPROVER)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = send(&api, Method::GET, "/api/tools", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, _) = send(&api, Method::GET, "/api/healthz", None, None).await;
+    assert_eq!(status, StatusCode::OK, "probes stay open under a prefix");
+    task.abort();
+}

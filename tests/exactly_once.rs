@@ -11,9 +11,9 @@ use common::{Api, TestServer, assert_error, outbox, temp_dir};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolgate::dispatch::{DispatchConfig, ToolSettings};
+use toolgate::dispatch::{DispatchConfig, ToolSettings, client_key_scope};
 use toolgate::schemars::{self, JsonSchema};
-use toolgate::store::{NewCall, SqliteStore, Store, Timestamp};
+use toolgate::store::{NewCall, Outcome, Resolution, SqliteStore, Store, Timestamp};
 use toolgate::{
     Effect, HandlerError, RetryPolicy, ServerBuilder, Tool, ToolCtx, ToolHandler, ToolOutcome,
     ToolSet,
@@ -559,6 +559,21 @@ async fn an_unanswered_suspension_expires() {
         record["events"].as_array().unwrap().last().unwrap()["kind"],
         "expired"
     );
+    // Once the expiry is written down, it still reads as expired, never as resolved.
+    let (status, body) = api.approve(&token, json!({"answer": "later"})).await;
+    assert_eq!(status, StatusCode::GONE);
+    assert_error(&body, "suspension_expired");
+    let (status, _) = api
+        .post(
+            &format!("/approvals/{token}/reject"),
+            json!({"reason": "late"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::GONE);
+    let (status, _) = api.get(&format!("/approvals/{token}")).await;
+    assert_eq!(status, StatusCode::GONE);
+    let (_, listed) = api.get("/calls?status=expired").await;
+    assert_eq!(listed["calls"][0]["call_id"], call_id.as_str());
     server.stop().await;
 }
 
@@ -617,7 +632,7 @@ async fn an_interrupted_read_runs_again_when_its_request_comes_back() {
                     effect: Effect::Read,
                     caller: None,
                     input: json!({"text": "again"}),
-                    idempotency_key: Some("client:-:echo-1".into()),
+                    idempotency_key: Some(client_key_scope(None, "echo-1")),
                     attempts: 1,
                     created_at: Timestamp::now(),
                 },
@@ -647,24 +662,30 @@ async fn calls_are_listed_newest_first_with_filters() {
     let dir = temp_dir();
     let server = TestServer::examples(dir.path()).await;
     let api = &server.api;
+    let mut ids = Vec::new();
     for i in 0..3 {
-        api.call("echo", json!({"text": format!("t{i}")})).await;
+        let (_, body) = api.call("echo", json!({"text": format!("t{i}")})).await;
+        ids.push(body["call_id"].clone());
     }
     api.call("ask_human", json!({"question": "?"})).await;
     let (status, list) = api.get("/calls?tool=echo&limit=2").await;
     assert_eq!(status, StatusCode::OK);
-    let texts: Vec<&Value> = list["calls"]
+    let listed: Vec<&Value> = list["calls"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| &c["input"]["text"])
+        .map(|c| &c["call_id"])
         .collect();
-    assert_eq!(texts, [&json!("t2"), &json!("t1")]);
+    assert_eq!(listed, [&ids[2], &ids[1]]);
+    // Summaries: a list carries no inputs or outputs, whose size a caller controls.
+    assert!(list["calls"][0].get("input").is_none());
+    assert!(list["calls"][0].get("output").is_none());
+    assert_eq!(list["calls"][0]["status"], "completed");
     let cursor = list["next_cursor"].as_str().unwrap();
     let (_, rest) = api
         .get(&format!("/calls?tool=echo&limit=2&cursor={cursor}"))
         .await;
-    assert_eq!(rest["calls"][0]["input"]["text"], "t0");
+    assert_eq!(rest["calls"][0]["call_id"], ids[0]);
     assert_eq!(rest["next_cursor"], Value::Null);
     let (_, suspended) = api.get("/calls?status=suspended").await;
     assert_eq!(suspended["calls"].as_array().unwrap().len(), 1);
@@ -712,4 +733,134 @@ async fn past_max_in_flight_the_server_sheds_at_once_but_health_answers() {
     let (status, _) = server.api.get("/tools").await;
     assert_eq!(status, StatusCode::OK, "served again once the slot is free");
     server.stop().await;
+}
+
+#[tokio::test]
+async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again() {
+    let dir = temp_dir();
+    let key = client_key_scope(None, "ask-1");
+    {
+        // A previous process suspended ask_human, an approver answered, and the process died
+        // while the tool was running again with that answer.
+        let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
+        let call = NewCall {
+            call_id: "call_asked".into(),
+            tool: "ask_human".into(),
+            effect: Effect::Read,
+            caller: None,
+            input: json!({"question": "ship?"}),
+            idempotency_key: Some(key),
+            attempts: 1,
+            created_at: Timestamp::now(),
+        };
+        let suspended = Outcome::Suspended {
+            token: "sus_asked".into(),
+            reason: "ship?".into(),
+            input_schema: json!({"type": "object"}),
+            expires_at: None,
+        };
+        store.insert_call(call, Some(suspended)).await.unwrap();
+        let approve = Resolution::Approve {
+            resume_input: json!({"answer": "yes, ship"}),
+        };
+        store
+            .resolve("sus_asked", approve, Some("ops"))
+            .await
+            .unwrap();
+    }
+    let server = TestServer::examples(dir.path()).await;
+    let (_, record) = server.api.get("/calls/call_asked").await;
+    assert_eq!(record["status"], "interrupted");
+    let (status, _, _, body) = server
+        .api
+        .call_keyed("ask_human", "ask-1", json!({"question": "ship?"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["output"], json!({"answer": "yes, ship"}));
+    let (_, list) = server.api.get("/approvals").await;
+    assert_eq!(list["approvals"], json!([]), "nobody is asked twice");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver() {
+    let dir = temp_dir();
+    {
+        let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
+        let call = NewCall {
+            call_id: "call_unkeyed".into(),
+            tool: "ask_human".into(),
+            effect: Effect::Read,
+            caller: None,
+            input: json!({"question": "?"}),
+            idempotency_key: None,
+            attempts: 1,
+            created_at: Timestamp::now(),
+        };
+        store.insert_call(call, None).await.unwrap();
+    }
+    let server = TestServer::examples(dir.path()).await;
+    let (status, body) = server
+        .api
+        .post(
+            "/calls/call_unkeyed/resolve",
+            json!({"error": "asked again elsewhere"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "failed");
+    assert_eq!(body["error"]["code"], "reconciled_as_failed");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_write_settled_as_failed_releases_its_key() {
+    let dir = temp_dir();
+    let mut tools = ToolSet::new();
+    tools.register(SlowCharge).unwrap();
+    let config = DispatchConfig {
+        defaults: ToolSettings {
+            timeout: Duration::from_millis(50),
+            ..ToolSettings::default()
+        },
+        ..DispatchConfig::default()
+    };
+    let server = serve(tools, dir.path(), config).await;
+    let (status, _, _, body) = server.api.call_keyed("slow_charge", "c-1", json!({})).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    let first = body["call_id"].as_str().unwrap().to_owned();
+    let (status, _) = server
+        .api
+        .post(
+            &format!("/calls/{first}/resolve"),
+            json!({"error": "the bank has no charge"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // The effect did not happen: the same request is a new call, not a replay of the failure.
+    let (status, replayed, _, body) = server.api.call_keyed("slow_charge", "c-1", json!({})).await;
+    assert_eq!((status, replayed), (StatusCode::GATEWAY_TIMEOUT, None));
+    assert_ne!(body["call_id"], first.as_str());
+    server.stop().await;
+}
+
+#[test]
+fn client_keys_are_scoped_without_collisions() {
+    assert_ne!(
+        client_key_scope(Some("a:b"), "c"),
+        client_key_scope(Some("a"), "b:c")
+    );
+    assert_ne!(
+        client_key_scope(Some("a"), "k"),
+        client_key_scope(Some("b"), "k")
+    );
+    assert_ne!(
+        client_key_scope(None, "k"),
+        client_key_scope(Some(""), "xk")
+    );
+    assert_eq!(
+        client_key_scope(Some("a"), "k"),
+        client_key_scope(Some("a"), "k")
+    );
+    assert!(!client_key_scope(Some("agent"), "k").contains("agent"));
 }

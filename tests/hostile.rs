@@ -55,8 +55,13 @@ fn any_body() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// Tokens and call ids of real suspensions, made before the run.
+static REAL: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
 fn any_path() -> impl Strategy<Value = String> {
+    let real = REAL.get().cloned().unwrap_or_default();
     let segment = prop_oneof![
+        prop::sample::select(real),
         Just("echo".to_owned()),
         Just("issue_refund".to_owned()),
         Just("sus_0000".to_owned()),
@@ -124,10 +129,16 @@ fn any_attack() -> impl Strategy<Value = Attack> {
         )
 }
 
-fn calls_in_db(dir: &std::path::Path) -> i64 {
+/// Rows in every table a request can write to.
+fn rows_in_db(dir: &std::path::Path) -> (i64, i64, i64) {
     let conn = rusqlite::Connection::open(dir.join("toolgate.db")).unwrap();
-    conn.query_row("SELECT count(*) FROM calls", [], |row| row.get(0))
+    let count = |table: &str| {
+        conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+            row.get(0)
+        })
         .unwrap()
+    };
+    (count("calls"), count("suspensions"), count("call_events"))
 }
 
 #[test]
@@ -136,6 +147,20 @@ fn generated_hostile_requests_never_get_a_5xx_nor_leave_a_trace() {
     let dir = temp_dir();
     let server = runtime.block_on(TestServer::examples(dir.path()));
     let api = server.api.clone();
+    // Real tokens and call ids, so that bodies reach validation against real suspensions.
+    let mut real = Vec::new();
+    for (tool, input) in [
+        ("ask_human", json!({"question": "q"})),
+        (
+            "issue_refund",
+            json!({"order_id": "o", "amount_cents": 20000, "reason": "r"}),
+        ),
+    ] {
+        let (_, body) = runtime.block_on(api.call(tool, input));
+        real.push(body["suspension"]["token"].as_str().unwrap().to_owned());
+        real.push(body["call_id"].as_str().unwrap().to_owned());
+    }
+    REAL.set(real).unwrap();
     let cases = std::env::var("HOSTILE_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -147,7 +172,7 @@ fn generated_hostile_requests_never_get_a_5xx_nor_leave_a_trace() {
     });
     runner
         .run(&any_attack(), |attack| {
-            let before = calls_in_db(dir.path());
+            let before = rows_in_db(dir.path());
             let (status, body) = runtime.block_on(async {
                 let mut request = api
                     .client
@@ -173,7 +198,7 @@ fn generated_hostile_requests_never_get_a_5xx_nor_leave_a_trace() {
                 prop_assert!(envelope["error"]["code"].is_string(), "{envelope}");
                 prop_assert!(envelope["error"]["message"].is_string(), "{envelope}");
                 prop_assert_eq!(
-                    calls_in_db(dir.path()),
+                    rows_in_db(dir.path()),
                     before,
                     "a rejected request was recorded"
                 );

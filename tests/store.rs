@@ -480,10 +480,6 @@ async fn calls_list_newest_first_with_filters(store: Arc<dyn Store>) {
     loop {
         let page = store.list_calls(even.clone(), cursor, 2).await.unwrap();
         ids.extend(page.calls.iter().map(|c| c.call_id.clone()));
-        assert!(
-            page.calls.iter().all(|c| c.events.is_empty()),
-            "lists leave events out"
-        );
         match page.next_cursor {
             Some(next) => cursor = Some(next),
             None => break,
@@ -647,9 +643,58 @@ async fn sqlite_recovers_calls_left_running_by_effect() {
 
     // An interrupted call is claimed by exactly one re-run.
     let claimed = store.rerun_interrupted("i").await.unwrap().unwrap();
-    assert_eq!(claimed.status, CallStatus::Running);
-    assert_eq!(claimed.attempts, 2);
+    assert_eq!(claimed.call.status, CallStatus::Running);
+    assert_eq!(claimed.resume_input, None, "it was never approved");
+    assert_eq!(claimed.call.attempts, 2);
     assert!(store.rerun_interrupted("i").await.unwrap().is_none());
     // A write is never claimed for a re-run.
     assert!(store.rerun_interrupted("w").await.unwrap().is_none());
+}
+
+#[test]
+fn a_second_process_cannot_open_the_same_store() {
+    let dir = common::temp_dir();
+    let first = open_sqlite(dir.path());
+    match SqliteStore::open(dir.path().join("toolgate.db")) {
+        Err(StoreError::Locked(_)) => {}
+        Err(other) => panic!("unexpected error {other}"),
+        Ok(_) => panic!("two owners of one store would recover each other's running calls"),
+    }
+    drop(first);
+    let _again = open_sqlite(dir.path());
+}
+
+#[tokio::test]
+async fn sqlite_lists_lazily_expired_calls_as_expired() {
+    let dir = common::temp_dir();
+    let store = open_sqlite(dir.path());
+    for (id, expires) in [("fresh", None), ("stale", Some(Timestamp(1)))] {
+        let outcome = Outcome::Suspended {
+            token: format!("t-{id}"),
+            reason: "r".into(),
+            input_schema: json!({}),
+            expires_at: expires,
+        };
+        store
+            .insert_call(new_call(id), Some(outcome))
+            .await
+            .unwrap();
+    }
+    let only = |status| CallFilter {
+        status: Some(status),
+        ..CallFilter::default()
+    };
+    let expired = store
+        .list_calls(only(CallStatus::Expired), None, 1)
+        .await
+        .unwrap();
+    assert_eq!(expired.calls.len(), 1);
+    assert_eq!(expired.calls[0].call_id, "stale");
+    assert_eq!(expired.next_cursor, None);
+    let suspended = store
+        .list_calls(only(CallStatus::Suspended), None, 1)
+        .await
+        .unwrap();
+    assert_eq!(suspended.calls[0].call_id, "fresh");
+    assert_eq!(suspended.next_cursor, None);
 }

@@ -10,7 +10,7 @@ use super::approvals::page;
 use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
-use crate::store::{CallFilter, CallRecord, CallStatus, Settlement};
+use crate::store::{CallFilter, CallRecord, CallStatus, CallSummary, Settlement};
 
 /// Filters and paging of `GET /calls`.
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -31,8 +31,8 @@ pub struct CallsQuery {
 /// One page of calls, newest first.
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct CallList {
-    /// The calls, without their events.
-    pub calls: Vec<CallRecord>,
+    /// The calls, without input, output and events (read a call for those).
+    pub calls: Vec<CallSummary>,
     /// Pass as `cursor` for the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }

@@ -76,8 +76,14 @@ pub enum ApiError {
     IdempotencyKeyReused(String),
     /// The call with this idempotency key is still running.
     CallInProgress(String),
-    /// The call with this idempotency key needs reconciliation first.
-    NeedsReconciliation(Box<CallRecord>),
+    /// The call with this idempotency key needs reconciliation first; the call itself is shown
+    /// only to whoever may read it.
+    NeedsReconciliation {
+        /// The call's id.
+        call_id: String,
+        /// The call, when the asker may read it.
+        call: Option<Box<CallRecord>>,
+    },
     /// The suspension expired.
     SuspensionExpired(Box<CallRecord>),
     /// The tool declares no output schema, so it cannot be completed externally.
@@ -109,7 +115,7 @@ impl ApiError {
             }
             ApiError::AlreadyResolved(_)
             | ApiError::CallInProgress(_)
-            | ApiError::NeedsReconciliation(_)
+            | ApiError::NeedsReconciliation { .. }
             | ApiError::CompletionNotAllowed(_)
             | ApiError::NotReconcilable(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -142,7 +148,7 @@ impl ApiError {
             ApiError::Overloaded(_) => "overloaded",
             ApiError::IdempotencyKeyReused(_) => "idempotency_key_reused",
             ApiError::CallInProgress(_) => "call_in_progress",
-            ApiError::NeedsReconciliation(_) => "needs_reconciliation",
+            ApiError::NeedsReconciliation { .. } => "needs_reconciliation",
             ApiError::SuspensionExpired(_) => "suspension_expired",
             ApiError::CompletionNotAllowed(_) => "completion_not_allowed",
             ApiError::OutputSchemaViolation(_) => "output_schema_violation",
@@ -207,13 +213,15 @@ impl ApiError {
                 ),
                 Some(json!({ "call_id": call_id })),
             ),
-            ApiError::NeedsReconciliation(call) => (
+            ApiError::NeedsReconciliation { call_id, call } => (
                 format!(
-                    "Call `{}` with this idempotency key may or may not have had its effect; \
-                     an approver must settle it with POST /calls/{{call_id}}/resolve.",
-                    call.call_id
+                    "Call `{call_id}` with this idempotency key may or may not have had its \
+                     effect; an approver must settle it with POST /calls/{{call_id}}/resolve."
                 ),
-                serde_json::to_value(call).ok(),
+                match call {
+                    Some(call) => serde_json::to_value(call).ok(),
+                    None => Some(json!({ "call_id": call_id, "status": "needs_reconciliation" })),
+                },
             ),
             ApiError::SuspensionExpired(call) => (
                 format!("The suspension of call `{}` has expired.", call.call_id),
@@ -293,7 +301,10 @@ impl From<DispatchError> for ApiError {
                 ApiError::IdempotencyKeyReused(call_id)
             }
             DispatchError::CallInProgress { call_id } => ApiError::CallInProgress(call_id),
-            DispatchError::NeedsReconciliation(call) => ApiError::NeedsReconciliation(call),
+            DispatchError::NeedsReconciliation(call) => ApiError::NeedsReconciliation {
+                call_id: call.call_id.clone(),
+                call: Some(call),
+            },
             DispatchError::SuspensionExpired(call) => ApiError::SuspensionExpired(call),
             DispatchError::CompletionNotAllowed(tool) => ApiError::CompletionNotAllowed(tool),
             DispatchError::OutputSchemaViolation(violations) => {

@@ -21,9 +21,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::middleware;
 use axum::routing::{get, post};
 use tokio::sync::Semaphore;
 use tower_http::trace::{DefaultOnRequest, DefaultOnResponse, TraceLayer};
@@ -32,7 +31,7 @@ use tracing::Level;
 use crate::contract::registry::ToolSet;
 use crate::dispatch::{DispatchConfig, Dispatcher, Running};
 use crate::store::Store;
-use auth::{ApiKey, Keys};
+use auth::{Access, ApiKey, Gate, Keys};
 use error::ApiError;
 
 /// The default largest request body, in bytes (1 MiB).
@@ -145,29 +144,69 @@ impl ServerBuilder {
         };
         let keys = Arc::new(Keys::new(self.keys));
         let in_flight = Arc::new(Semaphore::new(self.max_in_flight));
-        // Layers, innermost first: the body limit, auth (with the route known), load shedding,
-        // and outermost the request span.
+        // Every route but the health probes has a gate: load shedding, auth, the role check.
+        let gate = |access| {
+            middleware::from_fn_with_state(
+                Gate {
+                    keys: keys.clone(),
+                    in_flight: in_flight.clone(),
+                    access,
+                },
+                auth::guard,
+            )
+        };
         let router = Router::new()
-            .route("/tools", get(tools::list))
-            .route("/tools/{name}", get(tools::get))
-            .route("/tools/{name}/call", post(tools::call))
-            .route("/calls", get(calls::list))
-            .route("/calls/{call_id}", get(calls::get))
-            .route("/calls/{call_id}/resolve", post(calls::resolve))
-            .route("/approvals", get(approvals::list))
-            .route("/approvals/{token}", get(approvals::get))
-            .route("/approvals/{token}/approve", post(approvals::approve))
-            .route("/approvals/{token}/reject", post(approvals::reject))
-            .route("/approvals/{token}/complete", post(approvals::complete))
-            .route("/openapi.json", get(serve_openapi))
+            .route("/tools", get(tools::list).route_layer(gate(Access::Tools)))
+            .route(
+                "/tools/{name}",
+                get(tools::get).route_layer(gate(Access::Tools)),
+            )
+            .route(
+                "/tools/{name}/call",
+                post(tools::call).route_layer(gate(Access::Tools)),
+            )
+            .route(
+                "/calls",
+                get(calls::list).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/calls/{call_id}",
+                get(calls::get).route_layer(gate(Access::OwnCalls)),
+            )
+            .route(
+                "/calls/{call_id}/resolve",
+                post(calls::resolve).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/approvals",
+                get(approvals::list).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/approvals/{token}",
+                get(approvals::get).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/approvals/{token}/approve",
+                post(approvals::approve).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/approvals/{token}/reject",
+                post(approvals::reject).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/approvals/{token}/complete",
+                post(approvals::complete).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/openapi.json",
+                get(serve_openapi).route_layer(gate(Access::Document)),
+            )
             .route("/healthz", get(health::healthz))
             .route("/readyz", get(health::readyz))
             .fallback(|| async { ApiError::RouteNotFound })
             .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
             .with_state(state)
             .layer(DefaultBodyLimit::max(self.max_body_bytes))
-            .layer(middleware::from_fn_with_state(keys, auth::authorize))
-            .layer(middleware::from_fn_with_state(in_flight, shed_load))
             .layer(
                 // One span per request, named by its route template rather than its path, so
                 // suspension tokens in paths are never logged. The call id is added once known.
@@ -206,26 +245,6 @@ impl Catalog {
             openapi_json,
         }
     }
-}
-
-/// Global load shedding: past `max_in_flight` requests at once, answer `503 overloaded` at once
-/// rather than queue without bound. Health probes are always answered.
-async fn shed_load(
-    State(in_flight): State<Arc<Semaphore>>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let open = request
-        .extensions()
-        .get::<MatchedPath>()
-        .is_some_and(|path| auth::is_open(path.as_str()));
-    if open {
-        return Ok(next.run(request).await);
-    }
-    let _slot = in_flight
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Overloaded("The server".into()))?;
-    Ok(next.run(request).await)
 }
 
 fn json_bytes<T: serde::Serialize>(value: &T) -> Bytes {

@@ -16,7 +16,9 @@ use super::{approvals, calls, health, tools};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
-use crate::store::{Approval, CallError, CallEvent, CallRecord, CallStatus, SuspensionView};
+use crate::store::{
+    Approval, CallError, CallEvent, CallRecord, CallStatus, CallSummary, SuspensionView,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -36,7 +38,7 @@ use crate::store::{Approval, CallError, CallEvent, CallRecord, CallStatus, Suspe
     components(schemas(
         ErrorEnvelope, ErrorObject, ToolDescriptor, Effect, CallCompleted, CallSuspended,
         CallFailed, SuspensionTicket, CallRecord, CallStatus, CallError, SuspensionView, Approval,
-        CallEvent,
+        CallEvent, CallSummary,
     )),
     tags(
         (name = "tools", description = "Tool schemas, and calling tools."),

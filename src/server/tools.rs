@@ -13,7 +13,7 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{JsonBody, PathParam, check_depth};
 use super::responses::{CallCompleted, CallSuspended, call_response};
 use crate::contract::erased::ToolDescriptor;
-use crate::dispatch::CallOptions;
+use crate::dispatch::{CallOptions, DispatchError};
 
 /// `GET /tools`: every tool, in name order.
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -125,9 +125,24 @@ pub(super) async fn call(
 ) -> Result<Response, ApiError> {
     check_depth(&request.input, app.max_json_depth)?;
     let options = CallOptions {
-        caller: principal.name,
+        caller: principal.name.clone(),
         idempotency_key: idempotency_key(&headers)?,
     };
-    let result = app.dispatcher.call(&name, request.input, options).await?;
+    let result = app
+        .dispatcher
+        .call(&name, request.input, options)
+        .await
+        .map_err(|err| match err {
+            // Another caller's call (same tool key): say it waits, not what it holds.
+            DispatchError::NeedsReconciliation(call)
+                if !principal.sees_all_calls() && call.caller != principal.name =>
+            {
+                ApiError::NeedsReconciliation {
+                    call_id: call.call_id,
+                    call: None,
+                }
+            }
+            other => other.into(),
+        })?;
     Ok(call_response(result))
 }

@@ -159,8 +159,9 @@ pub struct CallEvent {
     #[schema(value_type = String, format = DateTime)]
     pub at: Timestamp,
     /// What happened: `created`, `suspended`, `approved`, `rejected`, `completed_externally`,
-    /// `redispatched`, `retried`, `completed`, `failed`, `timed_out`, `interrupted`,
-    /// `needs_reconciliation`, `reconciled`, `expired`.
+    /// `redispatched`, `completed`, `failed`, `interrupted`, `needs_reconciliation`,
+    /// `reconciled`, `expired`. A finished run's event carries its `attempts` (retries
+    /// included) and, when it failed, the error (`tool_timeout` for a timeout).
     pub kind: String,
     /// The API key name of whoever caused it, when a client or a person did.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -332,6 +333,8 @@ pub enum Resolution {
         /// The output, already checked against the tool's output schema.
         output: Value,
     },
+    /// Record that a suspension found expired has expired (the call becomes `expired`).
+    Expire,
 }
 
 /// What resolving a token did.
@@ -367,6 +370,9 @@ pub enum StoreError {
         /// The call.
         call_id: String,
     },
+    /// Another process holds the store.
+    #[error("the store at {0} is in use by another process")]
+    Locked(String),
     /// The store's schema is newer than this build understands.
     #[error("the database schema is version {found}, newer than this build's {supported}")]
     SchemaTooNew {
@@ -375,6 +381,16 @@ pub enum StoreError {
         /// The newest this build knows.
         supported: i64,
     },
+}
+
+/// An interrupted call claimed for another run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rerun {
+    /// The call, now `running`.
+    pub call: CallRecord,
+    /// The approver's input, when the interrupted run was the re-dispatch of an approval: the
+    /// new run resumes with it rather than asking again.
+    pub resume_input: Option<Value>,
 }
 
 /// How a call needing reconciliation is settled.
@@ -406,11 +422,37 @@ pub struct CallFilter {
     pub tool: Option<String>,
 }
 
+/// A call as a list shows it: its state, without its input, output and history (which can be
+/// large; read the call for them).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CallSummary {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// What the tool does to the world.
+    pub effect: Effect,
+    /// Where the call is in its lifecycle.
+    pub status: CallStatus,
+    /// The API key name that made the call.
+    pub caller: Option<String>,
+    /// The idempotency key the call ran under, if any.
+    pub idempotency_key: Option<String>,
+    /// When the call was made.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// When its record last changed.
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+    /// How many times its tool has run.
+    pub attempts: u32,
+}
+
 /// One page of calls, newest first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallPage {
-    /// The calls, without their events.
-    pub calls: Vec<CallRecord>,
+    /// The calls.
+    pub calls: Vec<CallSummary>,
     /// Where the next page starts, when there is one.
     pub next_cursor: Option<i64>,
 }
@@ -440,7 +482,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Claims an `interrupted` call to run it again: it becomes `running` with one more
     /// attempt. `None` when it is not interrupted (someone else claimed it first).
-    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError>;
+    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError>;
 
     /// The call `call_id` with its events, if it exists.
     async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError>;
@@ -471,7 +513,8 @@ pub trait Store: Send + Sync + 'static {
         actor: Option<&str>,
     ) -> Result<Resolved, StoreError>;
 
-    /// Settles a call that needs reconciliation.
+    /// Settles a call that needs reconciliation (or an interrupted one). Settling it as failed
+    /// releases its idempotency key: the effect did not happen, so a new request may make it.
     async fn reconcile(
         &self,
         call_id: &str,

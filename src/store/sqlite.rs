@@ -22,8 +22,8 @@ use tokio::sync::oneshot;
 
 use super::{
     Approval, ApprovalPage, ApprovalState, CallError, CallEvent, CallFilter, CallPage, CallRecord,
-    CallStatus, Inserted, NewCall, Outcome, Reconciled, Resolution, Resolved, Settlement, Store,
-    StoreError, SuspensionView, Timestamp,
+    CallStatus, CallSummary, Inserted, NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved,
+    Settlement, Store, StoreError, SuspensionView, Timestamp,
 };
 use crate::contract::meta::Effect;
 
@@ -50,6 +50,9 @@ pub struct SqliteStore {
 
 struct Inner {
     path: PathBuf,
+    /// Held (an exclusive advisory lock on `<db>.lock`) for as long as the store is open: a
+    /// second server on the same file would "recover" the first one's running calls.
+    _lock: std::fs::File,
     writer: mpsc::Sender<Job>,
     readers: Mutex<Vec<Connection>>,
     read_slots: tokio::sync::Semaphore,
@@ -74,7 +77,7 @@ enum WriteOp {
 enum Reply {
     Done,
     Inserted(Inserted),
-    Call(Option<Box<CallRecord>>),
+    Rerun(Option<Box<Rerun>>),
     Resolved(Box<Resolved>),
     Reconciled(Box<Reconciled>),
 }
@@ -84,6 +87,7 @@ impl SqliteStore {
     /// calls a previous process left running, and starts the writer thread.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        let lock = lock(&path)?;
         let mut conn = open_connection(&path)?;
         // WAL lets readers work beside the writer; it is a property of the file, set once.
         conn.pragma_update(None, "journal_mode", "WAL")
@@ -98,6 +102,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
+                _lock: lock,
                 writer,
                 readers: Mutex::new(Vec::new()),
                 read_slots: tokio::sync::Semaphore::new(MAX_READERS),
@@ -155,6 +160,27 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Backend(format!("read task failed: {e}")))?
+    }
+}
+
+/// Takes the exclusive lock that makes this process the store's only owner.
+fn lock(path: &Path) -> Result<std::fs::File, StoreError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| StoreError::Backend(format!("cannot open the lock file: {e}")))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(StoreError::Locked(path.display().to_string()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(StoreError::Backend(format!("cannot lock the store: {e}")))
+        }
     }
 }
 
@@ -331,7 +357,7 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
                 .and_then(|mut st| st.execute(params![call_id, now]))
                 .map_err(backend)?;
             if changed == 0 {
-                return Ok(Reply::Call(None));
+                return Ok(Reply::Rerun(None));
             }
             append_event(
                 conn,
@@ -341,7 +367,25 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
                 None,
                 Some(&json!({"after": "interrupted"})),
             )?;
-            Ok(Reply::Call(Some(Box::new(load_call(conn, &call_id, now)?))))
+            // The call's latest suspension, if approved, is what the interrupted run resumed.
+            let resume: Option<(String, Option<String>)> = conn
+                .prepare_cached(
+                    "SELECT status, resume_input FROM suspensions WHERE call_id = ?1 \
+                     ORDER BY seq DESC LIMIT 1",
+                )
+                .and_then(|mut st| {
+                    st.query_row([&call_id], |row| Ok((row.get(0)?, row.get(1)?)))
+                        .optional()
+                })
+                .map_err(backend)?;
+            let resume_input = match resume {
+                Some((status, Some(input))) if status == "approved" => Some(parse_json(&input)?),
+                _ => None,
+            };
+            Ok(Reply::Rerun(Some(Box::new(Rerun {
+                call: load_call(conn, &call_id, now)?,
+                resume_input,
+            }))))
         }
         WriteOp::Resolve(token, resolution, actor) => {
             resolve(conn, &token, resolution, actor.as_deref(), now)
@@ -545,11 +589,13 @@ fn resolve(
         Resolution::Approve { .. } => "approved",
         Resolution::Reject { .. } => "rejected",
         Resolution::Complete { .. } => "completed",
+        // Whoever read it as expired has decided; this only writes it down.
+        Resolution::Expire => return unresolved(conn, token, now),
     };
     let (resume_input, reject_reason) = match &resolution {
         Resolution::Approve { resume_input } => (Some(resume_input.to_string()), None),
         Resolution::Reject { reason } => (None, Some(reason.as_str())),
-        Resolution::Complete { .. } => (None, None),
+        Resolution::Complete { .. } | Resolution::Expire => (None, None),
     };
     // Conditional on `pending` and unexpired: of two resolutions of one token, the second
     // changes nothing.
@@ -610,6 +656,7 @@ fn resolve(
             append_event(conn, &call_id, now, "completed_externally", actor, None)?;
             Ok(Resolved::Completed(load_call(conn, &call_id, now)?))
         }
+        Resolution::Expire => unreachable!("handled before the update"),
     }
 }
 
@@ -626,8 +673,10 @@ fn unresolved(conn: &Connection, token: &str, now: i64) -> Result<Resolved, Stor
     let Some((call_id, status)) = row else {
         return Ok(Resolved::UnknownToken);
     };
-    if status != "pending" {
-        return Ok(Resolved::AlreadyResolved(load_call(conn, &call_id, now)?));
+    match status.as_str() {
+        "expired" => return Ok(Resolved::Expired(load_call(conn, &call_id, now)?)),
+        "pending" => {}
+        _ => return Ok(Resolved::AlreadyResolved(load_call(conn, &call_id, now)?)),
     }
     conn.prepare_cached(
         "UPDATE suspensions SET status = 'expired', resolved_at = ?2 WHERE token = ?1",
@@ -669,10 +718,13 @@ fn reconcile(
             ))?),
         ),
     };
+    // Settled as failed, the effect did not happen: the key is released so that a new request
+    // can make it.
     let changed = conn
         .prepare_cached(
-            "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5 \
-             WHERE call_id = ?1 AND status = 'needs_reconciliation'",
+            "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5, \
+             idempotency_key = CASE WHEN ?2 = 'failed' THEN NULL ELSE idempotency_key END \
+             WHERE call_id = ?1 AND status IN ('needs_reconciliation', 'interrupted')",
         )
         .and_then(|mut st| st.execute(params![call_id, status.as_str(), output, error, now]))
         .map_err(backend)?;
@@ -702,7 +754,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreErro
 }
 
 /// The columns `raw_call` reads, with the call's pending suspension joined.
-const CALL_COLUMNS: &str = "SELECT c.rowid, c.call_id, c.tool, c.effect, c.status, c.caller, \
+const CALL_COLUMNS: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
      s.token, s.reason, s.input_schema, s.created_at, s.expires_at \
      FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending'";
@@ -757,7 +809,6 @@ fn events(conn: &Connection, call_id: &str) -> Result<Vec<CallEvent>, StoreError
 
 /// A call row as stored, before its JSON columns are parsed.
 struct RawCall {
-    rowid: i64,
     call_id: String,
     tool: String,
     effect: String,
@@ -779,24 +830,23 @@ struct RawCall {
 
 fn raw_call(row: &Row<'_>) -> rusqlite::Result<RawCall> {
     Ok(RawCall {
-        rowid: row.get(0)?,
-        call_id: row.get(1)?,
-        tool: row.get(2)?,
-        effect: row.get(3)?,
-        status: row.get(4)?,
-        caller: row.get(5)?,
-        idempotency_key: row.get(6)?,
-        input: row.get(7)?,
-        output: row.get(8)?,
-        error: row.get(9)?,
-        attempts: row.get(10)?,
-        created_at: row.get(11)?,
-        updated_at: row.get(12)?,
-        token: row.get(13)?,
-        reason: row.get(14)?,
-        input_schema: row.get(15)?,
-        suspended_at: row.get(16)?,
-        expires_at: row.get(17)?,
+        call_id: row.get(0)?,
+        tool: row.get(1)?,
+        effect: row.get(2)?,
+        status: row.get(3)?,
+        caller: row.get(4)?,
+        idempotency_key: row.get(5)?,
+        input: row.get(6)?,
+        output: row.get(7)?,
+        error: row.get(8)?,
+        attempts: row.get(9)?,
+        created_at: row.get(10)?,
+        updated_at: row.get(11)?,
+        token: row.get(12)?,
+        reason: row.get(13)?,
+        input_schema: row.get(14)?,
+        suspended_at: row.get(15)?,
+        expires_at: row.get(16)?,
     })
 }
 
@@ -901,9 +951,9 @@ impl Store for SqliteStore {
             .map(|_| ())
     }
 
-    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {
         match self.write(WriteOp::Rerun(call_id.to_owned())).await? {
-            Reply::Call(call) => Ok(call.map(|c| *c)),
+            Reply::Rerun(rerun) => Ok(rerun.map(|r| *r)),
             _ => Err(unexpected_reply()),
         }
     }
@@ -921,43 +971,63 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<CallPage, StoreError> {
         self.read(move |conn| {
-            let now = Timestamp::now().0;
-            let sql = format!(
-                "{CALL_COLUMNS} WHERE (?1 IS NULL OR c.status = ?1) AND (?2 IS NULL OR c.tool = ?2) \
-                 AND c.rowid < ?3 ORDER BY c.rowid DESC LIMIT ?4"
-            );
-            let mut st = conn.prepare_cached(&sql).map_err(backend)?;
-            // A suspended call whose time is up shows as expired; it is stored as suspended.
-            let stored_status = filter.status.map(|s| match s {
-                CallStatus::Expired => "expired",
-                other => other.as_str(),
-            });
+            // A suspended call whose time is up is expired, though stored as suspended: the
+            // status is computed here so that filters and pages agree with what records show.
+            let mut st = conn
+                .prepare_cached(
+                    "SELECT c.rowid, c.call_id, c.tool, c.effect, \
+                     CASE WHEN c.status = 'suspended' AND s.expires_at IS NOT NULL \
+                          AND s.expires_at <= ?5 THEN 'expired' ELSE c.status END AS shown, \
+                     c.caller, c.idempotency_key, c.created_at, c.updated_at, c.attempts \
+                     FROM calls c \
+                     LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
+                     WHERE (?1 IS NULL OR shown = ?1) AND (?2 IS NULL OR c.tool = ?2) \
+                     AND c.rowid < ?3 ORDER BY c.rowid DESC LIMIT ?4",
+                )
+                .map_err(backend)?;
             let rows = st
                 .query_map(
                     params![
-                        stored_status,
+                        filter.status.map(CallStatus::as_str),
                         filter.tool,
                         after.unwrap_or(i64::MAX),
-                        i64::from(limit) + 1
+                        i64::from(limit) + 1,
+                        Timestamp::now().0
                     ],
-                    raw_call,
+                    |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, String>(3)?,
+                            row.get::<_, String>(4)?,
+                            CallSummary {
+                                call_id: row.get(1)?,
+                                tool: row.get(2)?,
+                                effect: Effect::Read,
+                                status: CallStatus::Running,
+                                caller: row.get(5)?,
+                                idempotency_key: row.get(6)?,
+                                created_at: Timestamp(row.get(7)?),
+                                updated_at: Timestamp(row.get(8)?),
+                                attempts: u32::try_from(row.get::<_, i64>(9)?).unwrap_or(u32::MAX),
+                            },
+                        ))
+                    },
                 )
                 .map_err(backend)?;
             let mut calls = Vec::with_capacity(limit as usize);
             let mut next_cursor = None;
             let mut more = false;
             for row in rows {
-                let raw = row.map_err(backend)?;
+                let (rowid, effect, status, mut call) = row.map_err(backend)?;
                 if calls.len() == limit as usize {
                     more = true;
                     break;
                 }
-                let rowid = raw.rowid;
-                let call = raw.decode(now)?;
+                call.effect = parse_effect(&effect)?;
+                call.status = CallStatus::parse(&status)
+                    .ok_or_else(|| StoreError::Corrupt(format!("unknown call status {status}")))?;
                 next_cursor = Some(rowid);
-                if filter.status.is_none_or(|s| s == call.status) {
-                    calls.push(call);
-                }
+                calls.push(call);
             }
             Ok(CallPage {
                 calls,
@@ -1031,6 +1101,13 @@ impl Store for SqliteStore {
             let Some(((_, mut approval, schema), input, status)) = row else {
                 return Ok(None);
             };
+            if status == "expired" {
+                return Ok(Some(ApprovalState::Expired(load_call(
+                    conn,
+                    &approval.call_id,
+                    now,
+                )?)));
+            }
             if status != "pending" {
                 return Ok(Some(ApprovalState::Resolved(load_call(
                     conn,

@@ -28,8 +28,7 @@ CREATE TABLE call_events (
     call_id TEXT NOT NULL REFERENCES calls (call_id),
     at      INTEGER NOT NULL,
     -- created | suspended | approved | rejected | completed_externally | redispatched |
-    -- retried | completed | failed | timed_out | interrupted | needs_reconciliation |
-    -- reconciled | expired
+    -- completed | failed | interrupted | needs_reconciliation | reconciled | expired
     kind    TEXT NOT NULL,
     -- the API key name that caused it, when a person or client did
     actor   TEXT,
