@@ -653,7 +653,13 @@ impl Dispatcher {
                     attempts: ran.attempts,
                     ..call
                 };
-                self.store.insert_call(call, Some(ran.recorded)).await?;
+                // A read has no effect to lose: its record may be committed behind the answer,
+                // unless it is a suspension, which a person will look for.
+                if matches!(ran.recorded, Outcome::Suspended { .. }) {
+                    self.store.insert_call(call, Some(ran.recorded)).await?;
+                } else {
+                    self.store.insert_behind(call, ran.recorded).await?;
+                }
             }
         }
         Ok(CallResult {

@@ -1097,3 +1097,45 @@ async fn a_rejected_call_never_runs_its_tool_again() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_records_written_behind_are_found_at_once_and_survive_a_clean_stop() {
+    let dir = temp_dir();
+    let server = TestServer::examples(dir.path()).await;
+    let calls: Vec<_> = (0..200)
+        .map(|i| {
+            let api: Api = server.api.clone();
+            tokio::spawn(async move {
+                let (status, body) = api.call("echo", json!({"text": format!("n{i}")})).await;
+                assert_eq!(status, StatusCode::OK);
+                let call_id = body["call_id"].as_str().unwrap().to_owned();
+                // Straight after the answer: read-your-writes.
+                let (status, record) = api.get(&format!("/calls/{call_id}")).await;
+                assert_eq!(
+                    status,
+                    StatusCode::OK,
+                    "{call_id} not found right after its answer"
+                );
+                assert_eq!(record["output"]["text"], format!("n{i}"));
+                call_id
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for call in calls {
+        ids.push(call.await.unwrap());
+    }
+    server.stop().await;
+    let conn = rusqlite::Connection::open(dir.path().join("toolgate.db")).unwrap();
+    let stored: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM calls WHERE tool = 'echo'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        stored, 200,
+        "a clean stop commits every record written behind"
+    );
+}

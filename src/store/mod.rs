@@ -472,6 +472,14 @@ pub trait Store: Send + Sync + 'static {
         outcome: Option<Outcome>,
     ) -> Result<Inserted, StoreError>;
 
+    /// Records a finished call without waiting for the commit: for calls whose loss costs
+    /// nothing (a `read` without an idempotency key, completed or failed; never a suspension).
+    /// A later [`Store::call`] for it must find it (read-your-writes), and dropping the store
+    /// must commit it. By default it is [`Store::insert_call`], waited for.
+    async fn insert_behind(&self, call: NewCall, outcome: Outcome) -> Result<(), StoreError> {
+        self.insert_call(call, Some(outcome)).await.map(drop)
+    }
+
     /// Records how the running call `call_id` ended, after `attempts` runs of its tool in all.
     async fn finish_call(
         &self,

@@ -53,9 +53,24 @@ struct Inner {
     /// Held (an exclusive advisory lock on `<db>.lock`) for as long as the store is open: a
     /// second server on the same file would "recover" the first one's running calls.
     _lock: std::fs::File,
-    writer: mpsc::Sender<Job>,
+    /// `None` only while dropping.
+    writer: Option<mpsc::Sender<Job>>,
+    /// Joined on drop, so every queued write is committed before the store is gone.
+    thread: Option<std::thread::JoinHandle<()>>,
     readers: Mutex<Vec<Connection>>,
     read_slots: tokio::sync::Semaphore,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer thread once it has committed what is queued
+        // (written-behind records included); waiting for it is what makes a clean shutdown lose
+        // nothing.
+        drop(self.writer.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// One write and where its result goes once committed.
@@ -95,7 +110,7 @@ impl SqliteStore {
         migrate(&mut conn)?;
         recover(&mut conn)?;
         let (writer, queue) = mpsc::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("toolgate-sqlite-writer".into())
             .spawn(move || write_loop(conn, queue))
             .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
@@ -103,7 +118,8 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 _lock: lock,
-                writer,
+                writer: Some(writer),
+                thread: Some(thread),
                 readers: Mutex::new(Vec::new()),
                 read_slots: tokio::sync::Semaphore::new(MAX_READERS),
             }),
@@ -115,15 +131,23 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
+    /// Queues `op` for the writer; the receiver answers once it is committed.
+    fn enqueue(
+        &self,
+        op: WriteOp,
+    ) -> Result<oneshot::Receiver<Result<Reply, StoreError>>, StoreError> {
         let (reply, answer) = oneshot::channel();
         self.inner
             .writer
+            .as_ref()
+            .ok_or_else(stopped)?
             .send(Job { op, reply })
-            .map_err(|_| StoreError::Backend("the writer thread has stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Backend("the writer thread has stopped".into()))?
+            .map_err(|_| stopped())?;
+        Ok(answer)
+    }
+
+    async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
+        self.enqueue(op)?.await.map_err(|_| stopped())?
     }
 
     /// Runs `f` on a read connection, on a blocking thread.
@@ -182,6 +206,10 @@ fn lock(path: &Path) -> Result<std::fs::File, StoreError> {
             Err(StoreError::Backend(format!("cannot lock the store: {e}")))
         }
     }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Backend("the writer thread has stopped".into())
 }
 
 fn backend(err: rusqlite::Error) -> StoreError {
@@ -302,8 +330,11 @@ fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Job>) {
             batch.into_iter().map(|job| (job.op, job.reply)).unzip();
         let results = apply_batch(&mut conn, ops);
         for (reply, result) in replies.into_iter().zip(results) {
-            // The caller may have gone away (its request was cancelled); the write still stands.
-            let _ = reply.send(result);
+            // Nobody waits for a written-behind record (or its caller went away): a failure
+            // must still be heard.
+            if let Err(Err(err)) = reply.send(result) {
+                tracing::error!(error = %err, "a write nobody waited for failed");
+            }
         }
     }
 }
@@ -958,9 +989,24 @@ impl Store for SqliteStore {
         }
     }
 
+    async fn insert_behind(&self, call: NewCall, outcome: Outcome) -> Result<(), StoreError> {
+        // Queued, not awaited: the writer commits it with the next batch, in order.
+        self.enqueue(WriteOp::Insert(call, Some(outcome))).map(drop)
+    }
+
     async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-        let call_id = call_id.to_owned();
-        self.read(move |conn| find_call(conn, &call_id, Timestamp::now().0))
+        let owned = call_id.to_owned();
+        let found = self
+            .read(move |conn| find_call(conn, &owned, Timestamp::now().0))
+            .await?;
+        if found.is_some() {
+            return Ok(found);
+        }
+        // Read-your-writes: it may be written behind and still queued. The queue is committed
+        // in order, so once a no-op queued after it is committed, so is the record.
+        self.write(WriteOp::Ping).await?;
+        let owned = call_id.to_owned();
+        self.read(move |conn| find_call(conn, &owned, Timestamp::now().0))
             .await
     }
 

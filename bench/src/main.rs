@@ -1,0 +1,118 @@
+//! `toolgate-bench`: see BENCHMARKS.md for the command and what each figure means.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use toolgate_bench::{BareMode, Options};
+
+const USAGE: &str = "usage: toolgate-bench [--smoke] [--duration-ms N] [--warmup-ms N] \
+[--rounds N] [--connections N] [--no-peer] [--no-scale] [--scale-calls N] [--scale-pending N] \
+[--toolgate PATH] [--data-root DIR] [--out FILE]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    if args.first().map(String::as_str) == Some("bare-server") {
+        let Some(file) = args.get(1) else {
+            eprintln!("usage: toolgate-bench bare-server TOOLS_JSON_FILE");
+            return ExitCode::from(2);
+        };
+        let tools = std::fs::read(file).expect("the tools JSON file");
+        let _ = runtime.block_on(toolgate_bench::servers_run_bare(tools.into()));
+        return ExitCode::SUCCESS;
+    }
+    let exe = std::env::current_exe().expect("the harness's own path");
+    let dir = exe.parent().expect("a directory").to_path_buf();
+    let mut options = Options {
+        toolgate: dir.join("toolgate"),
+        bare: BareMode::Process(exe.clone()),
+        data_root: dir.join("bench-data"),
+        duration: Duration::from_secs(3),
+        warmup: Duration::from_secs(1),
+        rounds: 3,
+        connections: 32,
+        peer: true,
+        scale: Some((1_000_000, 100_000)),
+        startups: 7,
+    };
+    let mut out: Option<PathBuf> = None;
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| -> Result<String, ExitCode> {
+            args.next().ok_or_else(|| {
+                eprintln!("{name} needs a value\n{USAGE}");
+                ExitCode::from(2)
+            })
+        };
+        let number = |text: String| -> Result<u64, ExitCode> {
+            text.parse().map_err(|_| {
+                eprintln!("not a number: {text}\n{USAGE}");
+                ExitCode::from(2)
+            })
+        };
+        let parsed: Result<(), ExitCode> = (|| {
+            match arg.as_str() {
+                "--smoke" => {
+                    options.duration = Duration::from_millis(500);
+                    options.warmup = Duration::from_millis(200);
+                    options.rounds = 1;
+                    options.connections = 8;
+                    options.peer = false;
+                    options.scale = Some((2_000, 200));
+                    options.startups = 1;
+                }
+                "--duration-ms" => options.duration = Duration::from_millis(number(value(&arg)?)?),
+                "--warmup-ms" => options.warmup = Duration::from_millis(number(value(&arg)?)?),
+                "--rounds" => options.rounds = number(value(&arg)?)? as usize,
+                "--connections" => options.connections = number(value(&arg)?)? as usize,
+                "--no-peer" => options.peer = false,
+                "--no-scale" => options.scale = None,
+                "--scale-calls" => {
+                    let calls = number(value(&arg)?)?;
+                    options.scale = Some((calls, options.scale.map_or(100_000, |s| s.1)));
+                }
+                "--scale-pending" => {
+                    let pending = number(value(&arg)?)?;
+                    options.scale = Some((options.scale.map_or(1_000_000, |s| s.0), pending));
+                }
+                "--toolgate" => options.toolgate = PathBuf::from(value(&arg)?),
+                "--data-root" => options.data_root = PathBuf::from(value(&arg)?),
+                "--out" => out = Some(PathBuf::from(value(&arg)?)),
+                _ => {
+                    eprintln!("{USAGE}");
+                    return Err(ExitCode::from(2));
+                }
+            }
+            Ok(())
+        })();
+        if let Err(code) = parsed {
+            return code;
+        }
+    }
+    match runtime.block_on(toolgate_bench::run(&options)) {
+        Ok(report) => {
+            let table = report.to_markdown();
+            println!("{table}");
+            if let Some(out) = out
+                && let Err(e) = std::fs::write(&out, &table)
+            {
+                eprintln!("cannot write {}: {e}", out.display());
+                return ExitCode::FAILURE;
+            }
+            let errors: u64 = report.scenarios.iter().map(|s| s.errors).sum();
+            if errors > 0 {
+                eprintln!("{errors} operations failed");
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("toolgate-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! The servers under load: toolgate as a child process, the bare axum ceiling, and seeding a
+//! store for the scale scenarios.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::http::header;
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+use crate::BareMode;
+use crate::load::{peak_rss_kib, rss_kib};
+
+/// A server running as a child process.
+pub struct ServerProcess {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl ServerProcess {
+    /// Starts `toolgate serve` on `data_dir` and waits until `/readyz` answers 200.
+    pub async fn toolgate(binary: &Path, data_dir: &Path) -> Result<Self, String> {
+        let mut child = Command::new(binary)
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("RUST_LOG", "warn,toolgate=info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        let addr = listening_addr(&mut child, "listening on http://")?;
+        let server = ServerProcess { child, addr };
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    async fn wait_ready(&self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if crate::load::fetch(self.addr, "/readyz").await.is_ok() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Err("toolgate never became ready".into())
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its resident memory now, in KiB.
+    pub fn rss_kib(&self) -> Option<u64> {
+        rss_kib(self.pid())
+    }
+
+    /// Its peak resident memory, in KiB.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        peak_rss_kib(self.pid())
+    }
+
+    /// SIGTERM, and wait for it to exit.
+    pub async fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let _ = self.child.kill();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads the child's stderr until a line carries `marker` followed by an address; keeps
+/// draining it afterwards so the child never blocks on a full pipe.
+fn listening_addr(child: &mut Child, marker: &'static str) -> Result<SocketAddr, String> {
+    let stderr = child.stderr.take().ok_or("no stderr")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(rest) = line.split(marker).nth(1) {
+                let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(addr);
+                }
+            } else if tx.is_some() && line.contains("ERROR") {
+                eprintln!("{line}");
+            }
+        }
+    });
+    let addr = rx
+        .recv_timeout(Duration::from_secs(30))
+        .map_err(|_| "the server never said where it listens".to_owned())?;
+    addr.parse().map_err(|e| format!("bad address {addr}: {e}"))
+}
+
+/// The bare axum ceiling: the same `/tools` bytes, and an echo route that parses the call
+/// envelope and answers a completed call, with nothing of toolgate's in between.
+pub enum BareServer {
+    /// A child process.
+    Process(ServerProcess),
+    /// A task of the harness.
+    InProcess(SocketAddr, tokio::task::JoinHandle<()>),
+}
+
+impl BareServer {
+    /// Starts the bare server serving `tools_json` at `/tools`.
+    pub async fn start(mode: &BareMode, tools_json: Bytes) -> Result<Self, String> {
+        match mode {
+            BareMode::InProcess => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let addr = listener.local_addr().map_err(|e| e.to_string())?;
+                let task = tokio::spawn(async move {
+                    let _ = axum::serve(listener, bare_router(tools_json)).await;
+                });
+                Ok(BareServer::InProcess(addr, task))
+            }
+            BareMode::Process(exe) => {
+                let file = std::env::temp_dir()
+                    .join(format!("toolgate-bench-tools-{}.json", std::process::id()));
+                std::fs::write(&file, &tools_json).map_err(|e| e.to_string())?;
+                let mut child = Command::new(exe)
+                    .arg("bare-server")
+                    .arg(&file)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| format!("cannot start the bare server: {e}"))?;
+                let addr = listening_addr(&mut child, "bare listening on http://")?;
+                Ok(BareServer::Process(ServerProcess { child, addr }))
+            }
+        }
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        match self {
+            BareServer::Process(p) => p.addr,
+            BareServer::InProcess(addr, _) => *addr,
+        }
+    }
+
+    /// Its process id, when it has its own.
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            BareServer::Process(p) => Some(p.pid()),
+            BareServer::InProcess(..) => None,
+        }
+    }
+
+    /// Its peak resident memory, when it has its own process.
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        self.pid().and_then(peak_rss_kib)
+    }
+}
+
+impl Drop for BareServer {
+    fn drop(&mut self) {
+        if let BareServer::InProcess(_, task) = self {
+            task.abort();
+        }
+    }
+}
+
+/// The bare ceiling's routes.
+pub fn bare_router(tools_json: Bytes) -> axum::Router {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct CallRequest {
+        input: Value,
+    }
+    let counter = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    axum::Router::new()
+        .route(
+            "/tools",
+            axum::routing::get(move || {
+                let bytes = tools_json.clone();
+                async move { ([(header::CONTENT_TYPE, "application/json")], bytes) }
+            }),
+        )
+        .route(
+            "/tools/echo/call",
+            axum::routing::post(move |Json(request): Json<CallRequest>| {
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                async move {
+                    Json(json!({
+                        "call_id": format!("call_{n:032x}"),
+                        "tool": "echo",
+                        "status": "completed",
+                        "output": request.input,
+                    }))
+                    .into_response()
+                }
+            }),
+        )
+}
+
+/// Serves the bare ceiling on 127.0.0.1 until killed (the `bare-server` subcommand).
+pub async fn run_bare(tools_json: Bytes) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    eprintln!("bare listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, bare_router(tools_json)).await
+}
+
+/// Fills the store in `dir` with `calls` finished echo calls (and their events) and `pending`
+/// suspended `ask_human` calls, as toolgate itself would have recorded them.
+pub fn seed(dir: &Path, calls: u64, pending: u64) -> Result<(), String> {
+    let db = dir.join("toolgate.db");
+    // toolgate creates the schema; the rows go in directly, which is much faster than calls.
+    drop(toolgate::store::SqliteStore::open(&db).map_err(|e| e.to_string())?);
+    let mut conn = rusqlite::Connection::open(&db).map_err(|e| e.to_string())?;
+    let tx = conn.transaction().map_err(|e| e.to_string())?;
+    let base: i64 = 1_700_000_000_000;
+    tx.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) \
+         INSERT INTO calls (call_id, tool, effect, status, input, output, attempts, created_at, \
+         updated_at) SELECT printf('call_seed_%012d', i), 'echo', 'read', 'completed', \
+         '{\"text\":\"seed\"}', '{\"text\":\"seed\"}', 1, ?2 + i, ?2 + i FROM n",
+        rusqlite::params![calls as i64, base],
+    )
+    .map_err(|e| e.to_string())?;
+    tx.execute(
+        "INSERT INTO call_events (call_id, at, kind) SELECT call_id, created_at, k.kind \
+         FROM calls, (SELECT 'created' AS kind UNION ALL SELECT 'completed') k \
+         WHERE call_id LIKE 'call_seed_%'",
+        [],
+    )
+    .map_err(|e| e.to_string())?;
+    tx.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) \
+         INSERT INTO calls (call_id, tool, effect, status, input, attempts, created_at, \
+         updated_at) SELECT printf('call_pend_%012d', i), 'ask_human', 'read', 'suspended', \
+         '{\"question\":\"seeded?\"}', 1, ?2 + i, ?2 + i FROM n",
+        rusqlite::params![pending as i64, base],
+    )
+    .map_err(|e| e.to_string())?;
+    tx.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) \
+         INSERT INTO suspensions (token, call_id, reason, input_schema, status, created_at) \
+         SELECT printf('sus_seed_%012d', i), printf('call_pend_%012d', i), 'seeded?', \
+         '{\"type\":\"object\",\"required\":[\"answer\"],\"properties\":{\"answer\":{\"type\":\"string\"}}}', \
+         'pending', ?2 + i FROM n",
+        rusqlite::params![pending as i64, base],
+    )
+    .map_err(|e| e.to_string())?;
+    tx.commit().map_err(|e| e.to_string())?;
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); ANALYZE;")
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
