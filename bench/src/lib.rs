@@ -177,6 +177,37 @@ pub fn disk_fsyncs_per_s(dir: &Path, duration: Duration) -> std::io::Result<f64>
     Ok(rate)
 }
 
+/// Drives one scenario (`tools`, `echo`, `write`, `suspend_approve`, `approvals`) at `addr`.
+pub async fn load_once(
+    addr: std::net::SocketAddr,
+    scenario: &str,
+    duration: Duration,
+    connections: usize,
+) -> Result<ScenarioResult, String> {
+    let scenario = match scenario {
+        "tools" => Scenario::Tools("tools"),
+        "echo" => Scenario::Echo("echo"),
+        "write" => Scenario::Write("write"),
+        "suspend_approve" => Scenario::SuspendApprove("suspend_approve"),
+        "approvals" => Scenario::Approvals("approvals"),
+        other => return Err(format!("unknown scenario {other}")),
+    };
+    let options = Options {
+        toolgate: PathBuf::new(),
+        bare: BareMode::InProcess,
+        data_root: PathBuf::new(),
+        duration,
+        warmup: Duration::ZERO,
+        rounds: 1,
+        connections,
+        peer: false,
+        scale: None,
+        startups: 0,
+    };
+    let mut results = load::run_rounds(&[(scenario, addr, None)], &options).await?;
+    results.pop().ok_or_else(|| "no result".to_owned())
+}
+
 /// Runs everything `options` asks for.
 pub async fn run(options: &Options) -> Result<Report, String> {
     std::fs::create_dir_all(&options.data_root).map_err(|e| format!("data root: {e}"))?;

@@ -25,6 +25,32 @@ fn main() -> ExitCode {
         let _ = runtime.block_on(toolgate_bench::servers_run_bare(tools.into()));
         return ExitCode::SUCCESS;
     }
+    if args.first().map(String::as_str) == Some("load") {
+        // `load ADDR SCENARIO SECONDS CONNECTIONS`: drive one scenario at a running server, for
+        // profiling it (perf record -p <server pid>).
+        let [_, addr, scenario, seconds, connections] = args.as_slice() else {
+            eprintln!(
+                "usage: toolgate-bench load ADDR tools|echo|write|suspend_approve SECONDS CONNECTIONS"
+            );
+            return ExitCode::from(2);
+        };
+        let result = runtime.block_on(toolgate_bench::load_once(
+            addr.parse().expect("an address"),
+            scenario,
+            Duration::from_secs(seconds.parse().expect("seconds")),
+            connections.parse().expect("connections"),
+        ));
+        match result {
+            Ok(result) => {
+                println!("{result:?}");
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let exe = std::env::current_exe().expect("the harness's own path");
     let dir = exe.parent().expect("a directory").to_path_buf();
     let mut options = Options {

@@ -80,8 +80,8 @@ struct Job {
 }
 
 enum WriteOp {
-    Insert(NewCall, Option<Outcome>),
-    Finish(String, u32, Outcome),
+    Insert(PreparedCall, Option<Prepared>),
+    Finish(String, u32, Prepared),
     Rerun(String),
     Resolve(String, Resolution, Option<String>),
     Reconcile(String, Settlement, Option<String>),
@@ -95,6 +95,89 @@ enum Reply {
     Rerun(Option<Box<Rerun>>),
     Resolved(Box<Resolved>),
     Reconciled(Box<Reconciled>),
+}
+
+/// A new call with its JSON already serialized: that work is done by the caller's task, not by
+/// the one writer thread everyone waits for.
+struct PreparedCall {
+    call_id: String,
+    tool: String,
+    effect: &'static str,
+    caller: Option<String>,
+    input: String,
+    idempotency_key: Option<String>,
+    attempts: u32,
+    created_at: i64,
+}
+
+impl PreparedCall {
+    fn new(call: NewCall) -> Self {
+        PreparedCall {
+            input: call.input.to_string(),
+            call_id: call.call_id,
+            tool: call.tool,
+            effect: call.effect.as_str(),
+            caller: call.caller,
+            idempotency_key: call.idempotency_key,
+            attempts: call.attempts,
+            created_at: call.created_at.0,
+        }
+    }
+}
+
+/// An outcome as the rows it becomes, serialized by the caller.
+struct Prepared {
+    status: CallStatus,
+    output: Option<String>,
+    error: Option<String>,
+    /// token, reason, input schema, expiry
+    suspension: Option<(String, String, String, Option<i64>)>,
+    event_details: Option<String>,
+}
+
+impl Prepared {
+    fn new(outcome: Outcome, attempts: u32) -> Result<Self, StoreError> {
+        Ok(match outcome {
+            Outcome::Completed { output } => Prepared {
+                status: CallStatus::Completed,
+                output: Some(output.to_string()),
+                error: None,
+                suspension: None,
+                event_details: Some(json!({ "attempts": attempts }).to_string()),
+            },
+            Outcome::Failed { error } => Prepared::failed(CallStatus::Failed, &error, attempts)?,
+            Outcome::NeedsReconciliation { error } => {
+                Prepared::failed(CallStatus::NeedsReconciliation, &error, attempts)?
+            }
+            Outcome::Suspended {
+                token,
+                reason,
+                input_schema,
+                expires_at,
+            } => Prepared {
+                status: CallStatus::Suspended,
+                output: None,
+                error: None,
+                event_details: Some(json!({ "reason": reason }).to_string()),
+                suspension: Some((
+                    token,
+                    reason,
+                    input_schema.to_string(),
+                    expires_at.map(|t| t.0),
+                )),
+            },
+        })
+    }
+
+    fn failed(status: CallStatus, error: &CallError, attempts: u32) -> Result<Self, StoreError> {
+        Ok(Prepared {
+            status,
+            output: None,
+            error: Some(to_json(error)?),
+            suspension: None,
+            event_details: Some(json!({ "error": error, "attempts": attempts }).to_string()),
+        })
+    }
 }
 
 impl SqliteStore {
@@ -376,7 +459,7 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
     match op {
         WriteOp::Insert(call, outcome) => insert(conn, call, outcome, now).map(Reply::Inserted),
         WriteOp::Finish(call_id, attempts, outcome) => {
-            record_outcome(conn, &call_id, Some(attempts), outcome, now)?;
+            record_outcome(conn, &call_id, attempts, outcome, now)?;
             Ok(Reply::Done)
         }
         WriteOp::Rerun(call_id) => {
@@ -432,29 +515,38 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
 
 fn insert(
     conn: &Connection,
-    call: NewCall,
-    outcome: Option<Outcome>,
+    call: PreparedCall,
+    outcome: Option<Prepared>,
     now: i64,
 ) -> Result<Inserted, StoreError> {
-    let input = call.input.to_string();
+    // A call recorded with its outcome is inserted as it ends, in one row: no `running` row to
+    // update a moment later.
+    let (status, output, error, updated_at) = match &outcome {
+        Some(o) => (o.status, o.output.as_deref(), o.error.as_deref(), now),
+        None => (CallStatus::Running, None, None, call.created_at),
+    };
     // The conditional insert: a second call with the same (tool, idempotency key) writes
     // nothing, and the one that exists is returned instead.
     let changed = conn
         .prepare_cached(
-            "INSERT INTO calls (call_id, tool, effect, caller, status, input, idempotency_key, \
-             attempts, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?8, ?7, ?7) ON CONFLICT DO NOTHING",
+            "INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
+             idempotency_key, attempts, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT DO NOTHING",
         )
         .and_then(|mut st| {
             st.execute(params![
                 call.call_id,
                 call.tool,
-                call.effect.as_str(),
+                call.effect,
                 call.caller,
-                input,
+                status.as_str(),
+                call.input,
+                output,
+                error,
                 call.idempotency_key,
-                call.created_at.0,
-                i64::from(call.attempts)
+                i64::from(call.attempts),
+                call.created_at,
+                updated_at
             ])
         })
         .map_err(backend)?;
@@ -481,18 +573,62 @@ fn insert(
             ))),
         };
     }
-    append_event(
-        conn,
-        &call.call_id,
-        call.created_at.0,
-        "created",
-        call.caller.as_deref(),
-        None,
-    )?;
-    if let Some(outcome) = outcome {
-        record_outcome(conn, &call.call_id, None, outcome, now)?;
+    match outcome {
+        None => append_event(
+            conn,
+            &call.call_id,
+            call.created_at,
+            "created",
+            call.caller.as_deref(),
+            None,
+        )?,
+        Some(outcome) => {
+            // Both events in one statement.
+            conn.prepare_cached(
+                "INSERT INTO call_events (call_id, at, kind, actor, details) \
+                 VALUES (?1, ?2, 'created', ?3, NULL), (?1, ?4, ?5, NULL, ?6)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    call.call_id,
+                    call.created_at,
+                    call.caller,
+                    now,
+                    outcome.status.as_str(),
+                    outcome.event_details
+                ])
+            })
+            .map_err(backend)?;
+            if let Some(suspension) = outcome.suspension {
+                insert_suspension(conn, &call.call_id, suspension, now)?;
+            }
+        }
     }
     Ok(Inserted::New)
+}
+
+fn insert_suspension(
+    conn: &Connection,
+    call_id: &str,
+    (token, reason, input_schema, expires_at): (String, String, String, Option<i64>),
+    now: i64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO suspensions (token, call_id, reason, input_schema, status, created_at, \
+         expires_at) VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            token,
+            call_id,
+            reason,
+            input_schema,
+            now,
+            expires_at
+        ])
+    })
+    .map_err(backend)?;
+    Ok(())
 }
 
 fn append_event(
@@ -523,31 +659,23 @@ fn append_event(
 fn record_outcome(
     conn: &Connection,
     call_id: &str,
-    attempts: Option<u32>,
-    outcome: Outcome,
+    attempts: u32,
+    outcome: Prepared,
     now: i64,
 ) -> Result<(), StoreError> {
-    let (status, output, error) = match &outcome {
-        Outcome::Completed { output } => (CallStatus::Completed, Some(output.to_string()), None),
-        Outcome::Failed { error } => (CallStatus::Failed, None, Some(to_json(error)?)),
-        Outcome::Suspended { .. } => (CallStatus::Suspended, None, None),
-        Outcome::NeedsReconciliation { error } => {
-            (CallStatus::NeedsReconciliation, None, Some(to_json(error)?))
-        }
-    };
     let changed = conn
         .prepare_cached(
             "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5, \
-             attempts = coalesce(?6, attempts) WHERE call_id = ?1 AND status = 'running'",
+             attempts = ?6 WHERE call_id = ?1 AND status = 'running'",
         )
         .and_then(|mut st| {
             st.execute(params![
                 call_id,
-                status.as_str(),
-                output,
-                error,
+                outcome.status.as_str(),
+                outcome.output,
+                outcome.error,
                 now,
-                attempts.map(i64::from)
+                i64::from(attempts)
             ])
         })
         .map_err(backend)?;
@@ -556,55 +684,20 @@ fn record_outcome(
             call_id: call_id.to_owned(),
         });
     }
-    let attempts_detail = attempts.map(|n| json!({ "attempts": n }));
-    match outcome {
-        Outcome::Completed { .. } => {
-            append_event(
-                conn,
-                call_id,
-                now,
-                "completed",
-                None,
-                attempts_detail.as_ref(),
-            )?;
-        }
-        Outcome::Failed { error } | Outcome::NeedsReconciliation { error } => {
-            let mut details = json!({ "error": error });
-            if let Some(n) = attempts {
-                details["attempts"] = n.into();
-            }
-            append_event(conn, call_id, now, status.as_str(), None, Some(&details))?;
-        }
-        Outcome::Suspended {
-            token,
-            reason,
-            input_schema,
-            expires_at,
-        } => {
-            conn.prepare_cached(
-                "INSERT INTO suspensions (token, call_id, reason, input_schema, status, \
-                 created_at, expires_at) VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
-            )
-            .and_then(|mut st| {
-                st.execute(params![
-                    token,
-                    call_id,
-                    reason,
-                    input_schema.to_string(),
-                    now,
-                    expires_at.map(|t| t.0)
-                ])
-            })
-            .map_err(backend)?;
-            append_event(
-                conn,
-                call_id,
-                now,
-                "suspended",
-                None,
-                Some(&json!({"reason": reason})),
-            )?;
-        }
+    conn.prepare_cached(
+        "INSERT INTO call_events (call_id, at, kind, actor, details) VALUES (?1, ?2, ?3, NULL, ?4)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            call_id,
+            now,
+            outcome.status.as_str(),
+            outcome.event_details
+        ])
+    })
+    .map_err(backend)?;
+    if let Some(suspension) = outcome.suspension {
+        insert_suspension(conn, call_id, suspension, now)?;
     }
     Ok(())
 }
@@ -965,7 +1058,12 @@ impl Store for SqliteStore {
         call: NewCall,
         outcome: Option<Outcome>,
     ) -> Result<Inserted, StoreError> {
-        match self.write(WriteOp::Insert(call, outcome)).await? {
+        let attempts = call.attempts;
+        let outcome = outcome.map(|o| Prepared::new(o, attempts)).transpose()?;
+        match self
+            .write(WriteOp::Insert(PreparedCall::new(call), outcome))
+            .await?
+        {
             Reply::Inserted(inserted) => Ok(inserted),
             _ => Err(unexpected_reply()),
         }
@@ -977,6 +1075,7 @@ impl Store for SqliteStore {
         attempts: u32,
         outcome: Outcome,
     ) -> Result<(), StoreError> {
+        let outcome = Prepared::new(outcome, attempts)?;
         self.write(WriteOp::Finish(call_id.to_owned(), attempts, outcome))
             .await
             .map(|_| ())
@@ -991,7 +1090,9 @@ impl Store for SqliteStore {
 
     async fn insert_behind(&self, call: NewCall, outcome: Outcome) -> Result<(), StoreError> {
         // Queued, not awaited: the writer commits it with the next batch, in order.
-        self.enqueue(WriteOp::Insert(call, Some(outcome))).map(drop)
+        let outcome = Prepared::new(outcome, call.attempts)?;
+        self.enqueue(WriteOp::Insert(PreparedCall::new(call), Some(outcome)))
+            .map(drop)
     }
 
     async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
