@@ -1067,7 +1067,8 @@ where
         drop(guard);
         result
     };
-    tokio::spawn(work.instrument(tracing::Span::current()))
+    // Boxed: the call's state machine is large, and a box moves as a pointer into the task.
+    tokio::spawn(Box::pin(work.instrument(tracing::Span::current())))
         .await
         .map_err(|err| DispatchError::Internal(err.to_string()))?
 }

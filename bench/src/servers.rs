@@ -237,23 +237,20 @@ pub fn seed(dir: &Path, calls: u64, pending: u64) -> Result<(), String> {
     tx.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) \
          INSERT INTO calls (call_id, tool, effect, status, input, output, attempts, created_at, \
-         updated_at) SELECT printf('call_seed_%012d', i), 'echo', 'read', 'completed', \
-         '{\"text\":\"seed\"}', '{\"text\":\"seed\"}', 1, ?2 + i, ?2 + i FROM n",
+         updated_at, events) SELECT printf('call_seed_%012d', i), 'echo', 'read', 'completed', \
+         '{\"text\":\"seed\"}', '{\"text\":\"seed\"}', 1, ?2 + i, ?2 + i, \
+         printf('[{\"at\":%d,\"kind\":\"created\"},{\"at\":%d,\"kind\":\"completed\",\
+         \"details\":{\"attempts\":1}}]', ?2 + i, ?2 + i) FROM n",
         rusqlite::params![calls as i64, base],
-    )
-    .map_err(|e| e.to_string())?;
-    tx.execute(
-        "INSERT INTO call_events (call_id, at, kind) SELECT call_id, created_at, k.kind \
-         FROM calls, (SELECT 'created' AS kind UNION ALL SELECT 'completed') k \
-         WHERE call_id LIKE 'call_seed_%'",
-        [],
     )
     .map_err(|e| e.to_string())?;
     tx.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) \
          INSERT INTO calls (call_id, tool, effect, status, input, attempts, created_at, \
-         updated_at) SELECT printf('call_pend_%012d', i), 'ask_human', 'read', 'suspended', \
-         '{\"question\":\"seeded?\"}', 1, ?2 + i, ?2 + i FROM n",
+         updated_at, events) SELECT printf('call_pend_%012d', i), 'ask_human', 'read', \
+         'suspended', '{\"question\":\"seeded?\"}', 1, ?2 + i, ?2 + i, \
+         printf('[{\"at\":%d,\"kind\":\"created\"},{\"at\":%d,\"kind\":\"suspended\"}]', \
+         ?2 + i, ?2 + i) FROM n",
         rusqlite::params![pending as i64, base],
     )
     .map_err(|e| e.to_string())?;

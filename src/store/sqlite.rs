@@ -132,18 +132,25 @@ struct Prepared {
     error: Option<String>,
     /// token, reason, input schema, expiry
     suspension: Option<(String, String, String, Option<i64>)>,
-    event_details: Option<String>,
+    /// The outcome's event, as stored in the call's `events` array.
+    event: String,
 }
 
 impl Prepared {
     fn new(outcome: Outcome, attempts: u32) -> Result<Self, StoreError> {
+        let now = Timestamp::now().0;
         Ok(match outcome {
             Outcome::Completed { output } => Prepared {
                 status: CallStatus::Completed,
                 output: Some(output.to_string()),
                 error: None,
                 suspension: None,
-                event_details: Some(json!({ "attempts": attempts }).to_string()),
+                event: event_json(
+                    now,
+                    "completed",
+                    None,
+                    Some(&json!({ "attempts": attempts })),
+                ),
             },
             Outcome::Failed { error } => Prepared::failed(CallStatus::Failed, &error, attempts)?,
             Outcome::NeedsReconciliation { error } => {
@@ -158,7 +165,7 @@ impl Prepared {
                 status: CallStatus::Suspended,
                 output: None,
                 error: None,
-                event_details: Some(json!({ "reason": reason }).to_string()),
+                event: event_json(now, "suspended", None, Some(&json!({ "reason": reason }))),
                 suspension: Some((
                     token,
                     reason,
@@ -170,12 +177,13 @@ impl Prepared {
     }
 
     fn failed(status: CallStatus, error: &CallError, attempts: u32) -> Result<Self, StoreError> {
+        let details = json!({ "error": error, "attempts": attempts });
         Ok(Prepared {
             status,
             output: None,
             error: Some(to_json(error)?),
             suspension: None,
-            event_details: Some(json!({ "error": error, "attempts": attempts }).to_string()),
+            event: event_json(Timestamp::now().0, status.as_str(), None, Some(&details)),
         })
     }
 }
@@ -519,19 +527,33 @@ fn insert(
     outcome: Option<Prepared>,
     now: i64,
 ) -> Result<Inserted, StoreError> {
-    // A call recorded with its outcome is inserted as it ends, in one row: no `running` row to
-    // update a moment later.
-    let (status, output, error, updated_at) = match &outcome {
-        Some(o) => (o.status, o.output.as_deref(), o.error.as_deref(), now),
-        None => (CallStatus::Running, None, None, call.created_at),
+    // A call recorded with its outcome is inserted as it ends, in one row with both its events:
+    // no `running` row to update a moment later.
+    let created = event_json(call.created_at, "created", call.caller.as_deref(), None);
+    let (status, output, error, updated_at, events) = match &outcome {
+        Some(o) => (
+            o.status,
+            o.output.as_deref(),
+            o.error.as_deref(),
+            now,
+            format!("[{created},{}]", o.event),
+        ),
+        None => (
+            CallStatus::Running,
+            None,
+            None,
+            call.created_at,
+            format!("[{created}]"),
+        ),
     };
     // The conditional insert: a second call with the same (tool, idempotency key) writes
     // nothing, and the one that exists is returned instead.
     let changed = conn
         .prepare_cached(
             "INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
-             idempotency_key, attempts, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT DO NOTHING",
+             idempotency_key, attempts, created_at, updated_at, events) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+             ON CONFLICT DO NOTHING",
         )
         .and_then(|mut st| {
             st.execute(params![
@@ -546,7 +568,8 @@ fn insert(
                 call.idempotency_key,
                 i64::from(call.attempts),
                 call.created_at,
-                updated_at
+                updated_at,
+                events
             ])
         })
         .map_err(backend)?;
@@ -573,36 +596,8 @@ fn insert(
             ))),
         };
     }
-    match outcome {
-        None => append_event(
-            conn,
-            &call.call_id,
-            call.created_at,
-            "created",
-            call.caller.as_deref(),
-            None,
-        )?,
-        Some(outcome) => {
-            // Both events in one statement.
-            conn.prepare_cached(
-                "INSERT INTO call_events (call_id, at, kind, actor, details) \
-                 VALUES (?1, ?2, 'created', ?3, NULL), (?1, ?4, ?5, NULL, ?6)",
-            )
-            .and_then(|mut st| {
-                st.execute(params![
-                    call.call_id,
-                    call.created_at,
-                    call.caller,
-                    now,
-                    outcome.status.as_str(),
-                    outcome.event_details
-                ])
-            })
-            .map_err(backend)?;
-            if let Some(suspension) = outcome.suspension {
-                insert_suspension(conn, &call.call_id, suspension, now)?;
-            }
-        }
+    if let Some(suspension) = outcome.and_then(|o| o.suspension) {
+        insert_suspension(conn, &call.call_id, suspension, now)?;
     }
     Ok(Inserted::New)
 }
@@ -631,6 +626,7 @@ fn insert_suspension(
     Ok(())
 }
 
+/// Appends one event to the call's history.
 fn append_event(
     conn: &Connection,
     call_id: &str,
@@ -640,22 +636,38 @@ fn append_event(
     details: Option<&Value>,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO call_events (call_id, at, kind, actor, details) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "UPDATE calls SET events = json_insert(events, '$[#]', json(?2)) WHERE call_id = ?1",
     )
-    .and_then(|mut st| {
-        st.execute(params![
-            call_id,
-            at,
-            kind,
-            actor,
-            details.map(Value::to_string)
-        ])
-    })
+    .and_then(|mut st| st.execute(params![call_id, event_json(at, kind, actor, details)]))
     .map_err(backend)?;
     Ok(())
 }
 
-/// Moves the running call `call_id` to its outcome; a suspension is created with it.
+/// One event as stored in a call's `events` array.
+fn event_json(at: i64, kind: &str, actor: Option<&str>, details: Option<&Value>) -> String {
+    let mut event = json!({ "at": at, "kind": kind });
+    if let Some(actor) = actor {
+        event["actor"] = actor.into();
+    }
+    if let Some(details) = details {
+        event["details"] = details.clone();
+    }
+    event.to_string()
+}
+
+/// An event as read back from a call's `events` array.
+#[derive(serde::Deserialize)]
+struct StoredEvent {
+    at: i64,
+    kind: String,
+    #[serde(default)]
+    actor: Option<String>,
+    #[serde(default)]
+    details: Option<Value>,
+}
+
+/// Moves the running call `call_id` to its outcome, with its event; a suspension is created
+/// with it.
 fn record_outcome(
     conn: &Connection,
     call_id: &str,
@@ -666,7 +678,8 @@ fn record_outcome(
     let changed = conn
         .prepare_cached(
             "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5, \
-             attempts = ?6 WHERE call_id = ?1 AND status = 'running'",
+             attempts = ?6, events = json_insert(events, '$[#]', json(?7)) \
+             WHERE call_id = ?1 AND status = 'running'",
         )
         .and_then(|mut st| {
             st.execute(params![
@@ -675,7 +688,8 @@ fn record_outcome(
                 outcome.output,
                 outcome.error,
                 now,
-                i64::from(attempts)
+                i64::from(attempts),
+                outcome.event
             ])
         })
         .map_err(backend)?;
@@ -684,18 +698,6 @@ fn record_outcome(
             call_id: call_id.to_owned(),
         });
     }
-    conn.prepare_cached(
-        "INSERT INTO call_events (call_id, at, kind, actor, details) VALUES (?1, ?2, ?3, NULL, ?4)",
-    )
-    .and_then(|mut st| {
-        st.execute(params![
-            call_id,
-            now,
-            outcome.status.as_str(),
-            outcome.event_details
-        ])
-    })
-    .map_err(backend)?;
     if let Some(suspension) = outcome.suspension {
         insert_suspension(conn, call_id, suspension, now)?;
     }
@@ -880,7 +882,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreErro
 /// The columns `raw_call` reads, with the call's pending suspension joined.
 const CALL_COLUMNS: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
-     s.token, s.reason, s.input_schema, s.created_at, s.expires_at \
+     s.token, s.reason, s.input_schema, s.created_at, s.expires_at, c.events \
      FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending'";
 
 fn load_call(conn: &Connection, call_id: &str, now: i64) -> Result<CallRecord, StoreError> {
@@ -897,38 +899,7 @@ fn find_call(conn: &Connection, call_id: &str, now: i64) -> Result<Option<CallRe
     else {
         return Ok(None);
     };
-    let mut call = raw.decode(now)?;
-    call.events = events(conn, call_id)?;
-    Ok(Some(call))
-}
-
-fn events(conn: &Connection, call_id: &str) -> Result<Vec<CallEvent>, StoreError> {
-    let mut st = conn
-        .prepare_cached(
-            "SELECT at, kind, actor, details FROM call_events WHERE call_id = ?1 ORDER BY seq",
-        )
-        .map_err(backend)?;
-    let rows = st
-        .query_map([call_id], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, Option<String>>(2)?,
-                row.get::<_, Option<String>>(3)?,
-            ))
-        })
-        .map_err(backend)?;
-    let mut events = Vec::new();
-    for row in rows {
-        let (at, kind, actor, details) = row.map_err(backend)?;
-        events.push(CallEvent {
-            at: Timestamp(at),
-            kind,
-            actor,
-            details: details.as_deref().map(parse_json).transpose()?,
-        });
-    }
-    Ok(events)
+    raw.decode(now).map(Some)
 }
 
 /// A call row as stored, before its JSON columns are parsed.
@@ -950,6 +921,7 @@ struct RawCall {
     input_schema: Option<String>,
     suspended_at: Option<i64>,
     expires_at: Option<i64>,
+    events: String,
 }
 
 fn raw_call(row: &Row<'_>) -> rusqlite::Result<RawCall> {
@@ -971,6 +943,7 @@ fn raw_call(row: &Row<'_>) -> rusqlite::Result<RawCall> {
         input_schema: row.get(14)?,
         suspended_at: row.get(15)?,
         expires_at: row.get(16)?,
+        events: row.get(17)?,
     })
 }
 
@@ -1024,7 +997,15 @@ impl RawCall {
             created_at: Timestamp(self.created_at),
             updated_at: Timestamp(self.updated_at),
             attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
-            events: Vec::new(),
+            events: parse_json::<Vec<StoredEvent>>(&self.events)?
+                .into_iter()
+                .map(|e| CallEvent {
+                    at: Timestamp(e.at),
+                    kind: e.kind,
+                    actor: e.actor,
+                    details: e.details,
+                })
+                .collect(),
         })
     }
 }
