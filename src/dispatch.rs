@@ -460,15 +460,26 @@ impl Dispatcher {
 
     /// Calls the tool `tool` with `input`.
     ///
-    /// The call runs to its recorded outcome even if the caller stops waiting (an HTTP client
-    /// that disconnects, say): a tool is never abandoned half-way with its intent recorded and
-    /// its outcome lost.
+    /// A call with effects (or an idempotency key) runs to its recorded outcome even if the
+    /// caller stops waiting (an HTTP client that disconnects, say): a tool is never abandoned
+    /// half-way with its intent recorded and its outcome lost.
     pub async fn call(
         &self,
         tool: &str,
         input: Value,
         options: CallOptions,
     ) -> Result<CallResult, DispatchError> {
+        // A read without an idempotency key has no effect to protect and no intent record that
+        // could be left running: it may run inline, and be dropped with its request. Anything
+        // else runs detached, to its recorded outcome.
+        let inline = options.idempotency_key.is_none()
+            && self.tools.lookup(tool).is_some_and(|registered| {
+                let tool = registered.tool.as_ref();
+                tool.effect() == Effect::Read && tool.idempotency_key(&input).is_none()
+            });
+        if inline {
+            return self.run_call(tool, input, options).await;
+        }
         let this = self.clone();
         let tool = tool.to_owned();
         detached(&self.running, async move {

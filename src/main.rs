@@ -177,6 +177,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .dispatch_config(dispatch)
         .build_with_running();
 
+    release_startup_memory();
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
@@ -204,6 +205,16 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     }
     tracing::info!("toolgate stopped");
     Ok(())
+}
+
+/// Gives back to the system the heap that building the OpenAPI document and the schemas used
+/// once: glibc keeps freed memory for reuse, and an idle server need not hold it.
+fn release_startup_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns unused heap pages to the kernel; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Resolves on the first SIGINT (Ctrl-C) or SIGTERM.

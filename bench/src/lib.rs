@@ -296,6 +296,8 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         let seeded_dir = fresh_dir("scale-seeded")?;
         eprintln!("seeding {calls} finished calls and {pending} pending approvals");
         let seeding = Instant::now();
+        // The "empty" store holds just one full page of approvals, so both list 50.
+        servers::seed(&empty_dir, 0, 50)?;
         servers::seed(&seeded_dir, calls, pending)?;
         eprintln!("seeded in {:.1} s", seeding.elapsed().as_secs_f64());
         let empty = ServerProcess::toolgate(&options.toolgate, &empty_dir).await?;

@@ -86,22 +86,23 @@ impl ToolHandler for SendEmail {
         })
         .map_err(HandlerError::new)?;
         line.push(b'\n');
-        let outbox = self.outbox.clone();
-        let lock = self.lock.clone();
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Appending a line to a file in the kernel's cache takes microseconds: less than a hop
+        // to the blocking pool would, so it is done here.
+        let append = || -> std::io::Result<()> {
+            let _guard = self
+                .lock
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             let mut file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
-                .open(&outbox)?;
+                .open(&self.outbox)?;
             // One write of the whole line: the effect happened entirely or not at all. No fsync:
             // the line survives the process being killed (it is in the kernel's cache); this demo
             // does not pay a disk flush per email to survive a power cut.
             file.write_all(&line)
-        })
-        .await
-        .map_err(|e| HandlerError::message(format!("the outbox writer stopped: {e}")))?
-        .map_err(HandlerError::new)?;
+        };
+        append().map_err(HandlerError::new)?;
         Ok(ToolOutcome::output(SentEmail { message_id }))
     }
 
