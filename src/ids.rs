@@ -1,8 +1,9 @@
 //! Identifiers the server hands out: call ids and suspension tokens.
 //!
-//! Both come from the operating system's CSPRNG. A call id starts with its creation time, so ids
-//! sort roughly by age; a suspension token is 160 random bits and nothing else, since holding it
-//! is what lets an approver act on a call. The prefixes keep the two from being confused.
+//! A suspension token is 160 bits from the operating system's CSPRNG and nothing else, since
+//! holding it is what lets an approver act on a call. A call id needs to be unique, not secret:
+//! it is its creation time, then 80 bits drawn once per process from the CSPRNG plus a counter,
+//! so ids sort roughly by age and cost no system call each. The prefixes keep the two apart.
 
 /// Random bytes from the OS; the server cannot hand out safe tokens without them.
 fn random<const N: usize>() -> [u8; N] {
@@ -19,13 +20,25 @@ fn hex(bytes: &[u8], out: &mut String) {
     }
 }
 
-/// A new call id: `call_` + 12 hex digits of Unix milliseconds + 80 random bits.
+/// A new call id: `call_` + 12 hex digits of Unix milliseconds + 20 hex digits of a
+/// per-process random number plus a counter (unique within the process, and across processes
+/// but for an 80-bit collision).
 pub fn new_call_id(now_ms: i64) -> String {
-    let mut id = String::with_capacity(5 + 12 + 20);
-    id.push_str("call_");
-    id.push_str(&format!("{:012x}", now_ms & 0xffff_ffff_ffff));
-    hex(&random::<10>(), &mut id);
-    id
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: OnceLock<(u16, u64)> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let (high, low) = *SEED.get_or_init(|| {
+        let bytes = random::<10>();
+        let high = u16::from_be_bytes([bytes[0], bytes[1]]);
+        let low = u64::from_be_bytes(bytes[2..].try_into().expect("eight bytes"));
+        (high, low)
+    });
+    let low = low.wrapping_add(COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!(
+        "call_{:012x}{high:04x}{low:016x}",
+        now_ms & 0xffff_ffff_ffff
+    )
 }
 
 /// A new suspension token: `sus_` + 160 random bits in hex (URL-safe, single use).

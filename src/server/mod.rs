@@ -61,12 +61,22 @@ pub struct ServerBuilder {
     dispatch: DispatchConfig,
 }
 
-/// What every handler shares.
+/// What every handler shares: one `Arc`, so each request clones one pointer.
 #[derive(Clone)]
-pub(crate) struct AppState {
+pub(crate) struct AppState(Arc<Shared>);
+
+pub(crate) struct Shared {
     dispatcher: Dispatcher,
-    catalog: Arc<Catalog>,
+    catalog: Catalog,
     max_json_depth: usize,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 /// Answers that never change while the server runs, serialized once.
@@ -134,14 +144,14 @@ impl ServerBuilder {
     /// [`Running::idle`] after the server stops accepting, so no tool is cut off half-way
     /// (calls run on even when their client hangs up).
     pub fn build_with_running(self) -> (Router, Running) {
-        let catalog = Arc::new(Catalog::new(&self.tools));
+        let catalog = Catalog::new(&self.tools);
         let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch);
         let running = dispatcher.running().clone();
-        let state = AppState {
+        let state = AppState(Arc::new(Shared {
             dispatcher,
             catalog,
             max_json_depth: self.max_json_depth,
-        };
+        }));
         let keys = Arc::new(Keys::new(self.keys));
         let in_flight = Arc::new(Semaphore::new(self.max_in_flight));
         // Every route but the health probes has a gate: load shedding, auth, the role check.
