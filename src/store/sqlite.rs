@@ -1098,6 +1098,8 @@ impl Store for SqliteStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<CallPage, StoreError> {
+        // Records written behind are committed first, so a list shows every answered call.
+        self.write(WriteOp::Ping).await?;
         self.read(move |conn| {
             // A suspended call whose time is up is expired, though stored as suspended: the
             // status is computed here so that filters and pages agree with what records show.
