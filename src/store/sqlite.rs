@@ -36,11 +36,11 @@ const MIGRATIONS: &[&str] = &[
 /// The most writes committed in one transaction.
 const MAX_BATCH: usize = 512;
 
-/// Read connections kept open between requests.
-const MAX_IDLE_READERS: usize = 8;
-
-/// The most reads at once; more wait for a free slot instead of each opening a connection.
-const MAX_READERS: usize = 16;
+/// The most reads at once, and the read connections kept open; more reads wait for a free
+/// one. Few connections stay warm: each has its own page cache, and a cold one pays a system
+/// call per page (and memory per cache) that a warm one does not. Two cores do not need more.
+const MAX_READERS: usize = 4;
+const MAX_IDLE_READERS: usize = MAX_READERS;
 
 /// The embedded SQLite store. Cheap to clone; all clones share one writer.
 #[derive(Clone)]
