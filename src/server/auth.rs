@@ -10,18 +10,24 @@
 //!
 //! Every role may read `/openapi.json`. With no keys configured, auth is off and every request
 //! acts as an anonymous admin; the binary allows that only on a loopback address. The check is a
-//! layer on each route ([`guard`]), not a match on paths, so it holds however the router is
+//! layer on each route ([`GateLayer`]), not a match on paths, so it holds however the router is
 //! nested or merged.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::extract::Request;
 use axum::http::header::AUTHORIZATION;
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tokio::sync::OwnedSemaphorePermit;
+use tower::{Layer, Service};
 
 use super::error::ApiError;
 
@@ -139,54 +145,128 @@ fn permits(role: Role, access: Access) -> bool {
 }
 
 /// What a gated route checks: the keys, the server's request limit, and the route's access.
-#[derive(Clone)]
 pub(super) struct Gate {
     pub(super) keys: Arc<Keys>,
     pub(super) in_flight: Arc<tokio::sync::Semaphore>,
     pub(super) access: Access,
 }
 
-/// The gate on every route but the health probes, attached to the route itself (so it holds
-/// wherever the router is nested): load shedding (past `max_in_flight`, `503 overloaded` at
-/// once), authentication of the bearer token, the role check, and a [`Principal`] for the
-/// handler.
-pub(super) async fn guard(
-    State(gate): State<Gate>,
-    mut request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let _slot = gate
-        .in_flight
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Overloaded("The server".into()))?;
-    let principal = if gate.keys.enabled() {
-        let token = request
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| {
-                let (scheme, token) = value.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-            })
-            .filter(|token| !token.is_empty())
-            .ok_or(ApiError::Unauthorized)?;
-        let key = gate.keys.find(token).ok_or(ApiError::Unauthorized)?;
-        Principal {
-            name: Some(key.name.clone()),
-            role: key.role,
+impl Gate {
+    /// Load shedding (past `max_in_flight`, `503 overloaded` at once), authentication of the
+    /// bearer token, and the role check. Admitted, the request carries a [`Principal`] for the
+    /// handler, and the returned slot is held until the answer is ready.
+    fn admit(&self, request: &mut Request) -> Result<OwnedSemaphorePermit, ApiError> {
+        let slot = self
+            .in_flight
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Overloaded("The server".into()))?;
+        let principal = if self.keys.enabled() {
+            let token = request
+                .headers()
+                .get(AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| {
+                    let (scheme, token) = value.split_once(' ')?;
+                    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+                })
+                .filter(|token| !token.is_empty())
+                .ok_or(ApiError::Unauthorized)?;
+            let key = self.keys.find(token).ok_or(ApiError::Unauthorized)?;
+            Principal {
+                name: Some(key.name.clone()),
+                role: key.role,
+            }
+        } else {
+            Principal {
+                name: None,
+                role: Role::Admin,
+            }
+        };
+        if !permits(principal.role, self.access) {
+            return Err(ApiError::Forbidden);
         }
-    } else {
-        Principal {
-            name: None,
-            role: Role::Admin,
-        }
-    };
-    if !permits(principal.role, gate.access) {
-        return Err(ApiError::Forbidden);
+        request.extensions_mut().insert(principal);
+        Ok(slot)
     }
-    request.extensions_mut().insert(principal);
-    Ok(next.run(request).await)
+}
+
+/// The gate on every route but the health probes, attached to the route itself (so it holds
+/// wherever the router is nested). A plain tower layer rather than `from_fn`: it is on every
+/// request's path, and this way costs no boxing and no clone of the route per request.
+#[derive(Clone)]
+pub(super) struct GateLayer(pub(super) Arc<Gate>);
+
+impl<S> Layer<S> for GateLayer {
+    type Service = GateService<S>;
+
+    fn layer(&self, inner: S) -> GateService<S> {
+        GateService {
+            inner,
+            gate: self.0.clone(),
+        }
+    }
+}
+
+/// See [`GateLayer`].
+#[derive(Clone)]
+pub(super) struct GateService<S> {
+    inner: S,
+    gate: Arc<Gate>,
+}
+
+impl<S> Service<Request> for GateService<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = GateFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        match self.gate.admit(&mut request) {
+            Ok(slot) => GateFuture::Admitted {
+                future: self.inner.call(request),
+                slot: Some(slot),
+            },
+            Err(error) => GateFuture::Refused {
+                response: Some(error.into_response()),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The route's answer, or the gate's refusal.
+    #[project = GateProjection]
+    pub(super) enum GateFuture<F> {
+        Admitted { #[pin] future: F, slot: Option<OwnedSemaphorePermit> },
+        Refused { response: Option<Response> },
+    }
+}
+
+impl<F> Future for GateFuture<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            GateProjection::Admitted { future, slot } => {
+                let answer = std::task::ready!(future.poll(cx));
+                drop(slot.take());
+                Poll::Ready(answer)
+            }
+            GateProjection::Refused { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("a refused request is answered once"))),
+        }
+    }
 }
 
 #[cfg(test)]

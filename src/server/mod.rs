@@ -22,7 +22,6 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
-use axum::middleware;
 use axum::routing::{get, post};
 use tokio::sync::Semaphore;
 use tower_http::trace::{DefaultOnRequest, DefaultOnResponse, TraceLayer};
@@ -31,7 +30,7 @@ use tracing::Level;
 use crate::contract::registry::ToolSet;
 use crate::dispatch::{DispatchConfig, Dispatcher, Running};
 use crate::store::Store;
-use auth::{Access, ApiKey, Gate, Keys};
+use auth::{Access, ApiKey, Gate, GateLayer, Keys};
 use error::ApiError;
 
 /// The default largest request body, in bytes (1 MiB).
@@ -156,14 +155,11 @@ impl ServerBuilder {
         let in_flight = Arc::new(Semaphore::new(self.max_in_flight));
         // Every route but the health probes has a gate: load shedding, auth, the role check.
         let gate = |access| {
-            middleware::from_fn_with_state(
-                Gate {
-                    keys: keys.clone(),
-                    in_flight: in_flight.clone(),
-                    access,
-                },
-                auth::guard,
-            )
+            GateLayer(Arc::new(Gate {
+                keys: keys.clone(),
+                in_flight: in_flight.clone(),
+                access,
+            }))
         };
         let router = Router::new()
             .route("/tools", get(tools::list).route_layer(gate(Access::Tools)))
