@@ -3,6 +3,8 @@ FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY macros ./macros
+# A workspace member (and a dev-dependency), so the lockfile resolves; not built.
+COPY bench ./bench
 COPY src ./src
 COPY config ./config
 RUN cargo build --release --locked --bin toolgate
