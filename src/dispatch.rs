@@ -452,6 +452,13 @@ impl Dispatcher {
         &self.store
     }
 
+    /// The registered tool `name`, or `UnknownTool`.
+    fn registered(&self, name: &str) -> Result<&Registered, DispatchError> {
+        self.tools
+            .lookup(name)
+            .ok_or_else(|| DispatchError::UnknownTool(name.to_owned()))
+    }
+
     fn policy(&self, tool: &str) -> &ToolPolicy {
         self.policies
             .get(tool)
@@ -469,21 +476,33 @@ impl Dispatcher {
         input: Value,
         options: CallOptions,
     ) -> Result<CallResult, DispatchError> {
+        // The tool's own key names the effect and wins; a client's key is scoped to its caller.
+        let key = self
+            .tools
+            .get(tool)
+            .and_then(|dyn_tool| dyn_tool.idempotency_key(&input))
+            .or_else(|| {
+                options
+                    .idempotency_key
+                    .as_deref()
+                    .map(|key| client_key_scope(options.caller.as_deref(), key))
+            });
         // A read without an idempotency key has no effect to protect and no intent record that
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.
-        let inline = options.idempotency_key.is_none()
-            && self.tools.lookup(tool).is_some_and(|registered| {
-                let tool = registered.tool.as_ref();
-                tool.effect() == Effect::Read && tool.idempotency_key(&input).is_none()
-            });
+        let inline = key.is_none()
+            && self
+                .tools
+                .get(tool)
+                .is_some_and(|dyn_tool| dyn_tool.effect() == Effect::Read);
+        let caller = options.caller;
         if inline {
-            return self.run_call(tool, input, options).await;
+            return self.run_call(tool, input, caller, key).await;
         }
         let this = self.clone();
         let tool = tool.to_owned();
         detached(&self.running, async move {
-            this.run_call(&tool, input, options).await
+            this.run_call(&tool, input, caller, key).await
         })
         .await
     }
@@ -537,10 +556,7 @@ impl Dispatcher {
         actor: Option<&str>,
     ) -> Result<CallResult, DispatchError> {
         let approval = self.pending(token).await?;
-        let registered = self
-            .tools
-            .lookup(&approval.tool)
-            .ok_or_else(|| DispatchError::UnknownTool(approval.tool.clone()))?;
+        let registered = self.registered(&approval.tool)?;
         if !registered.has_output_schema() {
             return Err(DispatchError::CompletionNotAllowed(approval.tool));
         }
@@ -595,16 +611,16 @@ impl Dispatcher {
         }
     }
 
+    /// The first attempt of a new call, under the idempotency `key` [`Dispatcher::call`]
+    /// derived.
     async fn run_call(
         &self,
         tool: &str,
         input: Value,
-        options: CallOptions,
+        caller: Option<String>,
+        key: Option<String>,
     ) -> Result<CallResult, DispatchError> {
-        let registered = self
-            .tools
-            .lookup(tool)
-            .ok_or_else(|| DispatchError::UnknownTool(tool.to_owned()))?;
+        let registered = self.registered(tool)?;
         registered
             .check_input(&input)
             .map_err(|violations| DispatchError::InvalidInput {
@@ -615,13 +631,6 @@ impl Dispatcher {
         let policy = self.policy(dyn_tool.name());
         let _slot = self.take_slot(policy, dyn_tool.name())?;
 
-        // The tool's own key names the effect and wins; a client's key is scoped to its caller.
-        let key = dyn_tool.idempotency_key(&input).or_else(|| {
-            options
-                .idempotency_key
-                .as_deref()
-                .map(|key| client_key_scope(options.caller.as_deref(), key))
-        });
         let created_at = Timestamp::now();
         let call_id = ids::new_call_id(created_at.0);
         tracing::Span::current().record("call_id", call_id.as_str());
@@ -629,7 +638,7 @@ impl Dispatcher {
             call_id: call_id.clone(),
             tool: dyn_tool.name().to_owned(),
             effect: dyn_tool.effect(),
-            caller: options.caller,
+            caller,
             input: input.clone(),
             idempotency_key: key.clone(),
             attempts: 1,
@@ -780,10 +789,7 @@ impl Dispatcher {
         let validator = compile_schema(&approval.input_schema)
             .map_err(|e| StoreError::Corrupt(format!("stored resume schema: {e}")))?;
         violations(&validator, &resume_input).map_err(DispatchError::InvalidResumeInput)?;
-        let registered = self
-            .tools
-            .lookup(&approval.tool)
-            .ok_or_else(|| DispatchError::UnknownTool(approval.tool.clone()))?;
+        let registered = self.registered(&approval.tool)?;
         let policy = self.policy(&approval.tool);
         let _slot = self.take_slot(policy, &approval.tool)?;
 

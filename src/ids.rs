@@ -12,14 +12,6 @@ fn random<const N: usize>() -> [u8; N] {
     bytes
 }
 
-fn hex(bytes: &[u8], out: &mut String) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0xf)] as char);
-    }
-}
-
 /// A new call id: `call_` + 12 hex digits of Unix milliseconds + 20 hex digits of a
 /// per-process random number plus a counter (unique within the process, and across processes
 /// but for an 80-bit collision).
@@ -43,10 +35,7 @@ pub fn new_call_id(now_ms: i64) -> String {
 
 /// A new suspension token: `sus_` + 160 random bits in hex (URL-safe, single use).
 pub fn new_suspension_token() -> String {
-    let mut token = String::with_capacity(4 + 40);
-    token.push_str("sus_");
-    hex(&random::<20>(), &mut token);
-    token
+    format!("sus_{}", hex::encode(random::<20>()))
 }
 
 #[cfg(test)]

@@ -239,13 +239,26 @@ fn registry_refuses_duplicate_names() {
     assert_eq!(tools.len(), 1);
 }
 
-/// A run-time tool whose name is whatever it is given.
-struct Named(String);
+/// A run-time tool whose name and input schema are whatever it is given.
+struct Named {
+    name: String,
+    schema: serde_json::Value,
+}
+
+impl Named {
+    /// A tool named `name` that takes any input.
+    fn any(name: &str) -> Self {
+        Named {
+            name: name.to_owned(),
+            schema: serde_json::Value::Bool(true),
+        }
+    }
+}
 
 #[toolgate::async_trait]
 impl DynTool for Named {
     fn name(&self) -> &str {
-        &self.0
+        &self.name
     }
     fn description(&self) -> &str {
         "named"
@@ -254,8 +267,7 @@ impl DynTool for Named {
         Effect::Read
     }
     fn input_schema(&self) -> &serde_json::Value {
-        static ANY: serde_json::Value = serde_json::Value::Bool(true);
-        &ANY
+        &self.schema
     }
     fn output_schema(&self) -> Option<&serde_json::Value> {
         None
@@ -284,7 +296,7 @@ fn registry_refuses_names_providers_would_refuse() {
         "ünï",
         too_long.as_str(),
     ] {
-        let err = tools.register_dyn(Box::new(Named(bad.into()))).unwrap_err();
+        let err = tools.register_dyn(Box::new(Named::any(bad))).unwrap_err();
         assert_eq!(
             err,
             RegistryError::InvalidName { name: bad.into() },
@@ -294,45 +306,19 @@ fn registry_refuses_names_providers_would_refuse() {
     assert!(tools.is_empty());
     let longest = "y".repeat(64);
     for good in ["a", "A-b_9", longest.as_str()] {
-        tools.register_dyn(Box::new(Named(good.into()))).unwrap();
+        tools.register_dyn(Box::new(Named::any(good))).unwrap();
     }
     assert_eq!(tools.len(), 3);
 }
 
 #[test]
 fn registry_refuses_a_schema_that_does_not_compile() {
-    struct BadSchema;
-    #[toolgate::async_trait]
-    impl DynTool for BadSchema {
-        fn name(&self) -> &str {
-            "bad_schema"
-        }
-        fn description(&self) -> &str {
-            "bad"
-        }
-        fn effect(&self) -> Effect {
-            Effect::Read
-        }
-        fn input_schema(&self) -> &serde_json::Value {
-            static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
-            SCHEMA.get_or_init(|| json!({"type": "no-such-type"}))
-        }
-        fn output_schema(&self) -> Option<&serde_json::Value> {
-            None
-        }
-        fn idempotency_key(&self, _input: &serde_json::Value) -> Option<String> {
-            None
-        }
-        async fn call_json(
-            &self,
-            _ctx: &ToolCtx,
-            input: serde_json::Value,
-        ) -> Result<ToolOutcome<serde_json::Value>, ToolError> {
-            Ok(ToolOutcome::output(input))
-        }
-    }
+    let bad = Named {
+        name: "bad_schema".into(),
+        schema: json!({"type": "no-such-type"}),
+    };
     let err = ToolSet::new()
-        .register_dyn(Box::new(BadSchema))
+        .register_dyn(Box::new(bad))
         .map(|_| ())
         .unwrap_err();
     assert!(matches!(err, RegistryError::InvalidSchema { ref name, .. } if name == "bad_schema"));
@@ -342,7 +328,7 @@ fn registry_refuses_a_schema_that_does_not_compile() {
 fn registry_iterates_and_describes_in_name_order() {
     let mut tools = ToolSet::new();
     for name in ["zeta", "alpha", "Mid", "beta"] {
-        tools.register_dyn(Box::new(Named(name.into()))).unwrap();
+        tools.register_dyn(Box::new(Named::any(name))).unwrap();
     }
     let names: Vec<&str> = tools.iter().map(|t| t.name()).collect();
     assert_eq!(names, ["Mid", "alpha", "beta", "zeta"]);

@@ -243,10 +243,10 @@ impl Catalog {
         let descriptors = tools.descriptors();
         let descriptor_json = descriptors
             .iter()
-            .map(|d| (d.name.clone(), json_bytes(d)))
+            .map(|d| (d.name.clone(), to_json_bytes(d)))
             .collect();
-        let tools_json = json_bytes(&tools::ToolList { tools: descriptors });
-        let openapi_json = json_bytes(&openapi::document(tools));
+        let tools_json = to_json_bytes(&tools::ToolList { tools: descriptors });
+        let openapi_json = to_json_bytes(&openapi::document(tools));
         Catalog {
             tools_json,
             descriptor_json,
@@ -255,12 +255,12 @@ impl Catalog {
     }
 }
 
-fn json_bytes<T: serde::Serialize>(value: &T) -> Bytes {
+fn to_json_bytes<T: serde::Serialize>(value: &T) -> Bytes {
     Bytes::from(serde_json::to_vec(value).expect("serializing plain data to JSON cannot fail"))
 }
 
 async fn serve_openapi(
     axum::extract::State(app): axum::extract::State<AppState>,
 ) -> axum::response::Response {
-    tools::json_bytes(&app.catalog.openapi_json)
+    tools::json_response(&app.catalog.openapi_json)
 }

@@ -54,7 +54,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// Answers with JSON serialized once at start-up.
-pub(super) fn json_bytes(bytes: &axum::body::Bytes) -> Response {
+pub(super) fn json_response(bytes: &axum::body::Bytes) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes.clone()).into_response()
 }
 
@@ -64,7 +64,7 @@ pub(super) fn json_bytes(bytes: &axum::body::Bytes) -> Response {
     responses((status = 200, description = "Every tool, in name order.", body = ToolList))
 )]
 pub(super) async fn list(State(app): State<AppState>) -> Response {
-    json_bytes(&app.catalog.tools_json)
+    json_response(&app.catalog.tools_json)
 }
 
 /// One tool's descriptor.
@@ -84,7 +84,7 @@ pub(super) async fn get(
     app.catalog
         .descriptor_json
         .get(&name)
-        .map(json_bytes)
+        .map(json_response)
         .ok_or(ApiError::UnknownTool(name))
 }
 
