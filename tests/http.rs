@@ -1099,6 +1099,43 @@ async fn a_rejected_call_never_runs_its_tool_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_records_written_behind_are_committed_without_anyone_asking() {
+    let dir = temp_dir();
+    let server = TestServer::examples(dir.path()).await;
+    for i in 0..50 {
+        let (status, _) = server
+            .api
+            .call("echo", json!({"text": format!("quiet{i}")}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    // Nobody reads the calls back (that would flush the queue): the writer commits them on its
+    // own, within its window. Another connection sees only what is committed.
+    let conn = rusqlite::Connection::open_with_flags(
+        dir.path().join("toolgate.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut stored: i64;
+    loop {
+        stored = conn
+            .query_row(
+                "SELECT count(*) FROM calls WHERE input LIKE '%quiet%'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        if stored == 50 || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(stored, 50, "records written behind were never committed");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn read_records_written_behind_are_found_at_once_and_survive_a_clean_stop() {
     let dir = temp_dir();
     let server = TestServer::examples(dir.path()).await;

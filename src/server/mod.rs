@@ -222,6 +222,16 @@ impl ServerBuilder {
                             .extensions()
                             .get::<MatchedPath>()
                             .map_or("unmatched", |path| path.as_str());
+                        // The catalog serves bytes fixed at start-up and logs nothing under
+                        // its span: the span would be pure cost, unless the access log wants it.
+                        if matches!(route, "/tools" | "/tools/{name}" | "/openapi.json")
+                            && !tracing::enabled!(
+                                target: "tower_http::trace::on_response",
+                                Level::DEBUG
+                            )
+                        {
+                            return tracing::Span::none();
+                        }
                         tracing::info_span!(
                             "request",
                             method = %req.method(),

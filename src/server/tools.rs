@@ -1,7 +1,8 @@
 //! `/tools`: the tool list, one tool's descriptor, and calling a tool.
 
 use axum::Extension;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -33,7 +34,18 @@ pub struct CallRequest {
 /// The longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 
-/// The client's `Idempotency-Key`, if sent: 1 to 255 visible ASCII characters.
+/// The client's `Idempotency-Key` header, if sent: 1 to 255 visible ASCII characters. Read
+/// from the request's headers without copying the rest of them.
+pub(super) struct IdempotencyKey(Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        idempotency_key(&parts.headers).map(IdempotencyKey)
+    }
+}
+
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
@@ -120,13 +132,13 @@ pub(super) async fn call(
     State(app): State<AppState>,
     Extension(principal): Extension<Principal>,
     PathParam(name): PathParam,
-    headers: HeaderMap,
+    IdempotencyKey(idempotency_key): IdempotencyKey,
     JsonBody(request): JsonBody<CallRequest>,
 ) -> Result<Response, ApiError> {
     check_depth(&request.input, app.max_json_depth)?;
     let options = CallOptions {
         caller: principal.name.clone(),
-        idempotency_key: idempotency_key(&headers)?,
+        idempotency_key,
     };
     let result = app
         .dispatcher

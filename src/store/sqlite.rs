@@ -33,8 +33,17 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/sqlite/0002_idempotency_events_auth.sql"),
 ];
 
-/// The most writes committed in one transaction.
+/// The most writes someone waits for committed in one transaction.
 const MAX_BATCH: usize = 512;
+
+/// How long records written behind the answer wait for company before the writer commits them
+/// (unless a write someone waits for comes first and takes them along). The price of an fsync is
+/// then paid by every record of that window, not by a handful each. A crash loses at most this
+/// window of `read` records, which have no effect to lose; a clean shutdown loses none.
+const BEHIND_WINDOW: Duration = Duration::from_millis(10);
+
+/// Records written behind that make the writer commit at once instead of waiting out the window.
+const BEHIND_FULL: usize = 2048;
 
 /// The most reads at once, and the read connections kept open; more reads wait for a free
 /// one. Few connections stay warm: each has its own page cache, and a cold one pays a system
@@ -54,7 +63,9 @@ struct Inner {
     /// second server on the same file would "recover" the first one's running calls.
     _lock: std::fs::File,
     /// `None` only while dropping.
-    writer: Option<mpsc::Sender<Job>>,
+    writer: Option<mpsc::Sender<Msg>>,
+    /// Records written behind the answer, waiting for the writer to commit them.
+    behind: Arc<Mutex<Behind>>,
     /// Joined on drop, so every queued write is committed before the store is gone.
     thread: Option<std::thread::JoinHandle<()>>,
     readers: Mutex<Vec<Connection>>,
@@ -70,6 +81,36 @@ impl Drop for Inner {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// What the writer thread is sent.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "moved once into the channel's slots; a box would cost an allocation per write"
+)]
+enum Msg {
+    /// A write someone waits for.
+    Write(Job),
+    /// Records written behind are waiting: commit them within [`BEHIND_WINDOW`].
+    BehindWaiting,
+    /// [`BEHIND_FULL`] records written behind are waiting: commit them now.
+    BehindFull,
+}
+
+/// Records written behind the answer, not yet taken by the writer.
+#[derive(Default)]
+struct Behind {
+    records: Vec<(PreparedCall, Prepared)>,
+    /// `BehindWaiting` was sent for these records (the writer resets it when it takes them).
+    signalled: bool,
+}
+
+impl Behind {
+    fn take(this: &Mutex<Behind>) -> Vec<(PreparedCall, Prepared)> {
+        let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        behind.signalled = false;
+        std::mem::take(&mut behind.records)
     }
 }
 
@@ -145,12 +186,7 @@ impl Prepared {
                 output: Some(output.to_string()),
                 error: None,
                 suspension: None,
-                event: event_json(
-                    now,
-                    "completed",
-                    None,
-                    Some(&json!({ "attempts": attempts })),
-                ),
+                event: event_json(now, "completed", None, Some(&Attempts { attempts })),
             },
             Outcome::Failed { error } => Prepared::failed(CallStatus::Failed, &error, attempts)?,
             Outcome::NeedsReconciliation { error } => {
@@ -201,15 +237,18 @@ impl SqliteStore {
         migrate(&mut conn)?;
         recover(&mut conn)?;
         let (writer, queue) = mpsc::channel();
+        let behind = Arc::new(Mutex::new(Behind::default()));
+        let taken = behind.clone();
         let thread = std::thread::Builder::new()
             .name("toolgate-sqlite-writer".into())
-            .spawn(move || write_loop(conn, queue))
+            .spawn(move || write_loop(conn, queue, &taken))
             .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 _lock: lock,
                 writer: Some(writer),
+                behind,
                 thread: Some(thread),
                 readers: Mutex::new(Vec::new()),
                 read_slots: tokio::sync::Semaphore::new(MAX_READERS),
@@ -223,22 +262,20 @@ impl SqliteStore {
     }
 
     /// Queues `op` for the writer; the receiver answers once it is committed.
-    fn enqueue(
-        &self,
-        op: WriteOp,
-    ) -> Result<oneshot::Receiver<Result<Reply, StoreError>>, StoreError> {
-        let (reply, answer) = oneshot::channel();
+    fn send(&self, msg: Msg) -> Result<(), StoreError> {
         self.inner
             .writer
             .as_ref()
             .ok_or_else(stopped)?
-            .send(Job { op, reply })
-            .map_err(|_| stopped())?;
-        Ok(answer)
+            .send(msg)
+            .map_err(|_| stopped())
     }
 
+    /// Queues `op` for the writer and waits until it is committed.
     async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
-        self.enqueue(op)?.await.map_err(|_| stopped())?
+        let (reply, answer) = oneshot::channel();
+        self.send(Msg::Write(Job { op, reply }))?;
+        answer.await.map_err(|_| stopped())?
     }
 
     /// Runs `f` on a read connection, on a blocking thread.
@@ -407,35 +444,76 @@ fn recover(conn: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The writer thread: batch, apply, commit once, answer. Ends when every sender is gone.
-fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Job>) {
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+/// The writer thread: batch, apply, commit once, answer. Ends when every sender is gone, after
+/// committing what is left.
+fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Msg>, behind: &Mutex<Behind>) {
+    let mut open = true;
+    while open {
+        let mut jobs = Vec::new();
+        match queue.recv() {
+            Ok(Msg::Write(job)) => jobs.push(job),
+            // Records written behind wait for company for a while, unless a write someone
+            // waits for (or a full queue) comes first.
+            Ok(Msg::BehindWaiting) => {
+                let deadline = std::time::Instant::now() + BEHIND_WINDOW;
+                loop {
+                    match queue
+                        .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+                    {
+                        Ok(Msg::Write(job)) => {
+                            jobs.push(job);
+                            break;
+                        }
+                        Ok(Msg::BehindWaiting) => continue,
+                        Ok(Msg::BehindFull) | Err(mpsc::RecvTimeoutError::Timeout) => break,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            open = false;
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(Msg::BehindFull) => {}
+            Err(mpsc::RecvError) => open = false,
+        }
+        while open && jobs.len() < MAX_BATCH {
             match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+                Ok(Msg::Write(job)) => jobs.push(job),
+                Ok(Msg::BehindWaiting | Msg::BehindFull) => {}
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => open = false,
             }
         }
+        // Taken after the writes: a read-your-writes probe (`Ping`) commits every record
+        // written behind before it was sent.
+        let records = Behind::take(behind);
+        if jobs.is_empty() && records.is_empty() {
+            continue;
+        }
         let (ops, replies): (Vec<WriteOp>, Vec<_>) =
-            batch.into_iter().map(|job| (job.op, job.reply)).unzip();
-        let results = apply_batch(&mut conn, ops);
+            jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
+        let results = apply_batch(&mut conn, ops, records);
         for (reply, result) in replies.into_iter().zip(results) {
-            // Nobody waits for a written-behind record (or its caller went away): a failure
-            // must still be heard.
+            // The caller went away: a failure must still be heard.
             if let Err(Err(err)) = reply.send(result) {
-                tracing::error!(error = %err, "a write nobody waited for failed");
+                tracing::error!(error = %err, "a write whose caller went away failed");
             }
         }
     }
 }
 
 /// Applies every op in one transaction, each inside its own savepoint so one failing op does not
-/// undo the others. If the commit itself fails, every op fails.
-fn apply_batch(conn: &mut Connection, ops: Vec<WriteOp>) -> Vec<Result<Reply, StoreError>> {
+/// undo the others, and inserts the records written behind. If the commit itself fails, every op
+/// fails and the records are lost (and logged).
+fn apply_batch(
+    conn: &mut Connection,
+    ops: Vec<WriteOp>,
+    records: Vec<(PreparedCall, Prepared)>,
+) -> Vec<Result<Reply, StoreError>> {
     let count = ops.len();
+    let behind = records.len();
     let fail_all = |err: rusqlite::Error| {
-        tracing::error!(error = %err, "store commit failed");
+        tracing::error!(error = %err, lost_read_records = behind, "store commit failed");
         (0..count)
             .map(|_| Err(StoreError::Backend(err.to_string())))
             .collect()
@@ -457,6 +535,7 @@ fn apply_batch(conn: &mut Connection, ops: Vec<WriteOp>) -> Vec<Result<Reply, St
         };
         results.push(result);
     }
+    insert_behind(&tx, records, now);
     match tx.commit() {
         Ok(()) => results,
         Err(err) => fail_all(err),
@@ -521,6 +600,20 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
     }
 }
 
+/// Inserts a call; with an idempotency key that another call of the tool holds, nothing.
+const INSERT_CALL: &str = "INSERT INTO calls (call_id, tool, effect, caller, status, input, \
+    output, error, idempotency_key, attempts, created_at, updated_at, events) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING";
+
+/// A new call's `events` array: `created`, and its outcome's event when it has one.
+fn events_json(call: &PreparedCall, outcome: Option<&Prepared>) -> String {
+    let created = event_json::<Value>(call.created_at, "created", call.caller.as_deref(), None);
+    match outcome {
+        Some(outcome) => format!("[{created},{}]", outcome.event),
+        None => format!("[{created}]"),
+    }
+}
+
 fn insert(
     conn: &Connection,
     call: PreparedCall,
@@ -529,32 +622,15 @@ fn insert(
 ) -> Result<Inserted, StoreError> {
     // A call recorded with its outcome is inserted as it ends, in one row with both its events:
     // no `running` row to update a moment later.
-    let created = event_json(call.created_at, "created", call.caller.as_deref(), None);
-    let (status, output, error, updated_at, events) = match &outcome {
-        Some(o) => (
-            o.status,
-            o.output.as_deref(),
-            o.error.as_deref(),
-            now,
-            format!("[{created},{}]", o.event),
-        ),
-        None => (
-            CallStatus::Running,
-            None,
-            None,
-            call.created_at,
-            format!("[{created}]"),
-        ),
+    let events = events_json(&call, outcome.as_ref());
+    let (status, output, error, updated_at) = match &outcome {
+        Some(o) => (o.status, o.output.as_deref(), o.error.as_deref(), now),
+        None => (CallStatus::Running, None, None, call.created_at),
     };
     // The conditional insert: a second call with the same (tool, idempotency key) writes
     // nothing, and the one that exists is returned instead.
     let changed = conn
-        .prepare_cached(
-            "INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
-             idempotency_key, attempts, created_at, updated_at, events) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
-             ON CONFLICT DO NOTHING",
-        )
+        .prepare_cached(INSERT_CALL)
         .and_then(|mut st| {
             st.execute(params![
                 call.call_id,
@@ -602,6 +678,48 @@ fn insert(
     Ok(Inserted::New)
 }
 
+/// Inserts records written behind the answer: finished `read` calls without an idempotency key,
+/// so nothing can conflict. One statement each, so no savepoint: a failing statement undoes only
+/// itself, and is logged.
+fn insert_behind(conn: &Connection, records: Vec<(PreparedCall, Prepared)>, now: i64) {
+    if records.is_empty() {
+        return;
+    }
+    let mut statement = match conn.prepare_cached(INSERT_CALL) {
+        Ok(statement) => statement,
+        Err(err) => {
+            let lost = records.len();
+            tracing::error!(error = %err, lost, "read call records could not be written");
+            return;
+        }
+    };
+    for (call, outcome) in records {
+        let events = events_json(&call, Some(&outcome));
+        let result = statement.execute(params![
+            call.call_id,
+            call.tool,
+            call.effect,
+            call.caller,
+            outcome.status.as_str(),
+            call.input,
+            outcome.output,
+            outcome.error,
+            call.idempotency_key,
+            i64::from(call.attempts),
+            call.created_at,
+            now,
+            events
+        ]);
+        let error = match result {
+            Ok(1) => continue,
+            Ok(_) => "the call id is taken".to_owned(),
+            Err(err) => err.to_string(),
+        };
+        let call_id = call.call_id;
+        tracing::error!(error, call_id, "a read call's record could not be written");
+    }
+}
+
 fn insert_suspension(
     conn: &Connection,
     call_id: &str,
@@ -644,15 +762,39 @@ fn append_event(
 }
 
 /// One event as stored in a call's `events` array.
-fn event_json(at: i64, kind: &str, actor: Option<&str>, details: Option<&Value>) -> String {
-    let mut event = json!({ "at": at, "kind": kind });
-    if let Some(actor) = actor {
-        event["actor"] = actor.into();
-    }
-    if let Some(details) = details {
-        event["details"] = details.clone();
-    }
-    event.to_string()
+fn event_json<D>(at: i64, kind: &str, actor: Option<&str>, details: Option<&D>) -> String
+where
+    D: serde::Serialize + ?Sized,
+{
+    use std::io::Write;
+    // Written straight out: one allocation, no JSON tree built only to be printed.
+    let mut event = Vec::with_capacity(96);
+    let written = write!(event, "{{\"at\":{at},\"kind\":")
+        .map_err(serde_json::Error::io)
+        .and_then(|()| serde_json::to_writer(&mut event, kind));
+    let written = written.and_then(|()| match actor {
+        Some(actor) => {
+            event.extend_from_slice(b",\"actor\":");
+            serde_json::to_writer(&mut event, actor)
+        }
+        None => Ok(()),
+    });
+    let written = written.and_then(|()| match details {
+        Some(details) => {
+            event.extend_from_slice(b",\"details\":");
+            serde_json::to_writer(&mut event, details)
+        }
+        None => Ok(()),
+    });
+    written.expect("an event's fields are plain data, written to memory");
+    event.push(b'}');
+    String::from_utf8(event).expect("serde_json writes UTF-8")
+}
+
+/// The `details` of a `completed` event.
+#[derive(serde::Serialize)]
+struct Attempts {
+    attempts: u32,
 }
 
 /// An event as read back from a call's `events` array.
@@ -1070,10 +1212,29 @@ impl Store for SqliteStore {
     }
 
     async fn insert_behind(&self, call: NewCall, outcome: Outcome) -> Result<(), StoreError> {
-        // Queued, not awaited: the writer commits it with the next batch, in order.
+        // Not awaited: the writer commits it with the next batch, or within `BEHIND_WINDOW`.
         let outcome = Prepared::new(outcome, call.attempts)?;
-        self.enqueue(WriteOp::Insert(PreparedCall::new(call), Some(outcome)))
-            .map(drop)
+        let record = (PreparedCall::new(call), outcome);
+        let wake = {
+            let mut behind = self
+                .inner
+                .behind
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            behind.records.push(record);
+            if behind.records.len() == BEHIND_FULL {
+                Some(Msg::BehindFull)
+            } else if !behind.signalled {
+                behind.signalled = true;
+                Some(Msg::BehindWaiting)
+            } else {
+                None
+            }
+        };
+        match wake {
+            Some(msg) => self.send(msg),
+            None => Ok(()),
+        }
     }
 
     async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
