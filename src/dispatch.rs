@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use serde_json::{Value, json};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tracing::Instrument;
 
 use crate::contract::ctx::ToolCtx;
@@ -32,6 +32,7 @@ use crate::contract::outcome::ToolOutcome;
 use crate::contract::registry::{Registered, ToolSet, compile_schema, violations};
 use crate::contract::retry::RetryPolicy;
 use crate::ids;
+use crate::slots::{Slot, Slots};
 use crate::store::{
     ApprovalState, CallError, CallRecord, CallStatus, Inserted, NewCall, Outcome, Reconciled,
     Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
@@ -88,7 +89,7 @@ impl Default for DispatchConfig {
 struct ToolPolicy {
     settings: ToolSettings,
     retry: RetryPolicy,
-    slots: Arc<Semaphore>,
+    slots: Arc<Slots>,
 }
 
 /// Who asks for a call, and the idempotency key they sent, if any.
@@ -107,7 +108,7 @@ pub struct Dispatcher {
     store: Arc<dyn Store>,
     policies: Arc<HashMap<String, ToolPolicy>>,
     running: Running,
-    slots: Arc<Semaphore>,
+    slots: Arc<Slots>,
 }
 
 /// Counts the calls running in detached tasks, so a shutdown can wait for them to be recorded
@@ -423,7 +424,7 @@ impl Dispatcher {
                 let policy = ToolPolicy {
                     settings,
                     retry: RetryPolicy::for_effect(tool.effect(), config.retry),
-                    slots: Arc::new(Semaphore::new(settings.max_concurrency.max(1))),
+                    slots: Slots::new(settings.max_concurrency),
                 };
                 (tool.name().to_owned(), policy)
             })
@@ -433,7 +434,7 @@ impl Dispatcher {
             store,
             policies: Arc::new(policies),
             running: Running::default(),
-            slots: Arc::new(Semaphore::new(config.max_running_calls.max(1))),
+            slots: Slots::new(config.max_running_calls),
         }
     }
 
@@ -1042,18 +1043,10 @@ pub fn client_key_scope(caller: Option<&str>, key: &str) -> String {
 impl Dispatcher {
     /// A slot of the global and of the tool's concurrency limit, held until the call's run
     /// ends; `Overloaded` when either is full: refusing at once beats an unbounded queue.
-    fn take_slot(
-        &self,
-        policy: &ToolPolicy,
-        tool: &str,
-    ) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), DispatchError> {
-        let overloaded = |_| DispatchError::Overloaded(tool.to_owned());
-        let global = self.slots.clone().try_acquire_owned().map_err(overloaded)?;
-        let local = policy
-            .slots
-            .clone()
-            .try_acquire_owned()
-            .map_err(overloaded)?;
+    fn take_slot(&self, policy: &ToolPolicy, tool: &str) -> Result<(Slot, Slot), DispatchError> {
+        let overloaded = || DispatchError::Overloaded(tool.to_owned());
+        let global = self.slots.try_take().ok_or_else(overloaded)?;
+        let local = policy.slots.try_take().ok_or_else(overloaded)?;
         Ok((global, local))
     }
 }

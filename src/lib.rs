@@ -28,6 +28,7 @@ pub mod dispatch;
 pub mod examples;
 mod ids;
 pub mod server;
+mod slots;
 pub mod store;
 
 pub use async_trait::async_trait;

@@ -27,6 +27,7 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         "bare_tools",
         "tools",
         "bare_echo",
+        "bare_echo_recorded",
         "echo",
         "write",
         "suspend_approve",

@@ -103,6 +103,7 @@ impl Report {
             let versus = match s.name.as_str() {
                 "tools" => ratio("tools", "bare_tools"),
                 "echo" => ratio("echo", "bare_echo"),
+                "bare_echo_recorded" => ratio("bare_echo_recorded", "bare_echo"),
                 "write" => fsync_ratio("write"),
                 "peer_echo" => match (self.get("echo"), self.get("peer_echo")) {
                     (Some(t), Some(p)) if p.rps > 0.0 => {
@@ -227,7 +228,8 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let idle_rss = toolgate.rss_kib();
     let tools_json = load::fetch(toolgate.addr, "/tools").await?;
-    let bare = BareServer::start(&options.bare, tools_json).await?;
+    let bare_dir = fresh_dir("bare")?;
+    let bare = BareServer::start(&options.bare, tools_json, &bare_dir.join("bare.db")).await?;
 
     let mut peer_skipped = None;
     let peer = if options.peer {
@@ -252,6 +254,11 @@ pub async fn run(options: &Options) -> Result<Report, String> {
             Some(toolgate.pid()),
         ),
         (Scenario::Echo("bare_echo"), bare.addr(), bare.pid()),
+        (
+            Scenario::RecordedEcho("bare_echo_recorded"),
+            bare.addr(),
+            bare.pid(),
+        ),
         (Scenario::Echo("echo"), toolgate.addr, Some(toolgate.pid())),
         (
             Scenario::Write("write"),

@@ -19,6 +19,8 @@ pub enum Scenario {
     Tools(&'static str),
     /// `POST /tools/echo/call`.
     Echo(&'static str),
+    /// `POST /recorded/tools/echo/call` on the bare server: its echo plus a row per call.
+    RecordedEcho(&'static str),
     /// `POST /tools/send_email/call` with a fresh `Idempotency-Key` each: the durable write.
     Write(&'static str),
     /// `ask_human` suspends, then its token is approved: one cycle is one operation.
@@ -35,6 +37,7 @@ impl Scenario {
         match self {
             Scenario::Tools(n)
             | Scenario::Echo(n)
+            | Scenario::RecordedEcho(n)
             | Scenario::Write(n)
             | Scenario::SuspendApprove(n)
             | Scenario::PeerEcho(n)
@@ -158,6 +161,17 @@ async fn operate(
         ),
         Scenario::Echo(_) => ok(
             send(sender, Method::POST, "/tools/echo/call", None, ECHO_BODY).await?,
+            StatusCode::OK,
+        ),
+        Scenario::RecordedEcho(_) => ok(
+            send(
+                sender,
+                Method::POST,
+                "/recorded/tools/echo/call",
+                None,
+                ECHO_BODY,
+            )
+            .await?,
             StatusCode::OK,
         ),
         Scenario::PeerEcho(_) => ok(

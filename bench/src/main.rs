@@ -17,12 +17,15 @@ fn main() -> ExitCode {
         .build()
         .expect("a tokio runtime");
     if args.first().map(String::as_str) == Some("bare-server") {
-        let Some(file) = args.get(1) else {
-            eprintln!("usage: toolgate-bench bare-server TOOLS_JSON_FILE");
+        let (Some(file), Some(db)) = (args.get(1), args.get(2)) else {
+            eprintln!("usage: toolgate-bench bare-server TOOLS_JSON_FILE SQLITE_FILE");
             return ExitCode::from(2);
         };
         let tools = std::fs::read(file).expect("the tools JSON file");
-        let _ = runtime.block_on(toolgate_bench::servers_run_bare(tools.into()));
+        let _ = runtime.block_on(toolgate_bench::servers_run_bare(
+            tools.into(),
+            PathBuf::from(db),
+        ));
         return ExitCode::SUCCESS;
     }
     if args.first().map(String::as_str) == Some("load") {

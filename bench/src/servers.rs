@@ -3,8 +3,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Json;
@@ -124,16 +125,18 @@ pub enum BareServer {
 }
 
 impl BareServer {
-    /// Starts the bare server serving `tools_json` at `/tools`.
-    pub async fn start(mode: &BareMode, tools_json: Bytes) -> Result<Self, String> {
+    /// Starts the bare server serving `tools_json` at `/tools`, recording its recorded echo
+    /// route's calls in the SQLite file `db`.
+    pub async fn start(mode: &BareMode, tools_json: Bytes, db: &Path) -> Result<Self, String> {
         match mode {
             BareMode::InProcess => {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
                     .await
                     .map_err(|e| e.to_string())?;
                 let addr = listener.local_addr().map_err(|e| e.to_string())?;
+                let recorder = Recorder::start(db.to_path_buf())?;
                 let task = tokio::spawn(async move {
-                    let _ = axum::serve(listener, bare_router(tools_json)).await;
+                    let _ = axum::serve(listener, bare_router(tools_json, recorder)).await;
                 });
                 Ok(BareServer::InProcess(addr, task))
             }
@@ -144,6 +147,7 @@ impl BareServer {
                 let mut child = Command::new(exe)
                     .arg("bare-server")
                     .arg(&file)
+                    .arg(db)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
@@ -185,14 +189,65 @@ impl Drop for BareServer {
     }
 }
 
-/// The bare ceiling's routes.
-pub fn bare_router(tools_json: Bytes) -> axum::Router {
+/// The least a durable record of each call can cost in SQLite: a row of the call id, its input
+/// and its output, inserted behind the answer by one thread that commits whatever has gathered
+/// every 10 ms, in WAL mode with `synchronous = FULL`. No validation, no events, one index.
+/// This is the floor of any server that records every call in SQLite, toolgate included.
+pub struct Recorder {
+    pending: Mutex<Vec<(String, String)>>,
+}
+
+impl Recorder {
+    /// Opens (creating) `db` and starts the committing thread.
+    pub fn start(db: PathBuf) -> Result<Arc<Recorder>, String> {
+        let conn = rusqlite::Connection::open(&db).map_err(|e| e.to_string())?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
+             CREATE TABLE IF NOT EXISTS calls (call_id TEXT PRIMARY KEY NOT NULL, \
+             input TEXT NOT NULL, output TEXT NOT NULL) STRICT;",
+        )
+        .map_err(|e| e.to_string())?;
+        let recorder = Arc::new(Recorder {
+            pending: Mutex::new(Vec::new()),
+        });
+        let shared = recorder.clone();
+        std::thread::Builder::new()
+            .name("bare-recorder".into())
+            .spawn(move || {
+                let mut conn = conn;
+                loop {
+                    std::thread::sleep(Duration::from_millis(10));
+                    let rows = std::mem::take(&mut *shared.pending.lock().expect("recorder"));
+                    if rows.is_empty() {
+                        continue;
+                    }
+                    let tx = conn.transaction().expect("a transaction");
+                    {
+                        let mut insert = tx
+                            .prepare_cached("INSERT INTO calls VALUES (?1, ?2, ?3)")
+                            .expect("the insert");
+                        for (call_id, json) in &rows {
+                            insert.execute([call_id, json, json]).expect("a row");
+                        }
+                    }
+                    tx.commit().expect("a commit");
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(recorder)
+    }
+}
+
+/// The bare ceiling's routes; `/recorded/tools/echo/call` also records each call with
+/// `recorder`.
+pub fn bare_router(tools_json: Bytes, recorder: Arc<Recorder>) -> axum::Router {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct CallRequest {
         input: Value,
     }
-    let counter = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let recorded_counter = counter.clone();
     axum::Router::new()
         .route(
             "/tools",
@@ -216,13 +271,36 @@ pub fn bare_router(tools_json: Bytes) -> axum::Router {
                 }
             }),
         )
+        .route(
+            "/recorded/tools/echo/call",
+            axum::routing::post(move |Json(request): Json<CallRequest>| {
+                let n = recorded_counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let call_id = format!("call_{n:032x}");
+                let json = request.input.to_string();
+                recorder
+                    .pending
+                    .lock()
+                    .expect("recorder")
+                    .push((call_id.clone(), json));
+                async move {
+                    Json(json!({
+                        "call_id": call_id,
+                        "tool": "echo",
+                        "status": "completed",
+                        "output": request.input,
+                    }))
+                    .into_response()
+                }
+            }),
+        )
 }
 
 /// Serves the bare ceiling on 127.0.0.1 until killed (the `bare-server` subcommand).
-pub async fn run_bare(tools_json: Bytes) -> std::io::Result<()> {
+pub async fn run_bare(tools_json: Bytes, db: PathBuf) -> std::io::Result<()> {
+    let recorder = Recorder::start(db).map_err(std::io::Error::other)?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     eprintln!("bare listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, bare_router(tools_json)).await
+    axum::serve(listener, bare_router(tools_json, recorder)).await
 }
 
 /// Fills the store in `dir` with `calls` finished echo calls (and their events) and `pending`

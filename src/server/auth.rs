@@ -26,10 +26,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tokio::sync::OwnedSemaphorePermit;
 use tower::{Layer, Service};
 
 use super::error::ApiError;
+use crate::slots::{Slot, Slots};
 
 /// What a key may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -147,7 +147,7 @@ fn permits(role: Role, access: Access) -> bool {
 /// What a gated route checks: the keys, the server's request limit, and the route's access.
 pub(super) struct Gate {
     pub(super) keys: Arc<Keys>,
-    pub(super) in_flight: Arc<tokio::sync::Semaphore>,
+    pub(super) in_flight: Arc<Slots>,
     pub(super) access: Access,
 }
 
@@ -155,12 +155,11 @@ impl Gate {
     /// Load shedding (past `max_in_flight`, `503 overloaded` at once), authentication of the
     /// bearer token, and the role check. Admitted, the request carries a [`Principal`] for the
     /// handler, and the returned slot is held until the answer is ready.
-    fn admit(&self, request: &mut Request) -> Result<OwnedSemaphorePermit, ApiError> {
+    fn admit(&self, request: &mut Request) -> Result<Slot, ApiError> {
         let slot = self
             .in_flight
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ApiError::Overloaded("The server".into()))?;
+            .try_take()
+            .ok_or_else(|| ApiError::Overloaded("The server".into()))?;
         let principal = if self.keys.enabled() {
             let token = request
                 .headers()
@@ -244,7 +243,7 @@ pin_project_lite::pin_project! {
     /// The route's answer, or the gate's refusal.
     #[project = GateProjection]
     pub(super) enum GateFuture<F> {
-        Admitted { #[pin] future: F, slot: Option<OwnedSemaphorePermit> },
+        Admitted { #[pin] future: F, slot: Option<Slot> },
         Refused { response: Option<Response> },
     }
 }

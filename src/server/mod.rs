@@ -23,12 +23,12 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::routing::{get, post};
-use tokio::sync::Semaphore;
 use tower_http::trace::{DefaultOnRequest, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::contract::registry::ToolSet;
 use crate::dispatch::{DispatchConfig, Dispatcher, Running};
+use crate::slots::Slots;
 use crate::store::Store;
 use auth::{Access, ApiKey, Gate, GateLayer, Keys};
 use error::ApiError;
@@ -152,7 +152,7 @@ impl ServerBuilder {
             max_json_depth: self.max_json_depth,
         }));
         let keys = Arc::new(Keys::new(self.keys));
-        let in_flight = Arc::new(Semaphore::new(self.max_in_flight));
+        let in_flight = Slots::new(self.max_in_flight);
         // Every route but the health probes has a gate: load shedding, auth, the role check.
         let gate = |access| {
             GateLayer(Arc::new(Gate {
