@@ -188,6 +188,7 @@ pub async fn load_once(
     let scenario = match scenario {
         "tools" => Scenario::Tools("tools"),
         "echo" => Scenario::Echo("echo"),
+        "echo_recorded" => Scenario::RecordedEcho("echo_recorded"),
         "write" => Scenario::Write("write"),
         "suspend_approve" => Scenario::SuspendApprove("suspend_approve"),
         "approvals" => Scenario::Approvals("approvals"),
