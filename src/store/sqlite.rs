@@ -535,7 +535,7 @@ fn apply_batch(
         };
         results.push(result);
     }
-    insert_behind(&tx, records, now);
+    insert_read_records(&tx, records, now);
     match tx.commit() {
         Ok(()) => results,
         Err(err) => fail_all(err),
@@ -681,7 +681,7 @@ fn insert(
 /// Inserts records written behind the answer: finished `read` calls without an idempotency key,
 /// so nothing can conflict. One statement each, so no savepoint: a failing statement undoes only
 /// itself, and is logged.
-fn insert_behind(conn: &Connection, records: Vec<(PreparedCall, Prepared)>, now: i64) {
+fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>, now: i64) {
     if records.is_empty() {
         return;
     }
