@@ -614,40 +614,46 @@ fn events_json(call: &PreparedCall, outcome: Option<&Prepared>) -> String {
     }
 }
 
+/// Runs [`INSERT_CALL`] for `call`. A call recorded with its outcome is inserted as it ends, in
+/// one row with both its events: no `running` row to update a moment later.
+fn execute_insert(
+    statement: &mut rusqlite::Statement<'_>,
+    call: &PreparedCall,
+    outcome: Option<&Prepared>,
+    now: i64,
+) -> rusqlite::Result<usize> {
+    let (status, output, error, updated_at) = match outcome {
+        Some(o) => (o.status, o.output.as_deref(), o.error.as_deref(), now),
+        None => (CallStatus::Running, None, None, call.created_at),
+    };
+    statement.execute(params![
+        call.call_id,
+        call.tool,
+        call.effect,
+        call.caller,
+        status.as_str(),
+        call.input,
+        output,
+        error,
+        call.idempotency_key,
+        i64::from(call.attempts),
+        call.created_at,
+        updated_at,
+        events_json(call, outcome)
+    ])
+}
+
 fn insert(
     conn: &Connection,
     call: PreparedCall,
     outcome: Option<Prepared>,
     now: i64,
 ) -> Result<Inserted, StoreError> {
-    // A call recorded with its outcome is inserted as it ends, in one row with both its events:
-    // no `running` row to update a moment later.
-    let events = events_json(&call, outcome.as_ref());
-    let (status, output, error, updated_at) = match &outcome {
-        Some(o) => (o.status, o.output.as_deref(), o.error.as_deref(), now),
-        None => (CallStatus::Running, None, None, call.created_at),
-    };
     // The conditional insert: a second call with the same (tool, idempotency key) writes
     // nothing, and the one that exists is returned instead.
     let changed = conn
         .prepare_cached(INSERT_CALL)
-        .and_then(|mut st| {
-            st.execute(params![
-                call.call_id,
-                call.tool,
-                call.effect,
-                call.caller,
-                status.as_str(),
-                call.input,
-                output,
-                error,
-                call.idempotency_key,
-                i64::from(call.attempts),
-                call.created_at,
-                updated_at,
-                events
-            ])
-        })
+        .and_then(|mut st| execute_insert(&mut st, &call, outcome.as_ref(), now))
         .map_err(backend)?;
     if changed == 0 {
         let existing: Option<String> = match &call.idempotency_key {
@@ -694,22 +700,7 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
         }
     };
     for (call, outcome) in records {
-        let events = events_json(&call, Some(&outcome));
-        let result = statement.execute(params![
-            call.call_id,
-            call.tool,
-            call.effect,
-            call.caller,
-            outcome.status.as_str(),
-            call.input,
-            outcome.output,
-            outcome.error,
-            call.idempotency_key,
-            i64::from(call.attempts),
-            call.created_at,
-            now,
-            events
-        ]);
+        let result = execute_insert(&mut statement, &call, Some(&outcome), now);
         let error = match result {
             Ok(1) => continue,
             Ok(_) => "the call id is taken".to_owned(),
