@@ -862,6 +862,7 @@ impl Dispatcher {
                     let wait = policy.retry.backoff(made);
                     tracing::warn!(
                         tool = tool.name(),
+                        call_id,
                         attempt,
                         error = %source,
                         wait_ms = wait.as_millis() as u64,
@@ -874,7 +875,12 @@ impl Dispatcher {
                 // (its policy allows no second attempt).
                 Err(_elapsed) if policy.retry.allows_another(made) => {
                     let wait = policy.retry.backoff(made);
-                    tracing::warn!(tool = tool.name(), attempt, "attempt timed out; retrying");
+                    tracing::warn!(
+                        tool = tool.name(),
+                        call_id,
+                        attempt,
+                        "attempt timed out; retrying"
+                    );
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
@@ -904,12 +910,13 @@ impl Dispatcher {
                     );
                     break failed(Failure::new(FailureKind::Panicked, "The tool panicked."));
                 }
-                Ok(Ok(result)) => break self.settle(registered, policy, result),
+                Ok(Ok(result)) => break self.settle(registered, policy, call_id, result),
             }
         };
         if let CallOutcome::Failed { failure, .. } = &outcome {
             tracing::warn!(
                 tool = tool.name(),
+                call_id,
                 code = failure.kind.code(),
                 "call failed"
             );
@@ -951,6 +958,7 @@ impl Dispatcher {
         &self,
         registered: &Registered,
         policy: &ToolPolicy,
+        call_id: &str,
         result: Result<ToolOutcome<Value>, ToolError>,
     ) -> CallOutcome {
         match result {
@@ -978,6 +986,7 @@ impl Dispatcher {
                     Err(message) => {
                         tracing::error!(
                             tool = registered.tool.name(),
+                            call_id,
                             error = %message,
                             "the tool suspended with an invalid resume schema"
                         );
@@ -998,7 +1007,12 @@ impl Dispatcher {
                 failed(Failure::new(FailureKind::ToolFailed, source.to_string()))
             }
             Err(ToolError::OutputSerialization { source, .. }) => {
-                tracing::error!(tool = registered.tool.name(), error = %source, "unserializable output");
+                tracing::error!(
+                    tool = registered.tool.name(),
+                    call_id,
+                    error = %source,
+                    "unserializable output"
+                );
                 failed(Failure::new(
                     FailureKind::OutputUnserializable,
                     "The tool's output could not be serialized to JSON.",

@@ -136,7 +136,11 @@ fn rows_in_db(dir: &std::path::Path) -> (i64, i64, i64) {
     (
         count("SELECT count(*) FROM calls"),
         count("SELECT count(*) FROM suspensions"),
-        count("SELECT coalesce(sum(json_array_length(events)), 0) FROM calls"),
+        // A call stored already completed keeps its two events implicit (`events` is '').
+        count(
+            "SELECT coalesce(sum(CASE events WHEN '' THEN 2 \
+             ELSE json_array_length(events) END), 0) FROM calls",
+        ),
     )
 }
 

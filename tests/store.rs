@@ -118,6 +118,46 @@ async fn finished_in_one_write(store: Arc<dyn Store>) {
     assert_eq!(view.token, "t1");
     assert_eq!(view.reason, "decide t1");
 
+    // A call recorded already completed, at once or behind its answer, has the history of one
+    // recorded as it ran: created by its caller, then completed with its attempts.
+    let before = Timestamp::now();
+    store
+        .insert_call(
+            NewCall {
+                attempts: 3,
+                ..new_call("d1")
+            },
+            Some(Outcome::Completed { output: json!(1) }),
+        )
+        .await
+        .unwrap();
+    store
+        .insert_behind(
+            NewCall {
+                effect: Effect::Read,
+                caller: None,
+                ..new_call("d2")
+            },
+            Outcome::Completed { output: json!(2) },
+        )
+        .await
+        .unwrap();
+    for (id, actor, attempts) in [("d1", Some("agent"), 3), ("d2", None, 1)] {
+        let call = store.call(id).await.unwrap().unwrap();
+        assert_eq!(call.status, CallStatus::Completed, "{id}");
+        assert_eq!(kinds(&call), ["created", "completed"], "{id}");
+        assert_eq!(call.events[0].actor.as_deref(), actor, "{id}");
+        assert_eq!(call.events[0].at, call.created_at, "{id}");
+        assert_eq!(call.events[1].actor, None, "{id}");
+        assert_eq!(call.events[1].at, call.updated_at, "{id}");
+        assert!(call.updated_at >= before, "{id}");
+        assert_eq!(
+            call.events[1].details,
+            Some(json!({ "attempts": attempts })),
+            "{id}"
+        );
+    }
+
     // The same call id twice is refused; the first record stands.
     assert!(store.insert_call(new_call("s1"), None).await.is_err());
     assert_eq!(
@@ -587,10 +627,10 @@ async fn sqlite_keeps_everything_across_a_reopen() {
             .unwrap();
     }
     let store = open_sqlite(dir.path());
-    assert_eq!(
-        store.call("k2").await.unwrap().unwrap().output,
-        Some(json!(2))
-    );
+    let k2 = store.call("k2").await.unwrap().unwrap();
+    assert_eq!(k2.output, Some(json!(2)));
+    assert_eq!(kinds(&k2), ["created", "completed"]);
+    assert_eq!(k2.events[1].details, Some(json!({"attempts": 1})));
     let page = store.pending_approvals(None, 10).await.unwrap();
     assert_eq!(page.approvals.len(), 1);
     assert_eq!(page.approvals[0].token, "tk");

@@ -1,0 +1,4 @@
+-- A call inserted already completed (every read call, written behind its answer) stores its
+-- events as '' instead of a JSON array: its two events, `created` and `completed`, are derived
+-- from created_at, caller, updated_at and attempts when the call is read. No schema changes;
+-- the version says that a server older than this encoding must not open the file.
