@@ -399,6 +399,8 @@ struct Ran {
     outcome: CallOutcome,
     recorded: Outcome,
     attempts: u32,
+    /// The input, when the caller asked for it back.
+    input: Option<Value>,
 }
 
 impl Dispatcher {
@@ -640,7 +642,7 @@ impl Dispatcher {
             tool: dyn_tool.name().to_owned(),
             effect: dyn_tool.effect(),
             caller,
-            input: input.clone(),
+            input: Value::Null,
             idempotency_key: key.clone(),
             attempts: 1,
             created_at,
@@ -649,8 +651,12 @@ impl Dispatcher {
         // A tool with effects, or a keyed call, has its intent committed before it runs: a crash
         // mid-run leaves a `running` record behind instead of an effect nobody knows about, and
         // a second request with the same key finds the first. A read without a key has nothing
-        // to lose: its call is recorded once, with its outcome.
+        // to lose: its call is recorded once, with its outcome, and the input it keeps.
         let unrecorded = if dyn_tool.effect() != Effect::Read || key.is_some() {
+            let call = NewCall {
+                input: input.clone(),
+                ..call
+            };
             match self.store.insert_call(call, None).await? {
                 Inserted::New => None,
                 Inserted::Existing(existing) => {
@@ -660,8 +666,18 @@ impl Dispatcher {
         } else {
             Some(call)
         };
+        let keep = unrecorded.is_some();
         let ran = self
-            .attempts(registered, policy, &call_id, key.as_deref(), None, 1, input)
+            .attempts(
+                registered,
+                policy,
+                &call_id,
+                key.as_deref(),
+                None,
+                1,
+                input,
+                keep,
+            )
             .await;
         match unrecorded {
             None => {
@@ -672,6 +688,7 @@ impl Dispatcher {
             Some(call) => {
                 let call = NewCall {
                     attempts: ran.attempts,
+                    input: ran.input.expect("attempts hand back the input kept"),
                     ..call
                 };
                 // A read has no effect to lose: its record may be committed behind the answer,
@@ -732,6 +749,7 @@ impl Dispatcher {
                         rerun.resume_input,
                         call.attempts,
                         call.input,
+                        false,
                     )
                     .await;
                 self.store
@@ -810,6 +828,7 @@ impl Dispatcher {
                 Some(resume_input),
                 call.attempts,
                 call.input,
+                false,
             )
             .await;
         self.store
@@ -824,7 +843,8 @@ impl Dispatcher {
     }
 
     /// Runs attempts, starting with attempt number `first`, until one succeeds, suspends, fails
-    /// for good, or the retry policy says stop. Each attempt has the tool's timeout.
+    /// for good, or the retry policy says stop. Each attempt has the tool's timeout. With `keep`,
+    /// the input is handed back in [`Ran::input`].
     #[allow(clippy::too_many_arguments)]
     async fn attempts(
         &self,
@@ -835,6 +855,7 @@ impl Dispatcher {
         resume: Option<Value>,
         first: u32,
         mut input: Value,
+        keep: bool,
     ) -> Ran {
         let tool = registered.tool.as_ref();
         let mut attempt = first;
@@ -846,8 +867,8 @@ impl Dispatcher {
             if let Some(resume) = &resume {
                 ctx = ctx.with_resume(resume.clone());
             }
-            // Keep the input only while another attempt may need it.
-            let argument = if policy.retry.allows_another(made) {
+            // Keep the input only while another attempt, or the caller, may need it.
+            let argument = if keep || policy.retry.allows_another(made) {
                 input.clone()
             } else {
                 std::mem::take(&mut input)
@@ -950,6 +971,7 @@ impl Dispatcher {
             outcome,
             recorded,
             attempts: attempt,
+            input: keep.then_some(input),
         }
     }
 

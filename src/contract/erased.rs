@@ -120,6 +120,11 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
     }
 
     fn check_input(&self, input: &Value) -> Result<(), Vec<InputViolation>> {
+        // The plain deserializer first: tracking the path costs on every call, and only an
+        // input that does not fit needs it, for the violation's pointer.
+        if H::Input::deserialize(input).is_ok() {
+            return Ok(());
+        }
         serde_path_to_error::deserialize::<_, H::Input>(input)
             .map(drop)
             .map_err(|err| vec![deserialize_violation(err)])
@@ -130,11 +135,16 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
         ctx: &ToolCtx,
         input: Value,
     ) -> Result<ToolOutcome<Value>, ToolError> {
-        let input: H::Input =
-            serde_path_to_error::deserialize(input).map_err(|err| ToolError::InvalidInput {
-                tool: H::NAME.to_owned(),
-                violations: vec![deserialize_violation(err)],
-            })?;
+        // Dispatch has run `check_input` (which points at the part that does not fit) before
+        // this; here the input is taken apart without tracking the path, which every call would
+        // pay for.
+        let input = H::Input::deserialize(input).map_err(|err| ToolError::InvalidInput {
+            tool: H::NAME.to_owned(),
+            violations: vec![InputViolation {
+                path: String::new(),
+                message: err.to_string(),
+            }],
+        })?;
         let outcome = self
             .handler
             .call(ctx, input)

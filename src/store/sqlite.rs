@@ -176,8 +176,10 @@ struct Prepared {
     error: Option<String>,
     /// token, reason, input schema, expiry
     suspension: Option<(String, String, String, Option<i64>)>,
-    /// The outcome's event, as stored in the call's `events` array.
-    event: String,
+    /// The outcome's event, as stored in the call's `events` array; `None` for `completed`,
+    /// which is written only when needed (see [`Prepared::event`]).
+    event: Option<String>,
+    attempts: u32,
 }
 
 impl Prepared {
@@ -190,7 +192,8 @@ impl Prepared {
                 output: Some(json_text(&output)),
                 error: None,
                 suspension: None,
-                event: event_json(now, "completed", None, Some(&Attempts { attempts })),
+                event: None,
+                attempts,
             },
             Outcome::Failed { error } => Prepared::failed(CallStatus::Failed, &error, attempts)?,
             Outcome::NeedsReconciliation { error } => {
@@ -206,7 +209,13 @@ impl Prepared {
                 status: CallStatus::Suspended,
                 output: None,
                 error: None,
-                event: event_json(now, "suspended", None, Some(&json!({ "reason": reason }))),
+                event: Some(event_json(
+                    now,
+                    "suspended",
+                    None,
+                    Some(&json!({ "reason": reason })),
+                )),
+                attempts,
                 suspension: Some((
                     token,
                     reason,
@@ -226,8 +235,26 @@ impl Prepared {
             output: None,
             error: Some(to_json(error)?),
             suspension: None,
-            event: event_json(now, status.as_str(), None, Some(&details)),
+            event: Some(event_json(now, status.as_str(), None, Some(&details))),
+            attempts,
         })
+    }
+
+    /// The outcome's event, as stored in the call's `events` array. A call inserted already
+    /// completed does not store it (see [`DERIVED_EVENTS`]), so it is written only here.
+    fn event(&self) -> std::borrow::Cow<'_, str> {
+        match &self.event {
+            Some(event) => event.into(),
+            None => event_json(
+                self.at,
+                "completed",
+                None,
+                Some(&Attempts {
+                    attempts: self.attempts,
+                }),
+            )
+            .into(),
+        }
     }
 }
 
@@ -618,7 +645,7 @@ fn events_json(call: &PreparedCall, outcome: Option<&Prepared>) -> String {
     let created = event_json::<Value>(call.created_at, "created", call.caller.as_deref(), None);
     match outcome {
         Some(outcome) if outcome.status == CallStatus::Completed => DERIVED_EVENTS.to_owned(),
-        Some(outcome) => format!("[{created},{}]", outcome.event),
+        Some(outcome) => format!("[{created},{}]", outcome.event()),
         None => format!("[{created}]"),
     }
 }
@@ -855,7 +882,7 @@ fn record_outcome(
                 outcome.error,
                 now,
                 i64::from(attempts),
-                outcome.event
+                outcome.event()
             ])
         })
         .map_err(backend)?;
