@@ -479,25 +479,26 @@ impl Dispatcher {
         input: Value,
         options: CallOptions,
     ) -> Result<CallResult, DispatchError> {
+        // Input that does not fit never reaches the tool, nor the store.
+        let registered = self.registered(tool)?;
+        let declared =
+            registered
+                .admit(&input)
+                .map_err(|violations| DispatchError::InvalidInput {
+                    tool: tool.to_owned(),
+                    violations,
+                })?;
         // The tool's own key names the effect and wins; a client's key is scoped to its caller.
-        let key = self
-            .tools
-            .get(tool)
-            .and_then(|dyn_tool| dyn_tool.idempotency_key(&input))
-            .or_else(|| {
-                options
-                    .idempotency_key
-                    .as_deref()
-                    .map(|key| client_key_scope(options.caller.as_deref(), key))
-            });
+        let key = declared.or_else(|| {
+            options
+                .idempotency_key
+                .as_deref()
+                .map(|key| client_key_scope(options.caller.as_deref(), key))
+        });
         // A read without an idempotency key has no effect to protect and no intent record that
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.
-        let inline = key.is_none()
-            && self
-                .tools
-                .get(tool)
-                .is_some_and(|dyn_tool| dyn_tool.effect() == Effect::Read);
+        let inline = key.is_none() && registered.tool.effect() == Effect::Read;
         let caller = options.caller;
         if inline {
             return self.run_call(tool, input, caller, key).await;
@@ -614,8 +615,8 @@ impl Dispatcher {
         }
     }
 
-    /// The first attempt of a new call, under the idempotency `key` [`Dispatcher::call`]
-    /// derived.
+    /// The first attempt of a new call, whose input [`Dispatcher::call`] admitted, under the
+    /// idempotency `key` it derived.
     async fn run_call(
         &self,
         tool: &str,
@@ -624,12 +625,6 @@ impl Dispatcher {
         key: Option<String>,
     ) -> Result<CallResult, DispatchError> {
         let registered = self.registered(tool)?;
-        registered
-            .check_input(&input)
-            .map_err(|violations| DispatchError::InvalidInput {
-                tool: tool.to_owned(),
-                violations,
-            })?;
         let dyn_tool = registered.tool.as_ref();
         let policy = self.policy(dyn_tool.name());
         let _slot = self.take_slot(policy, dyn_tool.name())?;

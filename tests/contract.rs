@@ -198,6 +198,26 @@ fn the_idempotency_key_comes_from_the_typed_input() {
 }
 
 #[test]
+fn admitting_an_input_checks_it_and_derives_its_key_in_one_step() {
+    let (handler, runs) = pay_claim();
+    let tool = TypedTool::new(handler);
+    let input = json!({"claim_id": "c-17", "cents": 100});
+    assert_eq!(tool.admit(&input), Ok(Some("pay_claim:c-17".into())));
+    assert_eq!(TypedTool::new(Lookup).admit(&input), Ok(None));
+    // Input that does not fit is refused with a pointer at the part that does not, as
+    // `check_input` refuses it.
+    let bad = json!({"claim_id": "c-17", "cents": "a lot"});
+    let violations = tool.admit(&bad).unwrap_err();
+    assert_eq!(violations, tool.check_input(&bad).unwrap_err());
+    assert_eq!(violations[0].path, "/cents");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "admitting never runs the tool"
+    );
+}
+
+#[test]
 fn ctx_builds_for_unit_tests() {
     let ctx = ToolCtx::default();
     assert_eq!(ctx.call_id(), "");

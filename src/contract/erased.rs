@@ -38,6 +38,13 @@ pub trait DynTool: Send + Sync {
         let _ = input;
         Ok(())
     }
+    /// [`DynTool::check_input`], then [`DynTool::idempotency_key`] of an input that passed: what
+    /// the server asks of a tool once per call, after the schema check. A tool that can do both
+    /// in one pass overrides it (a typed tool: one deserialization instead of two).
+    fn admit(&self, input: &Value) -> Result<Option<String>, Vec<InputViolation>> {
+        self.check_input(input)?;
+        Ok(self.idempotency_key(input))
+    }
     /// Runs one attempt with a JSON input.
     async fn call_json(&self, ctx: &ToolCtx, input: Value)
     -> Result<ToolOutcome<Value>, ToolError>;
@@ -128,6 +135,16 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
         serde_path_to_error::deserialize::<_, H::Input>(input)
             .map(drop)
             .map_err(|err| vec![deserialize_violation(err)])
+    }
+
+    fn admit(&self, input: &Value) -> Result<Option<String>, Vec<InputViolation>> {
+        let typed = match H::Input::deserialize(input) {
+            Ok(typed) => typed,
+            // Again with the path tracked, for the violation's pointer.
+            Err(_) => serde_path_to_error::deserialize::<_, H::Input>(input)
+                .map_err(|err| vec![deserialize_violation(err)])?,
+        };
+        Ok(self.handler.idempotency_key(&typed))
     }
 
     async fn call_json(

@@ -56,10 +56,11 @@ pub(crate) struct Registered {
 }
 
 impl Registered {
-    /// Checks `input` against the tool's input schema, then whatever the tool checks itself.
-    pub(crate) fn check_input(&self, input: &Value) -> Result<(), Vec<InputViolation>> {
+    /// Checks `input` against the tool's input schema, then whatever the tool checks itself,
+    /// and answers the idempotency key the tool declares for it, if any.
+    pub(crate) fn admit(&self, input: &Value) -> Result<Option<String>, Vec<InputViolation>> {
         violations(&self.input, input)?;
-        self.tool.check_input(input)
+        self.tool.admit(input)
     }
 
     /// Whether the tool declares an output schema.
