@@ -397,10 +397,40 @@ pub enum DispatchError {
 /// call has had in all.
 struct Ran {
     outcome: CallOutcome,
-    recorded: Outcome,
     attempts: u32,
     /// The input, when the caller asked for it back.
     input: Option<Value>,
+}
+
+impl Ran {
+    /// The outcome as the store records it.
+    fn recorded(&self) -> Outcome {
+        match &self.outcome {
+            CallOutcome::Completed(output) => Outcome::Completed {
+                output: output.clone(),
+            },
+            CallOutcome::Suspended {
+                token,
+                reason,
+                input_schema,
+                expires_at,
+            } => Outcome::Suspended {
+                token: token.clone(),
+                reason: reason.clone(),
+                input_schema: input_schema.clone(),
+                expires_at: *expires_at,
+            },
+            CallOutcome::Failed {
+                status: CallStatus::NeedsReconciliation,
+                failure,
+            } => Outcome::NeedsReconciliation {
+                error: failure.error.clone(),
+            },
+            CallOutcome::Failed { failure, .. } => Outcome::Failed {
+                error: failure.error.clone(),
+            },
+        }
+    }
 }
 
 impl Dispatcher {
@@ -662,7 +692,7 @@ impl Dispatcher {
             Some(call)
         };
         let keep = unrecorded.is_some();
-        let ran = self
+        let mut ran = self
             .attempts(
                 registered,
                 policy,
@@ -677,21 +707,36 @@ impl Dispatcher {
         match unrecorded {
             None => {
                 self.store
-                    .finish_call(&call_id, ran.attempts, ran.recorded)
+                    .finish_call(&call_id, ran.attempts, ran.recorded())
                     .await?
             }
             Some(call) => {
                 let call = NewCall {
                     attempts: ran.attempts,
-                    input: ran.input.expect("attempts hand back the input kept"),
+                    input: ran.input.take().expect("attempts hand back the input kept"),
                     ..call
                 };
                 // A read has no effect to lose: its record may be committed behind the answer,
                 // unless it is a suspension, which a person will look for.
-                if matches!(ran.recorded, Outcome::Suspended { .. }) {
-                    self.store.insert_call(call, Some(ran.recorded)).await?;
-                } else {
-                    self.store.insert_behind(call, ran.recorded).await?;
+                match &mut ran.outcome {
+                    CallOutcome::Suspended { .. } => {
+                        self.store.insert_call(call, Some(ran.recorded())).await?;
+                    }
+                    // The output is lent to the store, which serializes it at once, and taken
+                    // back for the answer: no copy of it only to be recorded.
+                    CallOutcome::Completed(output) => {
+                        let recorded = Outcome::Completed {
+                            output: std::mem::take(output),
+                        };
+                        let stored = self.store.insert_behind(call, &recorded).await;
+                        if let Outcome::Completed { output: lent } = recorded {
+                            *output = lent;
+                        }
+                        stored?;
+                    }
+                    CallOutcome::Failed { .. } => {
+                        self.store.insert_behind(call, &ran.recorded()).await?;
+                    }
                 }
             }
         }
@@ -748,7 +793,7 @@ impl Dispatcher {
                     )
                     .await;
                 self.store
-                    .finish_call(&call.call_id, ran.attempts, ran.recorded)
+                    .finish_call(&call.call_id, ran.attempts, ran.recorded())
                     .await?;
                 Ok(CallResult {
                     call_id: call.call_id,
@@ -827,7 +872,7 @@ impl Dispatcher {
             )
             .await;
         self.store
-            .finish_call(&call.call_id, ran.attempts, ran.recorded)
+            .finish_call(&call.call_id, ran.attempts, ran.recorded())
             .await?;
         Ok(CallResult {
             call_id: call.call_id,
@@ -937,34 +982,8 @@ impl Dispatcher {
                 "call failed"
             );
         }
-        let recorded = match &outcome {
-            CallOutcome::Completed(output) => Outcome::Completed {
-                output: output.clone(),
-            },
-            CallOutcome::Suspended {
-                token,
-                reason,
-                input_schema,
-                expires_at,
-            } => Outcome::Suspended {
-                token: token.clone(),
-                reason: reason.clone(),
-                input_schema: input_schema.clone(),
-                expires_at: *expires_at,
-            },
-            CallOutcome::Failed {
-                status: CallStatus::NeedsReconciliation,
-                failure,
-            } => Outcome::NeedsReconciliation {
-                error: failure.error.clone(),
-            },
-            CallOutcome::Failed { failure, .. } => Outcome::Failed {
-                error: failure.error.clone(),
-            },
-        };
         Ran {
             outcome,
-            recorded,
             attempts: attempt,
             input: keep.then_some(input),
         }

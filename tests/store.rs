@@ -138,7 +138,7 @@ async fn finished_in_one_write(store: Arc<dyn Store>) {
                 caller: None,
                 ..new_call("d2")
             },
-            Outcome::Completed { output: json!(2) },
+            &Outcome::Completed { output: json!(2) },
         )
         .await
         .unwrap();

@@ -476,8 +476,10 @@ pub trait Store: Send + Sync + 'static {
     /// nothing (a `read` without an idempotency key, completed or failed; never a suspension).
     /// A later [`Store::call`] for it must find it (read-your-writes), and dropping the store
     /// must commit it. By default it is [`Store::insert_call`], waited for.
-    async fn insert_behind(&self, call: NewCall, outcome: Outcome) -> Result<(), StoreError> {
-        self.insert_call(call, Some(outcome)).await.map(drop)
+    async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
+        self.insert_call(call, Some(outcome.clone()))
+            .await
+            .map(drop)
     }
 
     /// Records how the running call `call_id` ended, after `attempts` runs of its tool in all.

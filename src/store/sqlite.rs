@@ -183,21 +183,21 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(outcome: Outcome, attempts: u32) -> Result<Self, StoreError> {
+    fn new(outcome: &Outcome, attempts: u32) -> Result<Self, StoreError> {
         let now = Timestamp::now().0;
         Ok(match outcome {
             Outcome::Completed { output } => Prepared {
                 at: now,
                 status: CallStatus::Completed,
-                output: Some(json_text(&output)),
+                output: Some(json_text(output)),
                 error: None,
                 suspension: None,
                 event: None,
                 attempts,
             },
-            Outcome::Failed { error } => Prepared::failed(CallStatus::Failed, &error, attempts)?,
+            Outcome::Failed { error } => Prepared::failed(CallStatus::Failed, error, attempts)?,
             Outcome::NeedsReconciliation { error } => {
-                Prepared::failed(CallStatus::NeedsReconciliation, &error, attempts)?
+                Prepared::failed(CallStatus::NeedsReconciliation, error, attempts)?
             }
             Outcome::Suspended {
                 token,
@@ -217,9 +217,9 @@ impl Prepared {
                 )),
                 attempts,
                 suspension: Some((
-                    token,
-                    reason,
-                    json_text(&input_schema),
+                    token.clone(),
+                    reason.clone(),
+                    json_text(input_schema),
                     expires_at.map(|t| t.0),
                 )),
             },
@@ -1270,7 +1270,7 @@ impl Store for SqliteStore {
         outcome: Option<Outcome>,
     ) -> Result<Inserted, StoreError> {
         let attempts = call.attempts;
-        let outcome = outcome.map(|o| Prepared::new(o, attempts)).transpose()?;
+        let outcome = outcome.map(|o| Prepared::new(&o, attempts)).transpose()?;
         match self
             .write(WriteOp::Insert(PreparedCall::new(call), outcome))
             .await?
@@ -1286,7 +1286,7 @@ impl Store for SqliteStore {
         attempts: u32,
         outcome: Outcome,
     ) -> Result<(), StoreError> {
-        let outcome = Prepared::new(outcome, attempts)?;
+        let outcome = Prepared::new(&outcome, attempts)?;
         self.write(WriteOp::Finish(call_id.to_owned(), attempts, outcome))
             .await
             .map(|_| ())
@@ -1299,7 +1299,7 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn insert_behind(&self, call: NewCall, outcome: Outcome) -> Result<(), StoreError> {
+    async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
         // Not awaited: the writer commits it with the next batch, or within `BEHIND_WINDOW`.
         let outcome = Prepared::new(outcome, call.attempts)?;
         let record = (PreparedCall::new(call), outcome);
