@@ -1,9 +1,11 @@
 //! Extractors that answer their rejections in the error envelope instead of axum's plain text.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
-use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -29,7 +31,8 @@ pub fn check_depth(value: &Value, max: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A JSON request body. Needs `Content-Type: application/json`; bounded by the body limit.
+/// A JSON request body. Needs `Content-Type: application/json` (or `application/<x>+json`);
+/// bounded by the body limit.
 pub struct JsonBody<T>(pub T);
 
 impl<T, S> FromRequest<S> for JsonBody<T>
@@ -40,23 +43,51 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
+        if !json_content_type(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType(
+                "The request body must be JSON, sent with `Content-Type: application/json`.".into(),
+            ));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            match rejection.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(
+                    "The request body is larger than this server accepts.".into(),
+                ),
+                _ => ApiError::BadRequest(rejection.body_text()),
+            }
+        })?;
+        // The plain parser first: axum's tracks the path to every value, which only a body that
+        // does not parse needs, for its message.
+        let mut parser = serde_json::Deserializer::from_slice(&bytes);
+        if let Ok(value) =
+            T::deserialize(&mut parser).and_then(|value| parser.end().map(|()| value))
+        {
+            return Ok(JsonBody(value));
+        }
+        match axum::Json::<T>::from_bytes(&bytes) {
             Ok(axum::Json(value)) => Ok(JsonBody(value)),
-            Err(rejection) => Err(json_rejection(rejection)),
+            Err(rejection) => Err(ApiError::BadRequest(rejection.body_text())),
         }
     }
 }
 
-fn json_rejection(rejection: JsonRejection) -> ApiError {
-    match rejection.status() {
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType(
-            "The request body must be JSON, sent with `Content-Type: application/json`.".into(),
-        ),
-        StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::PayloadTooLarge("The request body is larger than this server accepts.".into())
-        }
-        _ => ApiError::BadRequest(rejection.body_text()),
-    }
+/// `application/json`, or a `+json` type such as `application/problem+json`, parameters aside:
+/// what axum's `Json` accepts, checked without parsing a MIME type per request.
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(essence) = headers
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+    else {
+        return false;
+    };
+    let Some((kind, subtype)) = essence.trim().split_once('/') else {
+        return false;
+    };
+    let subtype = subtype.as_bytes();
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case(b"json")
+            || (subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case(b"+json")))
 }
 
 /// One path segment, such as a tool name or a token.
@@ -84,5 +115,45 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
             .await
             .map(|Query(value)| QueryParams(value))
             .map_err(|rejection: QueryRejection| ApiError::BadRequest(rejection.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_json(content_type: Option<&str>) -> bool {
+        let mut headers = HeaderMap::new();
+        if let Some(value) = content_type {
+            headers.insert(CONTENT_TYPE, value.parse().unwrap());
+        }
+        json_content_type(&headers)
+    }
+
+    #[test]
+    fn json_content_types_are_those_axum_accepts() {
+        for accepted in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON",
+            " application/json ;charset=utf-8",
+            "application/problem+json",
+            "application/vnd.api+JSON; ext=bulk",
+        ] {
+            assert!(is_json(Some(accepted)), "{accepted}");
+        }
+        for refused in [
+            "text/json",
+            "application/jsonx",
+            "application/x-json-stream",
+            "application/+json",
+            "application",
+            "json",
+            "",
+            "text/plain; type=application/json",
+        ] {
+            assert!(!is_json(Some(refused)), "{refused}");
+        }
+        assert!(!is_json(None));
     }
 }
