@@ -144,6 +144,21 @@ fn rows_in_db(dir: &std::path::Path) -> (i64, i64, i64) {
     )
 }
 
+/// Whether the connection broke under the client while it was still sending the body.
+fn cut_while_sending(err: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            );
+        }
+        source = error.source();
+    }
+    false
+}
+
 #[test]
 fn generated_hostile_requests_never_get_a_5xx_nor_leave_a_trace() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -176,7 +191,7 @@ fn generated_hostile_requests_never_get_a_5xx_nor_leave_a_trace() {
     runner
         .run(&any_attack(), |attack| {
             let before = rows_in_db(dir.path());
-            let (status, body) = runtime.block_on(async {
+            let answer = runtime.block_on(async {
                 let mut request = api
                     .client
                     .request(
@@ -190,10 +205,29 @@ fn generated_hostile_requests_never_get_a_5xx_nor_leave_a_trace() {
                 if let Some(key) = &attack.idempotency_key {
                     request = request.header("idempotency-key", key);
                 }
-                let response = request.send().await.expect("the server answers");
+                let response = match request.send().await {
+                    Ok(response) => response,
+                    // A body bigger than the socket buffers, to a route that answers before
+                    // reading it all (404, 405, 401, or 413 at the limit): the server answers
+                    // and closes, and the client, still writing, sees a broken pipe instead of
+                    // the answer. That is HTTP, not the server failing; the checks below that
+                    // nothing was recorded and that it still serves hold all the same.
+                    Err(err) if attack.body.len() > 256 * 1024 && cut_while_sending(&err) => {
+                        return None;
+                    }
+                    Err(err) => panic!("the server answers: {err:?}"),
+                };
                 let status = response.status();
-                (status, response.bytes().await.unwrap())
+                Some((status, response.bytes().await.unwrap()))
             });
+            let Some((status, body)) = answer else {
+                prop_assert_eq!(
+                    rows_in_db(dir.path()),
+                    before,
+                    "a request cut short was recorded"
+                );
+                return Ok(());
+            };
             prop_assert!(!status.is_server_error(), "{status} for {attack:?}");
             if status.is_client_error() {
                 let envelope: Value = serde_json::from_slice(&body)
