@@ -308,6 +308,29 @@ async fn pending_pages_oldest_first(store: Arc<dyn Store>) {
     let all = store.pending_approvals(None, 500).await.unwrap();
     assert_eq!(all.approvals.len(), before + 7);
     assert_eq!(all.next_cursor, None);
+
+    // A suspension recorded as the outcome of a running call names its tool as well as one
+    // recorded with its call.
+    store
+        .insert_call(
+            NewCall {
+                tool: "other_tool".into(),
+                ..new_call("p7")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    store.finish_call("p7", 1, suspended("tp7")).await.unwrap();
+    let all = store.pending_approvals(None, 500).await.unwrap();
+    let tool_of = |token: &str| {
+        all.approvals
+            .iter()
+            .find(|a| a.token == token)
+            .map(|a| (a.tool.clone(), a.call_id.clone()))
+    };
+    assert_eq!(tool_of("tp0"), Some(("tool".into(), "p0".into())));
+    assert_eq!(tool_of("tp7"), Some(("other_tool".into(), "p7".into())));
 }
 
 async fn many_concurrent_writes_all_land(store: Arc<dyn Store>) {
@@ -649,6 +672,35 @@ fn sqlite_refuses_a_database_from_a_newer_build() {
         Err(other) => panic!("unexpected error {other}"),
         Ok(_) => panic!("a newer schema must not be opened"),
     }
+}
+
+#[tokio::test]
+async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
+    let dir = common::temp_dir();
+    let path = dir.path().join("toolgate.db");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store
+            .insert_call(
+                NewCall {
+                    tool: "ask_human".into(),
+                    ..new_call("m1")
+                },
+                Some(suspended("tm1")),
+            )
+            .await
+            .unwrap();
+    }
+    // The file as a build before migration 4 left it: no `tool` on suspensions.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("ALTER TABLE suspensions DROP COLUMN tool; PRAGMA user_version = 3;")
+        .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&path).unwrap();
+    let page = store.pending_approvals(None, 10).await.unwrap();
+    assert_eq!(page.approvals.len(), 1);
+    assert_eq!(page.approvals[0].tool, "ask_human");
+    assert_eq!(page.approvals[0].token, "tm1");
 }
 
 #[tokio::test]

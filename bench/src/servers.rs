@@ -334,8 +334,9 @@ pub fn seed(dir: &Path, calls: u64, pending: u64) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     tx.execute(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1) \
-         INSERT INTO suspensions (token, call_id, reason, input_schema, status, created_at) \
-         SELECT printf('sus_seed_%012d', i), printf('call_pend_%012d', i), 'seeded?', \
+         INSERT INTO suspensions (token, call_id, tool, reason, input_schema, status, \
+         created_at) \
+         SELECT printf('sus_seed_%012d', i), printf('call_pend_%012d', i), 'ask_human', 'seeded?', \
          '{\"type\":\"object\",\"required\":[\"answer\"],\"properties\":{\"answer\":{\"type\":\"string\"}}}', \
          'pending', ?2 + i FROM n",
         rusqlite::params![pending as i64, base],

@@ -32,6 +32,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/sqlite/0001_calls_and_suspensions.sql"),
     include_str!("migrations/sqlite/0002_idempotency_events_auth.sql"),
     include_str!("migrations/sqlite/0003_derived_events.sql"),
+    include_str!("migrations/sqlite/0004_suspension_tool.sql"),
 ];
 
 /// The most writes someone waits for committed in one transaction.
@@ -804,8 +805,9 @@ fn insert_suspension(
     now: i64,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO suspensions (token, call_id, reason, input_schema, status, created_at, \
-         expires_at) VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
+        "INSERT INTO suspensions (token, call_id, tool, reason, input_schema, status, \
+         created_at, expires_at) \
+         SELECT ?1, ?2, c.tool, ?3, ?4, 'pending', ?5, ?6 FROM calls c WHERE c.call_id = ?2",
     )
     .and_then(|mut st| {
         st.execute(params![
@@ -817,8 +819,12 @@ fn insert_suspension(
             expires_at
         ])
     })
-    .map_err(backend)?;
-    Ok(())
+    .map_err(backend)
+    .and_then(|inserted| match inserted {
+        1 => Ok(()),
+        // The call is written first, in the same transaction.
+        _ => Err(StoreError::Backend(format!("no call {call_id} to suspend"))),
+    })
 }
 
 /// Appends one event to the call's history.
@@ -1242,7 +1248,7 @@ impl RawCall {
 
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
 /// expires_at.
-const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, c.tool, s.reason, \
+const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
      s.input_schema, s.created_at, s.expires_at";
 
 fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Approval, String)> {
@@ -1423,7 +1429,7 @@ impl Store for SqliteStore {
     ) -> Result<ApprovalPage, StoreError> {
         self.read(move |conn| {
             let sql = format!(
-                "{APPROVAL_COLUMNS} FROM suspensions s JOIN calls c ON c.call_id = s.call_id \
+                "{APPROVAL_COLUMNS} FROM suspensions s \
                  WHERE s.status = 'pending' AND s.seq > ?1 \
                  AND (s.expires_at IS NULL OR s.expires_at > ?3) ORDER BY s.seq LIMIT ?2"
             );
