@@ -333,6 +333,55 @@ async fn pending_pages_oldest_first(store: Arc<dyn Store>) {
     assert_eq!(tool_of("tp7"), Some(("other_tool".into(), "p7".into())));
 }
 
+async fn many_read_records_written_behind_keep_their_own_fields(store: Arc<dyn Store>) {
+    // More than a statement's worth of rows in one commit window, each with its own values, so a
+    // row bound in another's place would show.
+    let n = 150;
+    for i in 0..n {
+        store
+            .insert_behind(
+                NewCall {
+                    effect: Effect::Read,
+                    caller: (i % 2 == 0).then(|| format!("agent{i}")),
+                    input: json!({ "i": i }),
+                    attempts: 1 + i % 3,
+                    created_at: Timestamp(1_700_000_000_000 + i64::from(i)),
+                    ..new_call(&format!("behind{i}"))
+                },
+                &Outcome::Completed {
+                    output: json!({ "o": i }),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    for i in 0..n {
+        let id = format!("behind{i}");
+        let call = store.call(&id).await.unwrap().expect(&id);
+        assert_eq!(call.status, CallStatus::Completed, "{id}");
+        assert_eq!(call.effect, Effect::Read, "{id}");
+        assert_eq!(call.input, json!({ "i": i }), "{id}");
+        assert_eq!(call.output, Some(json!({ "o": i })), "{id}");
+        assert_eq!(call.attempts, 1 + i % 3, "{id}");
+        assert_eq!(
+            call.caller,
+            (i % 2 == 0).then(|| format!("agent{i}")),
+            "{id}"
+        );
+        assert_eq!(
+            call.created_at,
+            Timestamp(1_700_000_000_000 + i64::from(i)),
+            "{id}"
+        );
+        assert_eq!(kinds(&call), ["created", "completed"], "{id}");
+        assert_eq!(
+            call.events[1].details,
+            Some(json!({ "attempts": 1 + i % 3 })),
+            "{id}"
+        );
+    }
+}
+
 async fn many_concurrent_writes_all_land(store: Arc<dyn Store>) {
     let tasks: Vec<_> = (0..200)
         .map(|i| {
@@ -581,6 +630,11 @@ macro_rules! suite {
             #[tokio::test]
             async fn finished_in_one_write() {
                 super::finished_in_one_write(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn many_read_records_written_behind_keep_their_own_fields() {
+                super::many_read_records_written_behind_keep_their_own_fields(store().await.0)
+                    .await;
             }
             #[tokio::test]
             async fn approve_is_single_use() {

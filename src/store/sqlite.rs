@@ -752,41 +752,115 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
     if records.is_empty() {
         return;
     }
-    let mut statements = conn
-        .prepare_cached(INSERT_COMPLETED_READ)
-        .and_then(|completed| Ok((completed, conn.prepare_cached(INSERT_CALL)?)));
-    let (completed, other) = match &mut statements {
-        Ok((completed, other)) => (completed, other),
-        Err(err) => {
-            let lost = records.len();
-            tracing::error!(error = %err, lost, "read call records could not be written");
-            return;
+    let (completed, others): (Vec<_>, Vec<_>) = records.into_iter().partition(|(call, outcome)| {
+        outcome.status == CallStatus::Completed && call.idempotency_key.is_none()
+    });
+    let mut chunks = completed.chunks_exact(COMPLETED_READS_PER_INSERT);
+    for chunk in chunks.by_ref() {
+        let result = conn
+            .prepare_cached(insert_completed_reads_sql())
+            .and_then(|mut statement| {
+                for (row, (call, outcome)) in chunk.iter().enumerate() {
+                    bind_completed_read(
+                        &mut statement,
+                        row * COMPLETED_READ_PARAMS,
+                        call,
+                        outcome,
+                    )?;
+                }
+                statement.raw_execute()
+            });
+        match result {
+            Ok(written) if written == chunk.len() => {}
+            Ok(written) => tracing::error!(
+                lost = chunk.len() - written,
+                "read call records could not be written: their call ids are taken"
+            ),
+            Err(err) => tracing::error!(
+                error = %err,
+                lost = chunk.len(),
+                "read call records could not be written"
+            ),
         }
-    };
-    for (call, outcome) in records {
-        let result = if outcome.status == CallStatus::Completed && call.idempotency_key.is_none() {
-            completed.execute(params![
-                call.call_id,
-                call.tool,
-                call.effect,
-                call.caller,
-                call.input,
-                outcome.output,
-                i64::from(call.attempts),
-                call.created_at,
-                outcome.at
-            ])
-        } else {
-            execute_insert(other, &call, Some(&outcome))
-        };
-        let error = match result {
-            Ok(1) => continue,
-            Ok(_) => "the call id is taken".to_owned(),
-            Err(err) => err.to_string(),
-        };
-        let call_id = call.call_id;
-        tracing::error!(error, call_id, "a read call's record could not be written");
     }
+    for (call, outcome) in chunks.remainder() {
+        let result = conn
+            .prepare_cached(INSERT_COMPLETED_READ)
+            .and_then(|mut statement| {
+                bind_completed_read(&mut statement, 0, call, outcome)?;
+                statement.raw_execute()
+            });
+        log_read_record_result(&call.call_id, result);
+    }
+    for (call, outcome) in &others {
+        let result = conn
+            .prepare_cached(INSERT_CALL)
+            .and_then(|mut statement| execute_insert(&mut statement, call, Some(outcome)));
+        log_read_record_result(&call.call_id, result);
+    }
+}
+
+fn log_read_record_result(call_id: &str, result: rusqlite::Result<usize>) {
+    let error = match result {
+        Ok(1) => return,
+        Ok(_) => "the call id is taken".to_owned(),
+        Err(err) => err.to_string(),
+    };
+    tracing::error!(error, call_id, "a read call's record could not be written");
+}
+
+/// How many completed reads one statement inserts: SQLite's work per statement (opening a
+/// cursor on each of the table's B-trees and indexes, halting, resetting) is then shared.
+const COMPLETED_READS_PER_INSERT: usize = 32;
+/// The parameters [`INSERT_COMPLETED_READ`] binds per row.
+const COMPLETED_READ_PARAMS: usize = 9;
+
+/// Binds one completed read's row as parameters `offset + 1 ..= offset + 9`.
+fn bind_completed_read(
+    statement: &mut rusqlite::Statement<'_>,
+    offset: usize,
+    call: &PreparedCall,
+    outcome: &Prepared,
+) -> rusqlite::Result<()> {
+    statement.raw_bind_parameter(offset + 1, &call.call_id)?;
+    statement.raw_bind_parameter(offset + 2, &call.tool)?;
+    statement.raw_bind_parameter(offset + 3, call.effect)?;
+    statement.raw_bind_parameter(offset + 4, &call.caller)?;
+    statement.raw_bind_parameter(offset + 5, &call.input)?;
+    statement.raw_bind_parameter(offset + 6, &outcome.output)?;
+    statement.raw_bind_parameter(offset + 7, i64::from(call.attempts))?;
+    statement.raw_bind_parameter(offset + 8, call.created_at)?;
+    statement.raw_bind_parameter(offset + 9, outcome.at)
+}
+
+/// [`INSERT_COMPLETED_READ`] with [`COMPLETED_READS_PER_INSERT`] rows.
+fn insert_completed_reads_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let rows: Vec<String> = (0..COMPLETED_READS_PER_INSERT)
+            .map(|row| {
+                let p = |n: usize| format!("?{}", row * COMPLETED_READ_PARAMS + n);
+                format!(
+                    "({}, {}, {}, {}, 'completed', {}, {}, NULL, NULL, {}, {}, {}, '')",
+                    p(1),
+                    p(2),
+                    p(3),
+                    p(4),
+                    p(5),
+                    p(6),
+                    p(7),
+                    p(8),
+                    p(9)
+                )
+            })
+            .collect();
+        format!(
+            "INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
+             idempotency_key, attempts, created_at, updated_at, events) VALUES {} \
+             ON CONFLICT DO NOTHING",
+            rows.join(", ")
+        )
+    })
 }
 
 /// [`INSERT_CALL`] for the most common row by far, a completed read written behind its answer:
