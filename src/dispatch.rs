@@ -667,6 +667,8 @@ impl Dispatcher {
             tool: dyn_tool.name().to_owned(),
             effect: dyn_tool.effect(),
             caller,
+            // Filled in where the call is recorded: before the run for a call with effects,
+            // after it (with the input the attempts hand back) for a plain read.
             input: Value::Null,
             idempotency_key: key.clone(),
             attempts: 1,

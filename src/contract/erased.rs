@@ -127,24 +127,11 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
     }
 
     fn check_input(&self, input: &Value) -> Result<(), Vec<InputViolation>> {
-        // The plain deserializer first: tracking the path costs on every call, and only an
-        // input that does not fit needs it, for the violation's pointer.
-        if H::Input::deserialize(input).is_ok() {
-            return Ok(());
-        }
-        serde_path_to_error::deserialize::<_, H::Input>(input)
-            .map(drop)
-            .map_err(|err| vec![deserialize_violation(err)])
+        typed_input::<H::Input>(input).map(drop)
     }
 
     fn admit(&self, input: &Value) -> Result<Option<String>, Vec<InputViolation>> {
-        let typed = match H::Input::deserialize(input) {
-            Ok(typed) => typed,
-            // Again with the path tracked, for the violation's pointer.
-            Err(_) => serde_path_to_error::deserialize::<_, H::Input>(input)
-                .map_err(|err| vec![deserialize_violation(err)])?,
-        };
-        Ok(self.handler.idempotency_key(&typed))
+        typed_input::<H::Input>(input).map(|typed| self.handler.idempotency_key(&typed))
     }
 
     async fn call_json(
@@ -180,6 +167,16 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
             ToolOutcome::Suspend(suspension) => Ok(ToolOutcome::Suspend(suspension)),
         }
     }
+}
+
+/// `input` as the typed input `T`, or why it does not fit. The plain deserializer first:
+/// tracking the path costs on every call, and only an input that does not fit needs it, for the
+/// violation's pointer.
+fn typed_input<T: serde::de::DeserializeOwned>(input: &Value) -> Result<T, Vec<InputViolation>> {
+    T::deserialize(input).or_else(|_| {
+        serde_path_to_error::deserialize::<_, T>(input)
+            .map_err(|err| vec![deserialize_violation(err)])
+    })
 }
 
 /// A deserialization error as a violation at a JSON Pointer.
