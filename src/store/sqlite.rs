@@ -643,11 +643,11 @@ const INSERT_CALL: &str = "INSERT INTO calls (call_id, tool, effect, caller, sta
 /// A new call's `events` array: `created`, and its outcome's event when it has one. A call
 /// inserted already completed stores [`DERIVED_EVENTS`] instead.
 fn events_json(call: &PreparedCall, outcome: Option<&Prepared>) -> String {
-    let created = event_json::<Value>(call.created_at, "created", call.caller.as_deref(), None);
+    let created = || event_json::<Value>(call.created_at, "created", call.caller.as_deref(), None);
     match outcome {
         Some(outcome) if outcome.status == CallStatus::Completed => DERIVED_EVENTS.to_owned(),
-        Some(outcome) => format!("[{created},{}]", outcome.event()),
-        None => format!("[{created}]"),
+        Some(outcome) => format!("[{},{}]", created(), outcome.event()),
+        None => format!("[{}]", created()),
     }
 }
 
@@ -746,8 +746,8 @@ fn insert(
 }
 
 /// Inserts records written behind the answer: finished `read` calls without an idempotency key,
-/// so nothing can conflict. One statement each, so no savepoint: a failing statement undoes only
-/// itself, and is logged.
+/// so nothing can conflict. Completed ones go [`COMPLETED_READS_PER_INSERT`] to a statement, the
+/// rest one each. No savepoints: a failing statement undoes only its own rows, which are logged.
 fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>) {
     if records.is_empty() {
         return;
@@ -758,7 +758,7 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
     let mut chunks = completed.chunks_exact(COMPLETED_READS_PER_INSERT);
     for chunk in chunks.by_ref() {
         let result = conn
-            .prepare_cached(insert_completed_reads_sql())
+            .prepare_cached(insert_completed_reads_sql(COMPLETED_READS_PER_INSERT))
             .and_then(|mut statement| {
                 for (row, (call, outcome)) in chunk.iter().enumerate() {
                     bind_completed_read(
@@ -784,12 +784,12 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
         }
     }
     for (call, outcome) in chunks.remainder() {
-        let result = conn
-            .prepare_cached(INSERT_COMPLETED_READ)
-            .and_then(|mut statement| {
-                bind_completed_read(&mut statement, 0, call, outcome)?;
-                statement.raw_execute()
-            });
+        let result =
+            conn.prepare_cached(insert_completed_reads_sql(1))
+                .and_then(|mut statement| {
+                    bind_completed_read(&mut statement, 0, call, outcome)?;
+                    statement.raw_execute()
+                });
         log_read_record_result(&call.call_id, result);
     }
     for (call, outcome) in &others {
@@ -812,7 +812,7 @@ fn log_read_record_result(call_id: &str, result: rusqlite::Result<usize>) {
 /// How many completed reads one statement inserts: SQLite's work per statement (opening a
 /// cursor on each of the table's B-trees and indexes, halting, resetting) is then shared.
 const COMPLETED_READS_PER_INSERT: usize = 32;
-/// The parameters [`INSERT_COMPLETED_READ`] binds per row.
+/// The parameters [`bind_completed_read`] binds per row.
 const COMPLETED_READ_PARAMS: usize = 9;
 
 /// Binds one completed read's row as parameters `offset + 1 ..= offset + 9`.
@@ -833,24 +833,25 @@ fn bind_completed_read(
     statement.raw_bind_parameter(offset + 9, outcome.at)
 }
 
-/// [`INSERT_COMPLETED_READ`] with [`COMPLETED_READS_PER_INSERT`] rows.
-fn insert_completed_reads_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
-        let rows: Vec<String> = (0..COMPLETED_READS_PER_INSERT)
+/// [`INSERT_CALL`] for the most common row by far, a completed read written behind its answer,
+/// `rows` (1 or [`COMPLETED_READS_PER_INSERT`]) at a time: what is the same in every such row is
+/// part of the statement instead of bound each time.
+fn insert_completed_reads_sql(rows: usize) -> &'static str {
+    use std::sync::OnceLock;
+    static ONE: OnceLock<String> = OnceLock::new();
+    static CHUNK: OnceLock<String> = OnceLock::new();
+    let cell = if rows == 1 { &ONE } else { &CHUNK };
+    debug_assert!(rows == 1 || rows == COMPLETED_READS_PER_INSERT);
+    cell.get_or_init(|| {
+        let values: Vec<String> = (0..rows)
             .map(|row| {
-                let p = |n: usize| format!("?{}", row * COMPLETED_READ_PARAMS + n);
+                let p: Vec<String> = (1..=COMPLETED_READ_PARAMS)
+                    .map(|n| format!("?{}", row * COMPLETED_READ_PARAMS + n))
+                    .collect();
                 format!(
-                    "({}, {}, {}, {}, 'completed', {}, {}, NULL, NULL, {}, {}, {}, '')",
-                    p(1),
-                    p(2),
-                    p(3),
-                    p(4),
-                    p(5),
-                    p(6),
-                    p(7),
-                    p(8),
-                    p(9)
+                    "({}, {}, {}, {}, 'completed', {}, {}, NULL, NULL, {}, {}, {}, \
+                     '{DERIVED_EVENTS}')",
+                    p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
                 )
             })
             .collect();
@@ -858,19 +859,10 @@ fn insert_completed_reads_sql() -> &'static str {
             "INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
              idempotency_key, attempts, created_at, updated_at, events) VALUES {} \
              ON CONFLICT DO NOTHING",
-            rows.join(", ")
+            values.join(", ")
         )
     })
 }
-
-/// [`INSERT_CALL`] for the most common row by far, a completed read written behind its answer:
-/// what is the same in every such row is part of the statement instead of bound each time.
-const INSERT_COMPLETED_READ: &str = "INSERT INTO calls (call_id, tool, effect, caller, status, \
-    input, output, error, idempotency_key, attempts, created_at, updated_at, events) \
-    VALUES (?1, ?2, ?3, ?4, 'completed', ?5, ?6, NULL, NULL, ?7, ?8, ?9, '') \
-    ON CONFLICT DO NOTHING";
-// The statement's `''` is the `events` of a call inserted already completed.
-const _: () = assert!(DERIVED_EVENTS.is_empty());
 
 fn insert_suspension(
     conn: &Connection,
