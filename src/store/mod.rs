@@ -1,7 +1,7 @@
 //! Durable state: calls, and the suspensions that park them until a person decides.
 //!
 //! [`Store`] is the seam a backend implements; [`SqliteStore`] is the embedded default. The
-//! dispatcher (`crate::dispatch`) is the only writer, and it relies on three promises every
+//! dispatcher (`crate::dispatch`) is the only writer, and it relies on these promises every
 //! backend keeps:
 //! - a write returns only once it is committed (durable), so an answer sent after it is true;
 //! - resolving a suspension is conditional: of two resolutions of one token exactly one wins;
@@ -11,7 +11,28 @@
 //! - every change of a call appends to its event history in the same transaction.
 //!
 //! Every backend runs the same conformance suite (`tests/store.rs`).
+//!
+//! Where the SQLite backend keeps each of them (paths below `src/store/`):
+//! - durable writes, committed together (group commit): `sqlite/writer.rs`; `synchronous =
+//!   FULL` is set in `sqlite/mod.rs` (`open_connection`);
+//! - the conditional resolve: `sqlite/writes.rs` (`resolve`; `unresolved` says why a token did
+//!   not resolve);
+//! - a suspension with its call's `suspended` status: `sqlite/writes.rs` (`insert`,
+//!   `record_outcome`), in the writer's one transaction;
+//! - one call per (tool, idempotency key): `sqlite/writes.rs` (`insert`), on the unique index of
+//!   `migrations/sqlite/0002_idempotency_events_auth.sql`;
+//! - the event history: `sqlite/writes.rs` (`append_event`), each event encoded by `record.rs`;
+//! - records written behind their answer (`insert_behind`): `sqlite/writer.rs` (`Behind`,
+//!   `insert_read_records`); read-your-writes for them in `sqlite/mod.rs` (`call`);
+//! - the reads: `sqlite/reads.rs`;
+//! - crash recovery at open: `sqlite/recovery.rs`, safe because `sqlite/mod.rs` (`lock`) makes
+//!   one server the file's only owner;
+//! - migrations: `sqlite/migrations.rs`, the SQL in `migrations/sqlite/`.
+//!
+//! What is not SQLite's, turning calls and outcomes into rows and rows back into records, is in
+//! `record.rs`, for every SQL backend to share.
 
+mod record;
 mod sqlite;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

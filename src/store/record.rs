@@ -1,0 +1,337 @@
+//! Calls and outcomes as the rows a SQL backend stores, and those rows back as records.
+//!
+//! Nothing here is particular to one database. The JSON is serialized and the events encoded
+//! here, on the caller's task, so that a backend's statements bind only text and numbers; and
+//! every SQL backend shares one encoding of a call's `events` and one decoding of a call row
+//! (a suspension whose time is up shows as expired; a completed call's events are derived), so
+//! that a record reads the same whichever backend stored it. How a row is bound to a statement
+//! or read from a result set stays with each backend (SQLite's `raw_call` is in
+//! `sqlite/reads.rs`).
+
+use serde_json::{Value, json};
+
+use super::{
+    CallError, CallEvent, CallRecord, CallStatus, NewCall, Outcome, StoreError, SuspensionView,
+    Timestamp,
+};
+use crate::contract::meta::Effect;
+
+/// A new call with its JSON already serialized: that work is done by the caller's task, not by
+/// the store's writer (in SQLite, the one writer thread everyone waits for).
+pub(crate) struct PreparedCall {
+    pub(crate) call_id: String,
+    pub(crate) tool: String,
+    pub(crate) effect: &'static str,
+    pub(crate) caller: Option<String>,
+    pub(crate) input: String,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) attempts: u32,
+    pub(crate) created_at: i64,
+}
+
+impl PreparedCall {
+    /// `call`, serialized.
+    pub(crate) fn new(call: NewCall) -> Self {
+        PreparedCall {
+            input: json_text(&call.input),
+            call_id: call.call_id,
+            tool: call.tool,
+            effect: call.effect.as_str(),
+            caller: call.caller,
+            idempotency_key: call.idempotency_key,
+            attempts: call.attempts,
+            created_at: call.created_at.0,
+        }
+    }
+}
+
+/// An outcome as the rows it becomes, serialized by the caller.
+pub(crate) struct Prepared {
+    /// When the outcome came about (Unix ms): the time of its event.
+    pub(crate) at: i64,
+    pub(crate) status: CallStatus,
+    pub(crate) output: Option<String>,
+    pub(crate) error: Option<String>,
+    /// token, reason, input schema, expiry
+    pub(crate) suspension: Option<(String, String, String, Option<i64>)>,
+    /// The outcome's event, as stored in the call's `events` array; `None` for `completed`,
+    /// which is written only when needed (see [`Prepared::event`]).
+    event: Option<String>,
+    /// How many times the tool has run in all, as the outcome's event records it.
+    pub(crate) attempts: u32,
+}
+
+impl Prepared {
+    /// `outcome`, after `attempts` runs of the tool in all, serialized.
+    pub(crate) fn new(outcome: &Outcome, attempts: u32) -> Result<Self, StoreError> {
+        let now = Timestamp::now().0;
+        Ok(match outcome {
+            Outcome::Completed { output } => Prepared {
+                at: now,
+                status: CallStatus::Completed,
+                output: Some(json_text(output)),
+                error: None,
+                suspension: None,
+                event: None,
+                attempts,
+            },
+            Outcome::Failed { error } => Prepared::failed(CallStatus::Failed, error, attempts)?,
+            Outcome::NeedsReconciliation { error } => {
+                Prepared::failed(CallStatus::NeedsReconciliation, error, attempts)?
+            }
+            Outcome::Suspended {
+                token,
+                reason,
+                input_schema,
+                expires_at,
+            } => Prepared {
+                at: now,
+                status: CallStatus::Suspended,
+                output: None,
+                error: None,
+                event: Some(event_json(
+                    now,
+                    "suspended",
+                    None,
+                    Some(&json!({ "reason": reason })),
+                )),
+                attempts,
+                suspension: Some((
+                    token.clone(),
+                    reason.clone(),
+                    json_text(input_schema),
+                    expires_at.map(|t| t.0),
+                )),
+            },
+        })
+    }
+
+    fn failed(status: CallStatus, error: &CallError, attempts: u32) -> Result<Self, StoreError> {
+        let details = json!({ "error": error, "attempts": attempts });
+        let now = Timestamp::now().0;
+        Ok(Prepared {
+            at: now,
+            status,
+            output: None,
+            error: Some(to_json(error)?),
+            suspension: None,
+            event: Some(event_json(now, status.as_str(), None, Some(&details))),
+            attempts,
+        })
+    }
+
+    /// The outcome's event, as stored in the call's `events` array. A call inserted already
+    /// completed does not store it (see [`DERIVED_EVENTS`]), so it is written only here.
+    pub(crate) fn event(&self) -> std::borrow::Cow<'_, str> {
+        match &self.event {
+            Some(event) => event.into(),
+            None => event_json(
+                self.at,
+                "completed",
+                None,
+                Some(&Attempts {
+                    attempts: self.attempts,
+                }),
+            )
+            .into(),
+        }
+    }
+}
+
+/// A new call's `events` array: `created`, and its outcome's event when it has one. A call
+/// inserted already completed stores [`DERIVED_EVENTS`] instead.
+pub(crate) fn events_json(call: &PreparedCall, outcome: Option<&Prepared>) -> String {
+    let created = || event_json::<Value>(call.created_at, "created", call.caller.as_deref(), None);
+    match outcome {
+        Some(outcome) if outcome.status == CallStatus::Completed => DERIVED_EVENTS.to_owned(),
+        Some(outcome) => format!("[{},{}]", created(), outcome.event()),
+        None => format!("[{}]", created()),
+    }
+}
+
+/// The `events` of a call inserted already completed (most of them: every read): its two
+/// events, `created` and `completed`, say nothing its columns do not (`created_at` and
+/// `caller`; `updated_at` and `attempts`), so they are not written, which keeps the most
+/// common row at about half its size. [`RawCall::decode`] derives them. A completed call
+/// never gains another event.
+pub(crate) const DERIVED_EVENTS: &str = "";
+
+/// The events of a call stored with [`DERIVED_EVENTS`].
+fn derived_events(raw: &RawCall) -> Vec<CallEvent> {
+    vec![
+        CallEvent {
+            at: Timestamp(raw.created_at),
+            kind: "created".to_owned(),
+            actor: raw.caller.clone(),
+            details: None,
+        },
+        CallEvent {
+            at: Timestamp(raw.updated_at),
+            kind: CallStatus::Completed.as_str().to_owned(),
+            actor: None,
+            details: Some(json!({ "attempts": raw.attempts })),
+        },
+    ]
+}
+
+/// One event as stored in a call's `events` array.
+pub(crate) fn event_json<D>(at: i64, kind: &str, actor: Option<&str>, details: Option<&D>) -> String
+where
+    D: serde::Serialize + ?Sized,
+{
+    use std::io::Write;
+    // Written straight out: one allocation, no JSON tree built only to be printed.
+    let mut event = Vec::with_capacity(96);
+    let written = write!(event, "{{\"at\":{at},\"kind\":")
+        .map_err(serde_json::Error::io)
+        .and_then(|()| serde_json::to_writer(&mut event, kind));
+    let written = written.and_then(|()| match actor {
+        Some(actor) => {
+            event.extend_from_slice(b",\"actor\":");
+            serde_json::to_writer(&mut event, actor)
+        }
+        None => Ok(()),
+    });
+    let written = written.and_then(|()| match details {
+        Some(details) => {
+            event.extend_from_slice(b",\"details\":");
+            serde_json::to_writer(&mut event, details)
+        }
+        None => Ok(()),
+    });
+    written.expect("an event's fields are plain data, written to memory");
+    event.push(b'}');
+    String::from_utf8(event).expect("serde_json writes UTF-8")
+}
+
+/// The `details` of a `completed` event.
+#[derive(serde::Serialize)]
+struct Attempts {
+    attempts: u32,
+}
+
+/// An event as read back from a call's `events` array.
+#[derive(serde::Deserialize)]
+struct StoredEvent {
+    at: i64,
+    kind: String,
+    #[serde(default)]
+    actor: Option<String>,
+    #[serde(default)]
+    details: Option<Value>,
+}
+
+/// The error of a call whose suspension expired.
+pub(crate) fn expired_error() -> CallError {
+    CallError::new(
+        "suspension_expired",
+        "The suspension expired before anyone approved or rejected it.",
+    )
+}
+
+/// A JSON value as text. Written by serde_json's own writer: `Value`'s `Display` goes through
+/// the formatting machinery, piece by piece, at about twice the cost.
+pub(crate) fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).expect("a JSON value has string keys and always serializes")
+}
+
+/// A serializable value as JSON text.
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// A value read back from stored JSON text.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// A call row as stored, before its JSON columns are parsed.
+pub(crate) struct RawCall {
+    pub(crate) call_id: String,
+    pub(crate) tool: String,
+    pub(crate) effect: String,
+    pub(crate) status: String,
+    pub(crate) caller: Option<String>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) input: String,
+    pub(crate) output: Option<String>,
+    pub(crate) error: Option<String>,
+    pub(crate) attempts: i64,
+    pub(crate) created_at: i64,
+    pub(crate) updated_at: i64,
+    pub(crate) token: Option<String>,
+    pub(crate) reason: Option<String>,
+    pub(crate) input_schema: Option<String>,
+    pub(crate) suspended_at: Option<i64>,
+    pub(crate) expires_at: Option<i64>,
+    pub(crate) events: String,
+}
+
+/// The effect stored as `s`.
+pub(crate) fn parse_effect(s: &str) -> Result<Effect, StoreError> {
+    match s {
+        "read" => Ok(Effect::Read),
+        "idempotent" => Ok(Effect::Idempotent),
+        "write" => Ok(Effect::Write),
+        other => Err(StoreError::Corrupt(format!("unknown effect {other}"))),
+    }
+}
+
+impl RawCall {
+    /// The record as of `now`: a suspension whose time is up shows as `expired` even before
+    /// anyone tries to resolve it (which records the expiry).
+    pub(crate) fn decode(self, now: i64) -> Result<CallRecord, StoreError> {
+        let events = if self.events == DERIVED_EVENTS {
+            derived_events(&self)
+        } else {
+            parse_json::<Vec<StoredEvent>>(&self.events)?
+                .into_iter()
+                .map(|e| CallEvent {
+                    at: Timestamp(e.at),
+                    kind: e.kind,
+                    actor: e.actor,
+                    details: e.details,
+                })
+                .collect()
+        };
+        let mut status = CallStatus::parse(&self.status)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown call status {}", self.status)))?;
+        let mut error = self.error.as_deref().map(parse_json).transpose()?;
+        let mut suspension = match (
+            self.token,
+            self.reason,
+            self.input_schema,
+            self.suspended_at,
+        ) {
+            (Some(token), Some(reason), Some(schema), Some(at)) => Some(SuspensionView {
+                token,
+                reason,
+                input_schema: parse_json(&schema)?,
+                created_at: Timestamp(at),
+                expires_at: self.expires_at.map(Timestamp),
+            }),
+            _ => None,
+        };
+        if status == CallStatus::Suspended && self.expires_at.is_some_and(|at| at <= now) {
+            status = CallStatus::Expired;
+            suspension = None;
+            error = Some(expired_error());
+        }
+        Ok(CallRecord {
+            call_id: self.call_id,
+            tool: self.tool,
+            effect: parse_effect(&self.effect)?,
+            status,
+            caller: self.caller,
+            idempotency_key: self.idempotency_key,
+            input: parse_json(&self.input)?,
+            output: self.output.as_deref().map(parse_json).transpose()?,
+            error,
+            suspension,
+            created_at: Timestamp(self.created_at),
+            updated_at: Timestamp(self.updated_at),
+            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            events,
+        })
+    }
+}

@@ -1,0 +1,340 @@
+//! The embedded default store: one SQLite file in WAL mode, `synchronous = FULL`.
+//!
+//! Writes go through one writer thread that owns the only writing connection and commits
+//! concurrent writes together (group commit: `writer.rs`; the statements of each write are in
+//! `writes.rs`). Reads run on a small pool of separate connections (WAL lets them read while the
+//! writer writes), on tokio's blocking threads (`reads.rs`). This file opens the store and holds
+//! the `Store` impl, which only turns each method into a write for the writer or a read on the
+//! pool.
+//!
+//! Opening the store brings its schema up to date (`migrations.rs`) and recovers from a crash
+//! (`recovery.rs`): calls left `running` by a previous process become `interrupted` (read,
+//! idempotent) or `needs_reconciliation` (write). One server owns one SQLite file; several
+//! servers share a database through a server-based backend instead.
+
+mod migrations;
+mod reads;
+mod recovery;
+mod writer;
+mod writes;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use super::record::{Prepared, PreparedCall};
+use super::{
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Inserted, NewCall, Outcome,
+    Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
+};
+use migrations::migrate;
+use recovery::recover;
+use writer::{Behind, Job, Msg, Reply, WriteOp, write_loop};
+
+/// The most reads at once, and the read connections kept open; more reads wait for a free
+/// one. Few connections stay warm: each has its own page cache, and a cold one pays a system
+/// call per page (and memory per cache) that a warm one does not. Two cores do not need more.
+const MAX_READERS: usize = 4;
+const MAX_IDLE_READERS: usize = MAX_READERS;
+
+/// The embedded SQLite store. Cheap to clone; all clones share one writer.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    /// Held (an exclusive advisory lock on `<db>.lock`) for as long as the store is open: a
+    /// second server on the same file would "recover" the first one's running calls.
+    _lock: std::fs::File,
+    /// `None` only while dropping.
+    writer: Option<mpsc::Sender<Msg>>,
+    /// Records written behind the answer, waiting for the writer to commit them.
+    behind: Arc<Mutex<Behind>>,
+    /// Joined on drop, so every queued write is committed before the store is gone.
+    thread: Option<std::thread::JoinHandle<()>>,
+    readers: Mutex<Vec<Connection>>,
+    read_slots: tokio::sync::Semaphore,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer thread once it has committed what is queued
+        // (written-behind records included); waiting for it is what makes a clean shutdown lose
+        // nothing.
+        drop(self.writer.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path`, brings its schema up to date, recovers
+    /// calls a previous process left running, and starts the writer thread.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let lock = lock(&path)?;
+        let mut conn = open_connection(&path)?;
+        // WAL lets readers work beside the writer; it is a property of the file, set once.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(backend)?;
+        migrate(&mut conn)?;
+        recover(&mut conn)?;
+        let (writer, queue) = mpsc::channel();
+        let behind = Arc::new(Mutex::new(Behind::default()));
+        let taken = behind.clone();
+        let thread = std::thread::Builder::new()
+            .name("toolgate-sqlite-writer".into())
+            .spawn(move || write_loop(conn, queue, &taken))
+            .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                _lock: lock,
+                writer: Some(writer),
+                behind,
+                thread: Some(thread),
+                readers: Mutex::new(Vec::new()),
+                read_slots: tokio::sync::Semaphore::new(MAX_READERS),
+            }),
+        })
+    }
+
+    /// The opened database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Queues `op` for the writer; the receiver answers once it is committed.
+    fn send(&self, msg: Msg) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(msg)
+            .map_err(|_| stopped())
+    }
+
+    /// Queues `op` for the writer and waits until it is committed.
+    async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Msg::Write(Job { op, reply }))?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Runs `f` on a read connection, on a blocking thread.
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let _slot = self
+            .inner
+            .read_slots
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Backend("the store is closed".into()))?;
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = inner.readers.lock().ok().and_then(|mut pool| pool.pop());
+            let conn = match pooled {
+                Some(conn) => conn,
+                None => {
+                    let conn = open_connection(&inner.path)?;
+                    conn.pragma_update(None, "query_only", true)
+                        .map_err(backend)?;
+                    conn
+                }
+            };
+            let result = f(&conn);
+            if let Ok(mut pool) = inner.readers.lock()
+                && pool.len() < MAX_IDLE_READERS
+            {
+                pool.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|e| StoreError::Backend(format!("read task failed: {e}")))?
+    }
+}
+
+/// Takes the exclusive lock that makes this process the store's only owner.
+fn lock(path: &Path) -> Result<std::fs::File, StoreError> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| StoreError::Backend(format!("cannot open the lock file: {e}")))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(StoreError::Locked(path.display().to_string()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(StoreError::Backend(format!("cannot lock the store: {e}")))
+        }
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Backend("the writer thread has stopped".into())
+}
+
+fn backend(err: rusqlite::Error) -> StoreError {
+    StoreError::Backend(err.to_string())
+}
+
+fn unexpected_reply() -> StoreError {
+    StoreError::Backend("unexpected reply from the writer thread".into())
+}
+
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(backend)?;
+    // FULL: a commit returns only after the WAL is fsynced, so an acknowledged call survives a
+    // power cut, not only a crash of this process.
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(backend)?;
+    conn.pragma_update(None, "foreign_keys", true)
+        .map_err(backend)?;
+    // Another process (a second server on the same file) may hold the write lock briefly.
+    conn.busy_timeout(Duration::from_secs(5)).map_err(backend)?;
+    Ok(conn)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn insert_call(
+        &self,
+        call: NewCall,
+        outcome: Option<Outcome>,
+    ) -> Result<Inserted, StoreError> {
+        let attempts = call.attempts;
+        let outcome = outcome.map(|o| Prepared::new(&o, attempts)).transpose()?;
+        match self
+            .write(WriteOp::Insert(PreparedCall::new(call), outcome))
+            .await?
+        {
+            Reply::Inserted(inserted) => Ok(inserted),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn finish_call(
+        &self,
+        call_id: &str,
+        attempts: u32,
+        outcome: Outcome,
+    ) -> Result<(), StoreError> {
+        let outcome = Prepared::new(&outcome, attempts)?;
+        self.write(WriteOp::Finish(call_id.to_owned(), attempts, outcome))
+            .await
+            .map(|_| ())
+    }
+
+    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {
+        match self.write(WriteOp::Rerun(call_id.to_owned())).await? {
+            Reply::Rerun(rerun) => Ok(rerun.map(|r| *r)),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
+        // Not awaited: the writer commits it with the next batch, or within `BEHIND_WINDOW`.
+        let outcome = Prepared::new(outcome, call.attempts)?;
+        match Behind::push(&self.inner.behind, (PreparedCall::new(call), outcome)) {
+            Some(msg) => self.send(msg),
+            None => Ok(()),
+        }
+    }
+
+    async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+        let owned = call_id.to_owned();
+        let found = self
+            .read(move |conn| reads::find_call(conn, &owned, Timestamp::now().0))
+            .await?;
+        if found.is_some() {
+            return Ok(found);
+        }
+        // Read-your-writes: it may be written behind and still queued. The queue is committed
+        // in order, so once a no-op queued after it is committed, so is the record.
+        self.write(WriteOp::Ping).await?;
+        let owned = call_id.to_owned();
+        self.read(move |conn| reads::find_call(conn, &owned, Timestamp::now().0))
+            .await
+    }
+
+    async fn list_calls(
+        &self,
+        filter: CallFilter,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<CallPage, StoreError> {
+        // Records written behind are committed first, so a list shows every answered call.
+        self.write(WriteOp::Ping).await?;
+        self.read(move |conn| reads::list_calls(conn, filter, after, limit))
+            .await
+    }
+
+    async fn pending_approvals(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<ApprovalPage, StoreError> {
+        self.read(move |conn| reads::pending_approvals(conn, after, limit))
+            .await
+    }
+
+    async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
+        let token = token.to_owned();
+        self.read(move |conn| reads::approval(conn, &token)).await
+    }
+
+    async fn resolve(
+        &self,
+        token: &str,
+        resolution: Resolution,
+        actor: Option<&str>,
+    ) -> Result<Resolved, StoreError> {
+        let op = WriteOp::Resolve(token.to_owned(), resolution, actor.map(str::to_owned));
+        match self.write(op).await? {
+            Reply::Resolved(resolved) => Ok(*resolved),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn reconcile(
+        &self,
+        call_id: &str,
+        settlement: Settlement,
+        actor: Option<&str>,
+    ) -> Result<Reconciled, StoreError> {
+        let op = WriteOp::Reconcile(call_id.to_owned(), settlement, actor.map(str::to_owned));
+        match self.write(op).await? {
+            Reply::Reconciled(reconciled) => Ok(*reconciled),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        // Through the writer too: a store that can read but no longer write is not ready.
+        self.write(WriteOp::Ping).await?;
+        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
+            .await
+    }
+}

@@ -1,0 +1,261 @@
+//! The read queries, run on the pool of read connections (and by the writer, which reads a
+//! call back after changing it).
+//!
+//! Each is a plain function over a `Connection`: `mod.rs` runs it inside `SqliteStore::read`,
+//! on a blocking thread, and the writer runs `find_call` and `load_call` inside its
+//! transaction, so that a write's answer shows what it wrote. Decoding a row into a record is
+//! shared with every backend (`crate::store::record`); what is SQLite's is the SQL and reading
+//! the columns of a result row.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+
+use super::backend;
+use crate::contract::meta::Effect;
+use crate::store::record::{RawCall, parse_effect, parse_json};
+use crate::store::{
+    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
+    CallSummary, StoreError, Timestamp,
+};
+
+/// The columns `raw_call` reads, with the call's pending suspension joined.
+const CALL_COLUMNS: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
+     c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
+     s.token, s.reason, s.input_schema, s.created_at, s.expires_at, c.events \
+     FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending'";
+
+/// The call `call_id`, which must exist.
+pub(super) fn load_call(
+    conn: &Connection,
+    call_id: &str,
+    now: i64,
+) -> Result<CallRecord, StoreError> {
+    find_call(conn, call_id, now)?
+        .ok_or_else(|| StoreError::Corrupt(format!("call {call_id} vanished")))
+}
+
+/// The call `call_id` with its events, if it exists.
+pub(super) fn find_call(
+    conn: &Connection,
+    call_id: &str,
+    now: i64,
+) -> Result<Option<CallRecord>, StoreError> {
+    let sql = format!("{CALL_COLUMNS} WHERE c.call_id = ?1");
+    let Some(raw) = conn
+        .prepare_cached(&sql)
+        .and_then(|mut st| st.query_row([call_id], raw_call).optional())
+        .map_err(backend)?
+    else {
+        return Ok(None);
+    };
+    raw.decode(now).map(Some)
+}
+
+/// Reads a row of [`CALL_COLUMNS`].
+fn raw_call(row: &Row<'_>) -> rusqlite::Result<RawCall> {
+    Ok(RawCall {
+        call_id: row.get(0)?,
+        tool: row.get(1)?,
+        effect: row.get(2)?,
+        status: row.get(3)?,
+        caller: row.get(4)?,
+        idempotency_key: row.get(5)?,
+        input: row.get(6)?,
+        output: row.get(7)?,
+        error: row.get(8)?,
+        attempts: row.get(9)?,
+        created_at: row.get(10)?,
+        updated_at: row.get(11)?,
+        token: row.get(12)?,
+        reason: row.get(13)?,
+        input_schema: row.get(14)?,
+        suspended_at: row.get(15)?,
+        expires_at: row.get(16)?,
+        events: row.get(17)?,
+    })
+}
+
+/// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
+/// expires_at.
+const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
+     s.input_schema, s.created_at, s.expires_at";
+
+/// Reads a row of [`APPROVAL_COLUMNS`]: its seq, the approval without its input schema, and
+/// the schema as stored.
+fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Approval, String)> {
+    Ok((
+        row.get(0)?,
+        Approval {
+            token: row.get(1)?,
+            call_id: row.get(2)?,
+            tool: row.get(3)?,
+            reason: row.get(4)?,
+            input_schema: Value::Null,
+            created_at: Timestamp(row.get(6)?),
+            expires_at: row.get::<_, Option<i64>>(7)?.map(Timestamp),
+            input: None,
+        },
+        row.get(5)?,
+    ))
+}
+
+/// Up to `limit` calls matching `filter`, newest first, after the cursor `after` (a rowid).
+pub(super) fn list_calls(
+    conn: &Connection,
+    filter: CallFilter,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<CallPage, StoreError> {
+    // A suspended call whose time is up is expired, though stored as suspended: the
+    // status is computed here so that filters and pages agree with what records show.
+    let mut st = conn
+        .prepare_cached(
+            "SELECT c.rowid, c.call_id, c.tool, c.effect, \
+             CASE WHEN c.status = 'suspended' AND s.expires_at IS NOT NULL \
+                  AND s.expires_at <= ?5 THEN 'expired' ELSE c.status END AS shown, \
+             c.caller, c.idempotency_key, c.created_at, c.updated_at, c.attempts \
+             FROM calls c \
+             LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
+             WHERE (?1 IS NULL OR shown = ?1) AND (?2 IS NULL OR c.tool = ?2) \
+             AND c.rowid < ?3 ORDER BY c.rowid DESC LIMIT ?4",
+        )
+        .map_err(backend)?;
+    let rows = st
+        .query_map(
+            params![
+                filter.status.map(CallStatus::as_str),
+                filter.tool,
+                after.unwrap_or(i64::MAX),
+                i64::from(limit) + 1,
+                Timestamp::now().0
+            ],
+            |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(3)?,
+                    row.get::<_, String>(4)?,
+                    CallSummary {
+                        call_id: row.get(1)?,
+                        tool: row.get(2)?,
+                        effect: Effect::Read,
+                        status: CallStatus::Running,
+                        caller: row.get(5)?,
+                        idempotency_key: row.get(6)?,
+                        created_at: Timestamp(row.get(7)?),
+                        updated_at: Timestamp(row.get(8)?),
+                        attempts: u32::try_from(row.get::<_, i64>(9)?).unwrap_or(u32::MAX),
+                    },
+                ))
+            },
+        )
+        .map_err(backend)?;
+    let mut calls = Vec::with_capacity(limit as usize);
+    let mut next_cursor = None;
+    let mut more = false;
+    for row in rows {
+        let (rowid, effect, status, mut call) = row.map_err(backend)?;
+        if calls.len() == limit as usize {
+            more = true;
+            break;
+        }
+        call.effect = parse_effect(&effect)?;
+        call.status = CallStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown call status {status}")))?;
+        next_cursor = Some(rowid);
+        calls.push(call);
+    }
+    Ok(CallPage {
+        calls,
+        next_cursor: if more { next_cursor } else { None },
+    })
+}
+
+/// Up to `limit` pending, unexpired suspensions after the cursor `after` (a seq), oldest first.
+pub(super) fn pending_approvals(
+    conn: &Connection,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<ApprovalPage, StoreError> {
+    let sql = format!(
+        "{APPROVAL_COLUMNS} FROM suspensions s \
+         WHERE s.status = 'pending' AND s.seq > ?1 \
+         AND (s.expires_at IS NULL OR s.expires_at > ?3) ORDER BY s.seq LIMIT ?2"
+    );
+    let mut st = conn.prepare_cached(&sql).map_err(backend)?;
+    // One more than asked tells whether another page follows.
+    let rows = st
+        .query_map(
+            params![after.unwrap_or(0), i64::from(limit) + 1, Timestamp::now().0],
+            approval_from_row,
+        )
+        .map_err(backend)?;
+    let mut approvals = Vec::with_capacity(limit as usize);
+    let mut next_cursor = None;
+    let mut more = false;
+    for row in rows {
+        let (seq, mut approval, schema) = row.map_err(backend)?;
+        if approvals.len() == limit as usize {
+            more = true;
+            break;
+        }
+        approval.input_schema = parse_json(&schema)?;
+        next_cursor = Some(seq);
+        approvals.push(approval);
+    }
+    Ok(ApprovalPage {
+        approvals,
+        next_cursor: if more { next_cursor } else { None },
+    })
+}
+
+/// What `token` stands for, if it ever existed.
+pub(super) fn approval(
+    conn: &Connection,
+    token: &str,
+) -> Result<Option<ApprovalState>, StoreError> {
+    let now = Timestamp::now().0;
+    let sql = format!(
+        "{APPROVAL_COLUMNS}, c.input, s.status FROM suspensions s \
+         JOIN calls c ON c.call_id = s.call_id WHERE s.token = ?1"
+    );
+    let row = conn
+        .prepare_cached(&sql)
+        .and_then(|mut st| {
+            st.query_row([token], |row| {
+                Ok((
+                    approval_from_row(row)?,
+                    row.get::<_, String>(8)?,
+                    row.get::<_, String>(9)?,
+                ))
+            })
+            .optional()
+        })
+        .map_err(backend)?;
+    let Some(((_, mut approval, schema), input, status)) = row else {
+        return Ok(None);
+    };
+    if status == "expired" {
+        return Ok(Some(ApprovalState::Expired(load_call(
+            conn,
+            &approval.call_id,
+            now,
+        )?)));
+    }
+    if status != "pending" {
+        return Ok(Some(ApprovalState::Resolved(load_call(
+            conn,
+            &approval.call_id,
+            now,
+        )?)));
+    }
+    if approval.expires_at.is_some_and(|at| at.0 <= now) {
+        return Ok(Some(ApprovalState::Expired(load_call(
+            conn,
+            &approval.call_id,
+            now,
+        )?)));
+    }
+    approval.input_schema = parse_json(&schema)?;
+    approval.input = Some(parse_json(&input)?);
+    Ok(Some(ApprovalState::Pending(approval)))
+}

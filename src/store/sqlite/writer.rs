@@ -1,0 +1,347 @@
+//! The writer thread: the one connection that writes, batching what it is sent.
+//!
+//! It takes every write waiting in its queue (up to [`MAX_BATCH`]), applies each in its own
+//! savepoint inside one transaction, commits once (one fsync for the whole batch: group commit),
+//! and only then answers each caller. So a write that returned is on disk, and concurrent calls
+//! share the cost of the disk's flush instead of queueing behind one flush each. Records written
+//! behind their answer ([`Behind`]) go with the next commit, or wait at most [`BEHIND_WINDOW`]
+//! for one; they are inserted here, many to a statement. The statements of each write are in
+//! `writes.rs`.
+
+use std::sync::{Mutex, mpsc};
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::oneshot;
+
+use super::backend;
+use super::writes::{
+    INSERT_CALL, execute_insert, insert, reconcile, record_outcome, rerun, resolve,
+};
+use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
+use crate::store::{
+    CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
+    Timestamp,
+};
+
+/// The most writes someone waits for committed in one transaction.
+const MAX_BATCH: usize = 512;
+
+/// How long records written behind the answer wait for company before the writer commits them
+/// (unless a write someone waits for comes first and takes them along). The price of an fsync is
+/// then paid by every record of that window, not by a handful each. A crash loses at most this
+/// window of `read` records, which have no effect to lose; a clean shutdown loses none.
+const BEHIND_WINDOW: Duration = Duration::from_millis(10);
+
+/// Records written behind that make the writer commit at once instead of waiting out the window.
+const BEHIND_FULL: usize = 2048;
+
+/// What the writer thread is sent.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "moved once into the channel's slots; a box would cost an allocation per write"
+)]
+pub(super) enum Msg {
+    /// A write someone waits for.
+    Write(Job),
+    /// Records written behind are waiting: commit them within [`BEHIND_WINDOW`].
+    BehindWaiting,
+    /// [`BEHIND_FULL`] records written behind are waiting: commit them now.
+    BehindFull,
+}
+
+/// Records written behind the answer, not yet taken by the writer.
+#[derive(Default)]
+pub(super) struct Behind {
+    records: Vec<(PreparedCall, Prepared)>,
+    /// `BehindWaiting` was sent for these records (the writer resets it when it takes them).
+    signalled: bool,
+}
+
+impl Behind {
+    /// Adds a record written behind, and says what the writer must be told, if anything: that
+    /// records wait (once per window), or that they are [`BEHIND_FULL`].
+    pub(super) fn push(this: &Mutex<Behind>, record: (PreparedCall, Prepared)) -> Option<Msg> {
+        let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        behind.records.push(record);
+        if behind.records.len() == BEHIND_FULL {
+            Some(Msg::BehindFull)
+        } else if !behind.signalled {
+            behind.signalled = true;
+            Some(Msg::BehindWaiting)
+        } else {
+            None
+        }
+    }
+
+    fn take(this: &Mutex<Behind>) -> Vec<(PreparedCall, Prepared)> {
+        let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        behind.signalled = false;
+        std::mem::take(&mut behind.records)
+    }
+}
+
+/// One write and where its result goes once committed.
+pub(super) struct Job {
+    pub(super) op: WriteOp,
+    pub(super) reply: oneshot::Sender<Result<Reply, StoreError>>,
+}
+
+/// A write the writer applies, one of the Store trait's.
+pub(super) enum WriteOp {
+    Insert(PreparedCall, Option<Prepared>),
+    Finish(String, u32, Prepared),
+    Rerun(String),
+    Resolve(String, Resolution, Option<String>),
+    Reconcile(String, Settlement, Option<String>),
+    /// Nothing: proves the writer thread is alive and can take the write lock.
+    Ping,
+}
+
+/// What a write answers, by the kind of write.
+pub(super) enum Reply {
+    Done,
+    Inserted(Inserted),
+    Rerun(Option<Box<Rerun>>),
+    Resolved(Box<Resolved>),
+    Reconciled(Box<Reconciled>),
+}
+
+/// The writer thread: batch, apply, commit once, answer. Ends when every sender is gone, after
+/// committing what is left.
+pub(super) fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Msg>, behind: &Mutex<Behind>) {
+    let mut open = true;
+    while open {
+        let mut jobs = Vec::new();
+        match queue.recv() {
+            Ok(Msg::Write(job)) => jobs.push(job),
+            // Records written behind wait for company for a while, unless a write someone
+            // waits for (or a full queue) comes first.
+            Ok(Msg::BehindWaiting) => {
+                let deadline = std::time::Instant::now() + BEHIND_WINDOW;
+                loop {
+                    match queue
+                        .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+                    {
+                        Ok(Msg::Write(job)) => {
+                            jobs.push(job);
+                            break;
+                        }
+                        Ok(Msg::BehindWaiting) => continue,
+                        Ok(Msg::BehindFull) | Err(mpsc::RecvTimeoutError::Timeout) => break,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            open = false;
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(Msg::BehindFull) => {}
+            Err(mpsc::RecvError) => open = false,
+        }
+        while open && jobs.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(Msg::Write(job)) => jobs.push(job),
+                Ok(Msg::BehindWaiting | Msg::BehindFull) => {}
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => open = false,
+            }
+        }
+        // Taken after the writes: a read-your-writes probe (`Ping`) commits every record
+        // written behind before it was sent.
+        let records = Behind::take(behind);
+        if jobs.is_empty() && records.is_empty() {
+            continue;
+        }
+        let (ops, replies): (Vec<WriteOp>, Vec<_>) =
+            jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
+        let results = apply_batch(&mut conn, ops, records);
+        for (reply, result) in replies.into_iter().zip(results) {
+            // The caller went away: a failure must still be heard.
+            if let Err(Err(err)) = reply.send(result) {
+                tracing::error!(error = %err, "a write whose caller went away failed");
+            }
+        }
+    }
+}
+
+/// Applies every op in one transaction, each inside its own savepoint so one failing op does not
+/// undo the others, and inserts the records written behind. If the commit itself fails, every op
+/// fails and the records are lost (and logged).
+fn apply_batch(
+    conn: &mut Connection,
+    ops: Vec<WriteOp>,
+    records: Vec<(PreparedCall, Prepared)>,
+) -> Vec<Result<Reply, StoreError>> {
+    let count = ops.len();
+    let behind = records.len();
+    let fail_all = |err: rusqlite::Error| {
+        tracing::error!(error = %err, lost_read_records = behind, "store commit failed");
+        (0..count)
+            .map(|_| Err(StoreError::Backend(err.to_string())))
+            .collect()
+    };
+    let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(err) => return fail_all(err),
+    };
+    let now = Timestamp::now().0;
+    let mut results = Vec::with_capacity(count);
+    for op in ops {
+        let result = match tx.savepoint() {
+            Ok(sp) => match apply(&sp, op, now) {
+                Ok(reply) => sp.commit().map(|()| reply).map_err(backend),
+                // Dropping the savepoint rolls back what the op did.
+                Err(err) => Err(err),
+            },
+            Err(err) => Err(backend(err)),
+        };
+        results.push(result);
+    }
+    insert_read_records(&tx, records);
+    match tx.commit() {
+        Ok(()) => results,
+        Err(err) => fail_all(err),
+    }
+}
+
+fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> {
+    match op {
+        WriteOp::Insert(call, outcome) => insert(conn, call, outcome, now).map(Reply::Inserted),
+        WriteOp::Finish(call_id, attempts, outcome) => {
+            record_outcome(conn, &call_id, attempts, outcome, now)?;
+            Ok(Reply::Done)
+        }
+        WriteOp::Rerun(call_id) => {
+            rerun(conn, &call_id, now).map(|rerun| Reply::Rerun(rerun.map(Box::new)))
+        }
+        WriteOp::Resolve(token, resolution, actor) => {
+            resolve(conn, &token, resolution, actor.as_deref(), now)
+                .map(|resolved| Reply::Resolved(Box::new(resolved)))
+        }
+        WriteOp::Reconcile(call_id, settlement, actor) => {
+            reconcile(conn, &call_id, settlement, actor.as_deref(), now)
+                .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
+        }
+        WriteOp::Ping => Ok(Reply::Done),
+    }
+}
+
+/// Inserts records written behind the answer: finished `read` calls without an idempotency key,
+/// so nothing can conflict. Completed ones go [`COMPLETED_READS_PER_INSERT`] to a statement, the
+/// rest one each. No savepoints: a failing statement undoes only its own rows, which are logged.
+fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>) {
+    if records.is_empty() {
+        return;
+    }
+    let (completed, others): (Vec<_>, Vec<_>) = records.into_iter().partition(|(call, outcome)| {
+        outcome.status == CallStatus::Completed && call.idempotency_key.is_none()
+    });
+    let mut chunks = completed.chunks_exact(COMPLETED_READS_PER_INSERT);
+    for chunk in chunks.by_ref() {
+        let result = conn
+            .prepare_cached(insert_completed_reads_sql(COMPLETED_READS_PER_INSERT))
+            .and_then(|mut statement| {
+                for (row, (call, outcome)) in chunk.iter().enumerate() {
+                    bind_completed_read(
+                        &mut statement,
+                        row * COMPLETED_READ_PARAMS,
+                        call,
+                        outcome,
+                    )?;
+                }
+                statement.raw_execute()
+            });
+        match result {
+            Ok(written) if written == chunk.len() => {}
+            Ok(written) => tracing::error!(
+                lost = chunk.len() - written,
+                "read call records could not be written: their call ids are taken"
+            ),
+            Err(err) => tracing::error!(
+                error = %err,
+                lost = chunk.len(),
+                "read call records could not be written"
+            ),
+        }
+    }
+    for (call, outcome) in chunks.remainder() {
+        let result =
+            conn.prepare_cached(insert_completed_reads_sql(1))
+                .and_then(|mut statement| {
+                    bind_completed_read(&mut statement, 0, call, outcome)?;
+                    statement.raw_execute()
+                });
+        log_read_record_result(&call.call_id, result);
+    }
+    for (call, outcome) in &others {
+        let result = conn
+            .prepare_cached(INSERT_CALL)
+            .and_then(|mut statement| execute_insert(&mut statement, call, Some(outcome)));
+        log_read_record_result(&call.call_id, result);
+    }
+}
+
+fn log_read_record_result(call_id: &str, result: rusqlite::Result<usize>) {
+    let error = match result {
+        Ok(1) => return,
+        Ok(_) => "the call id is taken".to_owned(),
+        Err(err) => err.to_string(),
+    };
+    tracing::error!(error, call_id, "a read call's record could not be written");
+}
+
+/// How many completed reads one statement inserts: SQLite's work per statement (opening a
+/// cursor on each of the table's B-trees and indexes, halting, resetting) is then shared.
+const COMPLETED_READS_PER_INSERT: usize = 32;
+/// The parameters [`bind_completed_read`] binds per row.
+const COMPLETED_READ_PARAMS: usize = 9;
+
+/// Binds one completed read's row as parameters `offset + 1 ..= offset + 9`.
+fn bind_completed_read(
+    statement: &mut rusqlite::Statement<'_>,
+    offset: usize,
+    call: &PreparedCall,
+    outcome: &Prepared,
+) -> rusqlite::Result<()> {
+    statement.raw_bind_parameter(offset + 1, &call.call_id)?;
+    statement.raw_bind_parameter(offset + 2, &call.tool)?;
+    statement.raw_bind_parameter(offset + 3, call.effect)?;
+    statement.raw_bind_parameter(offset + 4, &call.caller)?;
+    statement.raw_bind_parameter(offset + 5, &call.input)?;
+    statement.raw_bind_parameter(offset + 6, &outcome.output)?;
+    statement.raw_bind_parameter(offset + 7, i64::from(call.attempts))?;
+    statement.raw_bind_parameter(offset + 8, call.created_at)?;
+    statement.raw_bind_parameter(offset + 9, outcome.at)
+}
+
+/// [`INSERT_CALL`] for the most common row by far, a completed read written behind its answer,
+/// `rows` (1 or [`COMPLETED_READS_PER_INSERT`]) at a time: what is the same in every such row is
+/// part of the statement instead of bound each time.
+fn insert_completed_reads_sql(rows: usize) -> &'static str {
+    use std::sync::OnceLock;
+    static ONE: OnceLock<String> = OnceLock::new();
+    static CHUNK: OnceLock<String> = OnceLock::new();
+    let cell = if rows == 1 { &ONE } else { &CHUNK };
+    debug_assert!(rows == 1 || rows == COMPLETED_READS_PER_INSERT);
+    cell.get_or_init(|| {
+        let values: Vec<String> = (0..rows)
+            .map(|row| {
+                let p: Vec<String> = (1..=COMPLETED_READ_PARAMS)
+                    .map(|n| format!("?{}", row * COMPLETED_READ_PARAMS + n))
+                    .collect();
+                format!(
+                    "({}, {}, {}, {}, 'completed', {}, {}, NULL, NULL, {}, {}, {}, \
+                     '{DERIVED_EVENTS}')",
+                    p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
+                )
+            })
+            .collect();
+        format!(
+            "INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
+             idempotency_key, attempts, created_at, updated_at, events) VALUES {} \
+             ON CONFLICT DO NOTHING",
+            values.join(", ")
+        )
+    })
+}

@@ -1,0 +1,391 @@
+//! The statements of each write: what the writer thread runs, in a savepoint, for each
+//! `WriteOp`.
+//!
+//! Here the Store trait's promises are kept in SQL: the conditional insert on (tool,
+//! idempotency key) in [`insert`]; the resolution conditional on a pending, unexpired
+//! suspension in [`resolve`], so that of two resolutions of one token exactly one wins; a
+//! suspension written in the same transaction as its call's `suspended` status
+//! ([`insert_suspension`]); an event appended with every change ([`append_event`]). Every
+//! write answers with the call as it now is, read back inside the same transaction.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value, json};
+
+use super::backend;
+use super::reads::{find_call, load_call};
+use crate::store::record::{
+    Prepared, PreparedCall, event_json, events_json, expired_error, json_text, parse_json, to_json,
+};
+use crate::store::{
+    CallError, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
+    StoreError,
+};
+
+/// Claims the interrupted call `call_id` for another run; `None` when it is not interrupted.
+pub(super) fn rerun(
+    conn: &Connection,
+    call_id: &str,
+    now: i64,
+) -> Result<Option<Rerun>, StoreError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE calls SET status = 'running', attempts = attempts + 1, \
+             updated_at = ?2 WHERE call_id = ?1 AND status = 'interrupted'",
+        )
+        .and_then(|mut st| st.execute(params![call_id, now]))
+        .map_err(backend)?;
+    if changed == 0 {
+        return Ok(None);
+    }
+    append_event(
+        conn,
+        call_id,
+        now,
+        "redispatched",
+        None,
+        Some(&json!({"after": "interrupted"})),
+    )?;
+    // The call's latest suspension, if approved, is what the interrupted run resumed.
+    let resume: Option<(String, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT status, resume_input FROM suspensions WHERE call_id = ?1 \
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .and_then(|mut st| {
+            st.query_row([call_id], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(backend)?;
+    let resume_input = match resume {
+        Some((status, Some(input))) if status == "approved" => Some(parse_json(&input)?),
+        _ => None,
+    };
+    Ok(Some(Rerun {
+        call: load_call(conn, call_id, now)?,
+        resume_input,
+    }))
+}
+
+/// Inserts a call; with an idempotency key that another call of the tool holds, nothing.
+pub(super) const INSERT_CALL: &str = "INSERT INTO calls (call_id, tool, effect, caller, \
+    status, input, output, error, idempotency_key, attempts, created_at, updated_at, events) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING";
+
+/// Runs [`INSERT_CALL`] for `call`. A call recorded with its outcome is inserted as it ends, in
+/// one row with both its events: no `running` row to update a moment later.
+pub(super) fn execute_insert(
+    statement: &mut rusqlite::Statement<'_>,
+    call: &PreparedCall,
+    outcome: Option<&Prepared>,
+) -> rusqlite::Result<usize> {
+    let (status, output, error, updated_at) = match outcome {
+        Some(o) => (o.status, o.output.as_deref(), o.error.as_deref(), o.at),
+        None => (CallStatus::Running, None, None, call.created_at),
+    };
+    statement.execute(params![
+        call.call_id,
+        call.tool,
+        call.effect,
+        call.caller,
+        status.as_str(),
+        call.input,
+        output,
+        error,
+        call.idempotency_key,
+        i64::from(call.attempts),
+        call.created_at,
+        updated_at,
+        events_json(call, outcome)
+    ])
+}
+
+/// Records a new call, running or already finished with `outcome`; a call with the same
+/// (tool, idempotency key) is returned instead.
+pub(super) fn insert(
+    conn: &Connection,
+    call: PreparedCall,
+    outcome: Option<Prepared>,
+    now: i64,
+) -> Result<Inserted, StoreError> {
+    // The conditional insert: a second call with the same (tool, idempotency key) writes
+    // nothing, and the one that exists is returned instead.
+    let changed = conn
+        .prepare_cached(INSERT_CALL)
+        .and_then(|mut st| execute_insert(&mut st, &call, outcome.as_ref()))
+        .map_err(backend)?;
+    if changed == 0 {
+        let existing: Option<String> = match &call.idempotency_key {
+            Some(key) => conn
+                .prepare_cached(
+                    "SELECT call_id FROM calls WHERE tool = ?1 AND idempotency_key = ?2",
+                )
+                .and_then(|mut st| {
+                    st.query_row(params![call.tool, key], |row| row.get(0))
+                        .optional()
+                })
+                .map_err(backend)?,
+            None => None,
+        };
+        return match existing {
+            Some(call_id) => Ok(Inserted::Existing(Box::new(load_call(
+                conn, &call_id, now,
+            )?))),
+            None => Err(StoreError::Backend(format!(
+                "call id {} already exists",
+                call.call_id
+            ))),
+        };
+    }
+    if let Some(suspension) = outcome.and_then(|o| o.suspension) {
+        insert_suspension(conn, &call.call_id, suspension, now)?;
+    }
+    Ok(Inserted::New)
+}
+
+/// Creates the pending suspension of the call `call_id`, whose row is written first, in the
+/// same transaction.
+fn insert_suspension(
+    conn: &Connection,
+    call_id: &str,
+    (token, reason, input_schema, expires_at): (String, String, String, Option<i64>),
+    now: i64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO suspensions (token, call_id, tool, reason, input_schema, status, \
+         created_at, expires_at) \
+         SELECT ?1, ?2, c.tool, ?3, ?4, 'pending', ?5, ?6 FROM calls c WHERE c.call_id = ?2",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            token,
+            call_id,
+            reason,
+            input_schema,
+            now,
+            expires_at
+        ])
+    })
+    .map_err(backend)
+    .and_then(|inserted| match inserted {
+        1 => Ok(()),
+        // The call is written first, in the same transaction.
+        _ => Err(StoreError::Backend(format!("no call {call_id} to suspend"))),
+    })
+}
+
+/// Appends one event to the call's history.
+pub(super) fn append_event(
+    conn: &Connection,
+    call_id: &str,
+    at: i64,
+    kind: &str,
+    actor: Option<&str>,
+    details: Option<&Value>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE calls SET events = json_insert(events, '$[#]', json(?2)) WHERE call_id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![call_id, event_json(at, kind, actor, details)]))
+    .map_err(backend)?;
+    Ok(())
+}
+
+/// Moves the running call `call_id` to its outcome, with its event; a suspension is created
+/// with it.
+pub(super) fn record_outcome(
+    conn: &Connection,
+    call_id: &str,
+    attempts: u32,
+    outcome: Prepared,
+    now: i64,
+) -> Result<(), StoreError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5, \
+             attempts = ?6, events = json_insert(events, '$[#]', json(?7)) \
+             WHERE call_id = ?1 AND status = 'running'",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                call_id,
+                outcome.status.as_str(),
+                outcome.output,
+                outcome.error,
+                now,
+                i64::from(attempts),
+                outcome.event()
+            ])
+        })
+        .map_err(backend)?;
+    if changed == 0 {
+        return Err(StoreError::NotRunning {
+            call_id: call_id.to_owned(),
+        });
+    }
+    if let Some(suspension) = outcome.suspension {
+        insert_suspension(conn, call_id, suspension, now)?;
+    }
+    Ok(())
+}
+
+/// Resolves the suspension `token`, if it is still pending and unexpired.
+pub(super) fn resolve(
+    conn: &Connection,
+    token: &str,
+    resolution: Resolution,
+    actor: Option<&str>,
+    now: i64,
+) -> Result<Resolved, StoreError> {
+    let status = match &resolution {
+        Resolution::Approve { .. } => "approved",
+        Resolution::Reject { .. } => "rejected",
+        Resolution::Complete { .. } => "completed",
+        // Whoever read it as expired has decided; this only writes it down.
+        Resolution::Expire => return unresolved(conn, token, now),
+    };
+    let (resume_input, reject_reason) = match &resolution {
+        Resolution::Approve { resume_input } => (Some(json_text(resume_input)), None),
+        Resolution::Reject { reason } => (None, Some(reason.as_str())),
+        Resolution::Complete { .. } | Resolution::Expire => (None, None),
+    };
+    // Conditional on `pending` and unexpired: of two resolutions of one token, the second
+    // changes nothing.
+    let call_id: Option<String> = conn
+        .prepare_cached(
+            "UPDATE suspensions SET status = ?2, resume_input = ?3, reject_reason = ?4, \
+             resolved_at = ?5, resolved_by = ?6 WHERE token = ?1 AND status = 'pending' \
+             AND (expires_at IS NULL OR expires_at > ?5) RETURNING call_id",
+        )
+        .and_then(|mut st| {
+            st.query_row(
+                params![token, status, resume_input, reject_reason, now, actor],
+                |row| row.get(0),
+            )
+            .optional()
+        })
+        .map_err(backend)?;
+    let Some(call_id) = call_id else {
+        return unresolved(conn, token, now);
+    };
+    match resolution {
+        Resolution::Approve { .. } => {
+            conn.prepare_cached(
+                "UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = ?2 \
+                 WHERE call_id = ?1",
+            )
+            .and_then(|mut st| st.execute(params![call_id, now]))
+            .map_err(backend)?;
+            append_event(conn, &call_id, now, "approved", actor, None)?;
+            append_event(conn, &call_id, now, "redispatched", None, None)?;
+            Ok(Resolved::Approved(load_call(conn, &call_id, now)?))
+        }
+        Resolution::Reject { reason } => {
+            let error = to_json(&CallError::new("rejected", reason.clone()))?;
+            conn.prepare_cached(
+                "UPDATE calls SET status = 'rejected', error = ?2, updated_at = ?3 \
+                 WHERE call_id = ?1",
+            )
+            .and_then(|mut st| st.execute(params![call_id, error, now]))
+            .map_err(backend)?;
+            append_event(
+                conn,
+                &call_id,
+                now,
+                "rejected",
+                actor,
+                Some(&json!({"reason": reason})),
+            )?;
+            Ok(Resolved::Rejected(load_call(conn, &call_id, now)?))
+        }
+        Resolution::Complete { output } => {
+            conn.prepare_cached(
+                "UPDATE calls SET status = 'completed', output = ?2, updated_at = ?3 \
+                 WHERE call_id = ?1",
+            )
+            .and_then(|mut st| st.execute(params![call_id, json_text(&output), now]))
+            .map_err(backend)?;
+            append_event(conn, &call_id, now, "completed_externally", actor, None)?;
+            Ok(Resolved::Completed(load_call(conn, &call_id, now)?))
+        }
+        Resolution::Expire => unreachable!("handled before the update"),
+    }
+}
+
+/// Why a token could not be resolved: it never existed, was resolved before, or has expired
+/// (which is recorded now, so the call's record says so too).
+fn unresolved(conn: &Connection, token: &str, now: i64) -> Result<Resolved, StoreError> {
+    let row: Option<(String, String)> = conn
+        .prepare_cached("SELECT call_id, status FROM suspensions WHERE token = ?1")
+        .and_then(|mut st| {
+            st.query_row([token], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(backend)?;
+    let Some((call_id, status)) = row else {
+        return Ok(Resolved::UnknownToken);
+    };
+    match status.as_str() {
+        "expired" => return Ok(Resolved::Expired(load_call(conn, &call_id, now)?)),
+        "pending" => {}
+        _ => return Ok(Resolved::AlreadyResolved(load_call(conn, &call_id, now)?)),
+    }
+    conn.prepare_cached(
+        "UPDATE suspensions SET status = 'expired', resolved_at = ?2 WHERE token = ?1",
+    )
+    .and_then(|mut st| st.execute(params![token, now]))
+    .map_err(backend)?;
+    let error = to_json(&expired_error())?;
+    conn.prepare_cached(
+        "UPDATE calls SET status = 'expired', error = ?2, updated_at = ?3 WHERE call_id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![call_id, error, now]))
+    .map_err(backend)?;
+    append_event(conn, &call_id, now, "expired", None, None)?;
+    Ok(Resolved::Expired(load_call(conn, &call_id, now)?))
+}
+
+/// Settles a call that needs reconciliation (or an interrupted one).
+pub(super) fn reconcile(
+    conn: &Connection,
+    call_id: &str,
+    settlement: Settlement,
+    actor: Option<&str>,
+    now: i64,
+) -> Result<Reconciled, StoreError> {
+    let (status, output, error) = match &settlement {
+        Settlement::Output(output) => (CallStatus::Completed, Some(json_text(output)), None),
+        Settlement::Error(message) => (
+            CallStatus::Failed,
+            None,
+            Some(to_json(&CallError::new(
+                "reconciled_as_failed",
+                message.clone(),
+            ))?),
+        ),
+    };
+    // Settled as failed, the effect did not happen: the key is released so that a new request
+    // can make it.
+    let changed = conn
+        .prepare_cached(
+            "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5, \
+             idempotency_key = CASE WHEN ?2 = 'failed' THEN NULL ELSE idempotency_key END \
+             WHERE call_id = ?1 AND status IN ('needs_reconciliation', 'interrupted')",
+        )
+        .and_then(|mut st| st.execute(params![call_id, status.as_str(), output, error, now]))
+        .map_err(backend)?;
+    if changed == 0 {
+        return Ok(match find_call(conn, call_id, now)? {
+            Some(call) => Reconciled::NotNeeded(call),
+            None => Reconciled::UnknownCall,
+        });
+    }
+    append_event(
+        conn,
+        call_id,
+        now,
+        "reconciled",
+        actor,
+        Some(&json!({"status": status.as_str()})),
+    )?;
+    Ok(Reconciled::Settled(load_call(conn, call_id, now)?))
+}
