@@ -22,7 +22,7 @@ use crate::server::auth::{ApiKey, Role};
 pub const ENV_PREFIX: &str = "TOOLGATE_";
 
 /// Keys whose values are strings, taken from the environment verbatim.
-const STRING_KEYS: &[&str] = &["bind", "data_dir", "log"];
+const STRING_KEYS: &[&str] = &["bind", "data_dir", "log", "store.database_url"];
 
 /// Everything the binary is configured with.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -50,6 +50,66 @@ pub struct Config {
     pub auth: AuthConfig,
     /// The example tools.
     pub examples: ExamplesConfig,
+    /// Where calls are stored: the embedded SQLite file, or a PostgreSQL shared by replicas.
+    pub store: StoreConfig,
+}
+
+/// `[store]`.
+#[derive(Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// A PostgreSQL URL (`postgres://user:password@host:port/db`); empty: the embedded SQLite
+    /// file in `data_dir`.
+    pub database_url: String,
+    /// The most pooled connections to PostgreSQL for reads.
+    pub pool_size: usize,
+    /// How long a replica's lease lasts without a heartbeat, in milliseconds.
+    pub lease_ttl_ms: u64,
+    /// How often a replica renews its lease and sweeps the calls of dead ones, in milliseconds.
+    pub heartbeat_ms: u64,
+}
+
+impl std::fmt::Debug for StoreConfig {
+    // The URL may carry a password: shown redacted.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field(
+                "database_url",
+                &crate::store::redact_url(&self.database_url),
+            )
+            .field("pool_size", &self.pool_size)
+            .field("lease_ttl_ms", &self.lease_ttl_ms)
+            .field("heartbeat_ms", &self.heartbeat_ms)
+            .finish()
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        let options = crate::store::PostgresOptions::default();
+        StoreConfig {
+            database_url: String::new(),
+            pool_size: options.pool_size,
+            lease_ttl_ms: options.lease_ttl.as_millis() as u64,
+            heartbeat_ms: options.heartbeat.as_millis() as u64,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// The PostgreSQL URL, when one is set.
+    pub fn postgres_url(&self) -> Option<&str> {
+        Some(self.database_url.trim()).filter(|url| !url.is_empty())
+    }
+
+    /// The PostgreSQL store's options.
+    pub fn postgres_options(&self) -> crate::store::PostgresOptions {
+        crate::store::PostgresOptions {
+            pool_size: self.pool_size,
+            lease_ttl: Duration::from_millis(self.lease_ttl_ms),
+            heartbeat: Duration::from_millis(self.heartbeat_ms),
+        }
+    }
 }
 
 /// `[retry]`.
@@ -134,6 +194,7 @@ impl Default for Config {
             tools: BTreeMap::new(),
             auth: AuthConfig::default(),
             examples: ExamplesConfig::default(),
+            store: StoreConfig::default(),
         }
     }
 }
@@ -212,6 +273,8 @@ pub struct Overrides {
     pub bind: Option<SocketAddr>,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
+    /// `--database-url`.
+    pub database_url: Option<String>,
 }
 
 impl Config {
@@ -260,6 +323,9 @@ impl Config {
         }
         if let Some(data_dir) = overrides.data_dir {
             config.data_dir = data_dir;
+        }
+        if let Some(url) = overrides.database_url {
+            config.store.database_url = url;
         }
         Ok(config)
     }
@@ -321,7 +387,18 @@ impl Config {
                 return Err(invalid(&key, "must be at least 1"));
             }
         }
+        if self.store.heartbeat_ms == 0 {
+            return Err(invalid("store.heartbeat_ms", "must be at least 1"));
+        }
+        if self.store.lease_ttl_ms <= self.store.heartbeat_ms {
+            return Err(invalid(
+                "store.lease_ttl_ms",
+                "must be longer than store.heartbeat_ms, or a live replica's lease would lapse \
+                 between two heartbeats",
+            ));
+        }
         for (key, value) in [
+            ("store.pool_size", self.store.pool_size),
             ("max_in_flight", self.max_in_flight),
             ("max_json_depth", self.max_json_depth),
             ("max_body_bytes", self.max_body_bytes),
@@ -450,6 +527,7 @@ mod tests {
             Overrides {
                 bind: Some("127.0.0.1:1".parse().unwrap()),
                 data_dir: Some("/tmp/x".into()),
+                database_url: None,
             },
         )
         .unwrap();
@@ -507,6 +585,43 @@ mod tests {
         assert!(err.to_string().contains("auth.keys[0].role"), "{err}");
         let err = Config::from_toml("[tools.echo]\ntimeout_ms = 0\n").unwrap_err();
         assert!(err.to_string().contains("tools.echo.timeout_ms"), "{err}");
+    }
+
+    #[test]
+    fn the_database_url_comes_from_file_env_or_flag_and_is_never_shown() {
+        let file =
+            Config::from_toml("[store]\ndatabase_url = \"postgres://a:pw@h/d\"\npool_size = 4\n")
+                .unwrap();
+        assert_eq!(file.store.postgres_url(), Some("postgres://a:pw@h/d"));
+        assert_eq!(file.store.postgres_options().pool_size, 4);
+        assert!(!format!("{file:?}").contains("pw"), "{file:?}");
+
+        let env_set = Config::load(
+            None,
+            env(&[("TOOLGATE_STORE__DATABASE_URL", "postgres://e@h/d")]),
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(env_set.store.postgres_url(), Some("postgres://e@h/d"));
+        let flag = Config::load(
+            None,
+            env(&[("TOOLGATE_STORE__DATABASE_URL", "postgres://e@h/d")]),
+            Overrides {
+                database_url: Some("postgres://f@h/d".into()),
+                ..Overrides::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(flag.store.postgres_url(), Some("postgres://f@h/d"));
+        assert_eq!(
+            Config::default().store.postgres_url(),
+            None,
+            "SQLite by default"
+        );
+
+        let err =
+            Config::from_toml("[store]\nlease_ttl_ms = 1000\nheartbeat_ms = 1000\n").unwrap_err();
+        assert!(err.to_string().contains("store.lease_ttl_ms"), "{err}");
     }
 
     #[test]

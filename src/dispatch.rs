@@ -397,6 +397,9 @@ pub enum DispatchError {
 /// call has had in all.
 struct Ran {
     outcome: CallOutcome,
+    /// The attempt the run began at: the store records the outcome only if this run still owns
+    /// the call.
+    first: u32,
     attempts: u32,
     /// The input, when the caller asked for it back.
     input: Option<Value>,
@@ -684,11 +687,22 @@ impl Dispatcher {
                 input: input.clone(),
                 ..call
             };
-            match self.store.insert_call(call, None).await? {
-                Inserted::New => None,
-                Inserted::Existing(existing) => {
+            match self.store.insert_call(call, None).await {
+                Ok(Inserted::New) => None,
+                Ok(Inserted::Existing(existing)) => {
                     return self.repeat(*existing, &input, registered, policy).await;
                 }
+                // The intent may have been committed though its answer was lost. The tool will
+                // not run, so once the store answers the call (if it exists) is released as
+                // interrupted: no key stays held by a run that never happened.
+                Err(err @ StoreError::Unavailable(_)) => {
+                    let released = Outcome::Interrupted {
+                        reason: "the store could not be reached before the tool ran".into(),
+                    };
+                    self.record_later(call_id, Some(1), 1, released);
+                    return Err(err.into());
+                }
+                Err(err) => return Err(err.into()),
             }
         } else {
             Some(call)
@@ -708,8 +722,7 @@ impl Dispatcher {
             .await;
         match unrecorded {
             None => {
-                self.store
-                    .finish_call(&call_id, ran.attempts, ran.recorded())
+                self.record(&call_id, Some(ran.first), ran.attempts, &ran.recorded())
                     .await?
             }
             Some(call) => {
@@ -794,9 +807,13 @@ impl Dispatcher {
                         false,
                     )
                     .await;
-                self.store
-                    .finish_call(&call.call_id, ran.attempts, ran.recorded())
-                    .await?;
+                self.record(
+                    &call.call_id,
+                    Some(ran.first),
+                    ran.attempts,
+                    &ran.recorded(),
+                )
+                .await?;
                 Ok(CallResult {
                     call_id: call.call_id,
                     tool: call.tool,
@@ -873,9 +890,13 @@ impl Dispatcher {
                 false,
             )
             .await;
-        self.store
-            .finish_call(&call.call_id, ran.attempts, ran.recorded())
-            .await?;
+        self.record(
+            &call.call_id,
+            Some(ran.first),
+            ran.attempts,
+            &ran.recorded(),
+        )
+        .await?;
         Ok(CallResult {
             call_id: call.call_id,
             tool: call.tool,
@@ -986,6 +1007,7 @@ impl Dispatcher {
         }
         Ran {
             outcome,
+            first,
             attempts: attempt,
             input: keep.then_some(input),
         }
@@ -1093,6 +1115,60 @@ pub fn client_key_scope(caller: Option<&str>, key: &str) -> String {
 }
 
 impl Dispatcher {
+    /// Records the outcome of the run of `call_id` that began at attempt `run`. An outcome the
+    /// store cannot take now (the database is unreachable) is retried in the background until
+    /// it is recorded, or refused because the run no longer owns the call; the caller is told
+    /// the store is unavailable meanwhile.
+    async fn record(
+        &self,
+        call_id: &str,
+        run: Option<u32>,
+        attempts: u32,
+        outcome: &Outcome,
+    ) -> Result<(), DispatchError> {
+        match self
+            .store
+            .finish_call(call_id, run, attempts, outcome)
+            .await
+        {
+            Err(err @ StoreError::Unavailable(_)) => {
+                self.record_later(call_id.to_owned(), run, attempts, outcome.clone());
+                Err(err.into())
+            }
+            other => other.map_err(DispatchError::from),
+        }
+    }
+
+    /// Retries recording `outcome` until the store takes or refuses it, with a growing wait. A
+    /// shutdown waits for it like for a running call; a process that dies first leaves the
+    /// call running, and its lease expiring settles it.
+    fn record_later(&self, call_id: String, run: Option<u32>, attempts: u32, outcome: Outcome) {
+        let store = self.store.clone();
+        let guard = self.running.enter();
+        tokio::spawn(async move {
+            let _guard = guard;
+            let mut wait = Duration::from_millis(200);
+            loop {
+                tokio::time::sleep(wait).await;
+                match store.finish_call(&call_id, run, attempts, &outcome).await {
+                    Ok(()) => {
+                        tracing::info!(call_id, "recorded an outcome once the store was back");
+                        return;
+                    }
+                    Err(StoreError::Unavailable(_)) => {
+                        wait = (wait * 2).min(Duration::from_secs(5));
+                    }
+                    // The intent was never committed, or the call was settled meanwhile.
+                    Err(StoreError::NotRunning { .. }) => return,
+                    Err(err) => {
+                        tracing::warn!(call_id, error = %err, "an outcome retried once the store was back was refused");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
     /// A slot of the global and of the tool's concurrency limit, held until the call's run
     /// ends; `Overloaded` when either is full: refusing at once beats an unbounded queue.
     fn take_slot(&self, policy: &ToolPolicy, tool: &str) -> Result<(Slot, Slot), DispatchError> {

@@ -41,6 +41,12 @@ pub fn new_call_id(now_ms: i64) -> String {
     id
 }
 
+/// A new replica id: `rep_` + 64 random bits in hex, fresh at every start of a process on a
+/// shared database.
+pub fn new_replica_id() -> String {
+    format!("rep_{}", hex::encode(random::<8>()))
+}
+
 /// A new suspension token: `sus_` + 160 random bits in hex (URL-safe, single use).
 pub fn new_suspension_token() -> String {
     format!("sus_{}", hex::encode(random::<20>()))

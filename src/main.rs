@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use std::sync::Arc;
 use toolgate::config::{Config, Overrides};
-use toolgate::store::SqliteStore;
+
+use toolgate::store::{PostgresStore, SqliteStore, Store};
 use toolgate::{ServerBuilder, ToolSet};
 use tracing_subscriber::EnvFilter;
 
@@ -33,6 +35,10 @@ enum Command {
         /// The data directory (overrides `data_dir`).
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
+        /// A PostgreSQL URL to store calls in, shared with other replicas (overrides
+        /// `store.database_url`); unset: the embedded SQLite file in the data directory.
+        #[arg(long, value_name = "URL")]
+        database_url: Option<String>,
         /// Serve without API keys on a non-loopback address. Anyone who can reach the server
         /// can then call tools and approve calls.
         #[arg(long)]
@@ -50,12 +56,17 @@ fn main() -> ExitCode {
             config,
             bind,
             data_dir,
+            database_url,
             insecure_no_auth,
         } => {
             let config = match Config::load(
                 config.as_deref(),
                 std::env::vars(),
-                Overrides { bind, data_dir },
+                Overrides {
+                    bind,
+                    data_dir,
+                    database_url,
+                },
             ) {
                 Ok(config) => config,
                 Err(err) => {
@@ -142,9 +153,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
             config.data_dir.display()
         )
     })?;
-    let db = config.data_dir.join("toolgate.db");
-    let store = SqliteStore::open(&db)
-        .map_err(|e| format!("cannot open the store at {}: {e}", db.display()))?;
+    let store = open_store(&config).await?;
 
     let mut tools = ToolSet::new();
     if config.examples.enabled {
@@ -169,7 +178,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .saturating_mul(retry.max_attempts)
         + backoffs
         + std::time::Duration::from_secs(1);
-    let (router, running) = ServerBuilder::new(tools, store)
+    let (router, running) = ServerBuilder::with_shared_store(tools, store.clone())
         .max_body_bytes(config.max_body_bytes)
         .max_json_depth(config.max_json_depth)
         .max_in_flight(config.max_in_flight)
@@ -203,8 +212,40 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
             );
         }
     }
+    if let Err(err) = store.close().await {
+        tracing::warn!(error = %err, "the store did not close cleanly");
+    }
     tracing::info!("toolgate stopped");
     Ok(())
+}
+
+/// The store the configuration names: PostgreSQL when `store.database_url` is set, else the
+/// embedded SQLite file in the data directory.
+async fn open_store(config: &Config) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
+    match config.store.postgres_url() {
+        Some(url) => {
+            let store = PostgresStore::open(url, config.store.postgres_options())
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot open the PostgreSQL store at {}: {e}",
+                        toolgate::store::redact_url(url)
+                    )
+                })?;
+            tracing::info!(
+                replica = store.replica_id(),
+                database = store.target(),
+                "serving as a replica on PostgreSQL"
+            );
+            Ok(Arc::new(store))
+        }
+        None => {
+            let db = config.data_dir.join("toolgate.db");
+            let store = SqliteStore::open(&db)
+                .map_err(|e| format!("cannot open the store at {}: {e}", db.display()))?;
+            Ok(Arc::new(store))
+        }
+    }
 }
 
 /// Gives back to the system the heap that building the OpenAPI document and the schemas used

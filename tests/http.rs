@@ -853,7 +853,11 @@ async fn health_and_readiness() {
     let (status, body) = server.api.get("/healthz").await;
     assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
     let (status, body) = server.api.get("/readyz").await;
-    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ready"})));
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, json!({"status": "ready", "store": "sqlite"})),
+        "no replica on the embedded store"
+    );
     server.stop().await;
 }
 
@@ -941,8 +945,9 @@ impl toolgate::store::Store for BrokenStore {
     async fn finish_call(
         &self,
         _call_id: &str,
+        _run: Option<u32>,
         _attempts: u32,
-        _outcome: toolgate::store::Outcome,
+        _outcome: &toolgate::store::Outcome,
     ) -> Result<(), toolgate::store::StoreError> {
         broken()
     }
@@ -997,6 +1002,9 @@ impl toolgate::store::Store for BrokenStore {
     }
     async fn ping(&self) -> Result<(), toolgate::store::StoreError> {
         broken()
+    }
+    fn backend(&self) -> &'static str {
+        "broken"
     }
 }
 

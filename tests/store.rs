@@ -8,8 +8,9 @@ use std::sync::Arc;
 use serde_json::json;
 use toolgate::Effect;
 use toolgate::store::{
-    ApprovalState, CallError, CallFilter, CallStatus, Inserted, NewCall, Outcome, Reconciled,
-    Resolution, Resolved, Settlement, SqliteStore, Store, StoreError, Timestamp,
+    ApprovalState, CallError, CallFilter, CallStatus, Inserted, NewCall, Outcome, PostgresOptions,
+    PostgresStore, Reconciled, Resolution, Resolved, Settlement, SqliteStore, Store, StoreError,
+    Timestamp,
 };
 
 fn new_call(id: &str) -> NewCall {
@@ -54,11 +55,25 @@ async fn intent_then_outcome(store: Arc<dyn Store>) {
     assert_eq!(running.input, json!({"id": "c1"}));
     assert_eq!(running.output, None);
 
+    // A run that began at another attempt does not own the call: refused, and kept as evidence.
+    let err = store
+        .finish_call("c1", Some(7), 1, &Outcome::Completed { output: json!(0) })
+        .await
+        .unwrap_err();
+    match err {
+        StoreError::LeaseLost(call) => {
+            assert_eq!(call.status, CallStatus::Running);
+            assert_eq!(kinds(&call), ["created", "late_outcome"]);
+            assert_eq!(call.events[1].details.as_ref().unwrap()["output"], json!(0));
+        }
+        other => panic!("expected LeaseLost, got {other}"),
+    }
     store
         .finish_call(
             "c1",
+            Some(1),
             2,
-            Outcome::Completed {
+            &Outcome::Completed {
                 output: json!({"ok": true}),
             },
         )
@@ -71,25 +86,42 @@ async fn intent_then_outcome(store: Arc<dyn Store>) {
     assert_eq!(done.caller.as_deref(), Some("agent"));
     assert_eq!(done.effect, Effect::Write);
     assert!(done.updated_at >= done.created_at);
-    assert_eq!(kinds(&done), ["created", "completed"]);
+    assert_eq!(kinds(&done), ["created", "late_outcome", "completed"]);
     assert_eq!(done.events[0].actor.as_deref(), Some("agent"));
 
-    // An outcome for a call that is not running is refused and changes nothing.
+    // An outcome for a call that is not running is refused, recorded as late, and changes
+    // nothing else.
     let err = store
         .finish_call(
             "c1",
+            None,
             1,
-            Outcome::Failed {
+            &Outcome::Failed {
                 error: CallError::new("x", "y"),
             },
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::NotRunning { .. }), "{err}");
+    let StoreError::LeaseLost(call) = err else {
+        panic!("expected LeaseLost, got {err}");
+    };
+    assert_eq!(call.status, CallStatus::Completed);
+    assert_eq!(call.output, Some(json!({"ok": true})));
+    assert_eq!(call.events.last().unwrap().kind, "late_outcome");
+    assert_eq!(
+        call.events.last().unwrap().details.as_ref().unwrap()["error"]["code"],
+        "x"
+    );
     assert_eq!(
         store.call("c1").await.unwrap().unwrap().status,
         CallStatus::Completed
     );
+    // No such call: nothing to record it on.
+    let err = store
+        .finish_call("missing", None, 1, &Outcome::Completed { output: json!(1) })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotRunning { .. }), "{err}");
     assert!(store.call("missing").await.unwrap().is_none());
 }
 
@@ -321,7 +353,10 @@ async fn pending_pages_oldest_first(store: Arc<dyn Store>) {
         )
         .await
         .unwrap();
-    store.finish_call("p7", 1, suspended("tp7")).await.unwrap();
+    store
+        .finish_call("p7", Some(1), 1, &suspended("tp7"))
+        .await
+        .unwrap();
     let all = store.pending_approvals(None, 500).await.unwrap();
     let tool_of = |token: &str| {
         all.approvals
@@ -390,7 +425,7 @@ async fn many_concurrent_writes_all_land(store: Arc<dyn Store>) {
                 let id = format!("w{i}");
                 store.insert_call(new_call(&id), None).await.unwrap();
                 store
-                    .finish_call(&id, 1, Outcome::Completed { output: json!(i) })
+                    .finish_call(&id, Some(1), 1, &Outcome::Completed { output: json!(i) })
                     .await
                     .unwrap();
             })
@@ -617,10 +652,8 @@ macro_rules! suite {
         mod $backend {
             use super::*;
 
-            async fn store() -> (Arc<dyn Store>, tempfile::TempDir) {
-                let dir = common::temp_dir();
-                let store: Arc<dyn Store> = Arc::new($make(dir.path()));
-                (store, dir)
+            async fn store() -> (Arc<dyn Store>, Box<dyn std::any::Any>) {
+                $make().await
             }
 
             #[tokio::test]
@@ -684,7 +717,31 @@ fn open_sqlite(dir: &std::path::Path) -> SqliteStore {
     SqliteStore::open(dir.join("toolgate.db")).unwrap()
 }
 
-suite!(sqlite, open_sqlite);
+/// A fresh SQLite store, with the directory that holds it.
+async fn sqlite_store() -> (Arc<dyn Store>, Box<dyn std::any::Any>) {
+    let dir = common::temp_dir();
+    let store: Arc<dyn Store> = Arc::new(open_sqlite(dir.path()));
+    (store, Box::new(dir))
+}
+
+/// A PostgreSQL store on a fresh database of its own, with the database's guard.
+async fn postgres_store() -> (Arc<dyn Store>, Box<dyn std::any::Any>) {
+    let db = common::pg::TestDb::create().await;
+    let store = PostgresStore::open(&db.url, test_pg_options())
+        .await
+        .unwrap();
+    (Arc::new(store), Box::new(db))
+}
+
+fn test_pg_options() -> PostgresOptions {
+    PostgresOptions {
+        pool_size: 4,
+        ..PostgresOptions::default()
+    }
+}
+
+suite!(sqlite, sqlite_store);
+suite!(postgres, postgres_store);
 
 #[tokio::test]
 async fn sqlite_keeps_everything_across_a_reopen() {

@@ -94,6 +94,11 @@ pub enum ApiError {
     NotReconcilable(Box<CallRecord>),
     /// The store cannot serve requests.
     NotReady,
+    /// The database cannot be reached now; nothing was lost, retry later.
+    StoreUnavailable,
+    /// The run that answered no longer owned its call (its replica lost its lease and the call
+    /// was settled meanwhile): its outcome was refused and kept in the call's history.
+    LeaseLost(Box<CallRecord>),
     /// Something failed inside the server; already logged.
     Internal,
 }
@@ -117,14 +122,17 @@ impl ApiError {
             | ApiError::CallInProgress(_)
             | ApiError::NeedsReconciliation { .. }
             | ApiError::CompletionNotAllowed(_)
-            | ApiError::NotReconcilable(_) => StatusCode::CONFLICT,
+            | ApiError::NotReconcilable(_)
+            | ApiError::LeaseLost(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::SuspensionExpired(_) => StatusCode::GONE,
-            ApiError::Overloaded(_) | ApiError::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Overloaded(_) | ApiError::NotReady | ApiError::StoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -154,6 +162,8 @@ impl ApiError {
             ApiError::OutputSchemaViolation(_) => "output_schema_violation",
             ApiError::NotReconcilable(_) => "not_reconcilable",
             ApiError::NotReady => "not_ready",
+            ApiError::StoreUnavailable => "store_unavailable",
+            ApiError::LeaseLost(_) => "lease_lost",
             ApiError::Internal => "internal",
         }
     }
@@ -247,6 +257,19 @@ impl ApiError {
                 serde_json::to_value(call).ok(),
             ),
             ApiError::NotReady => ("The store is not available.".into(), None),
+            ApiError::StoreUnavailable => (
+                "The database cannot be reached; retry later. Nothing acknowledged is lost.".into(),
+                None,
+            ),
+            ApiError::LeaseLost(call) => (
+                format!(
+                    "The replica that ran call `{}` lost its lease and the call was settled \
+                     meanwhile ({}); this outcome was refused and kept in the call's history.",
+                    call.call_id,
+                    call.status.as_str()
+                ),
+                serde_json::to_value(call).ok(),
+            ),
             ApiError::Internal => ("The server failed to handle this request.".into(), None),
         };
         ErrorObject {
@@ -268,7 +291,7 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            ApiError::Overloaded(_) | ApiError::CallInProgress(_) => {
+            ApiError::Overloaded(_) | ApiError::CallInProgress(_) | ApiError::StoreUnavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
@@ -279,8 +302,17 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
-        tracing::error!(error = %err, "store failure");
-        ApiError::Internal
+        match err {
+            StoreError::Unavailable(reason) => {
+                tracing::warn!(error = %reason, "the store is unavailable");
+                ApiError::StoreUnavailable
+            }
+            StoreError::LeaseLost(call) => ApiError::LeaseLost(call),
+            err => {
+                tracing::error!(error = %err, "store failure");
+                ApiError::Internal
+            }
+        }
     }
 }
 

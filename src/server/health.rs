@@ -12,6 +12,12 @@ use super::error::{ApiError, ErrorEnvelope};
 pub struct Health {
     /// `ok` or `ready`.
     pub status: &'static str,
+    /// With `ready`: the store's backend, `sqlite` or `postgres`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<&'static str>,
+    /// With `ready` on a shared database: this process's replica id, fresh at every start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// Liveness: the server is up.
@@ -20,7 +26,11 @@ pub struct Health {
     responses((status = 200, description = "The server is up.", body = Health))
 )]
 pub(super) async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok" })
+    Json(Health {
+        status: "ok",
+        store: None,
+        replica: None,
+    })
 }
 
 /// Readiness: the server and its store can serve requests.
@@ -28,12 +38,17 @@ pub(super) async fn healthz() -> Json<Health> {
     get, path = "/readyz", tag = "health", operation_id = "readyz",
     responses(
         (status = 200, description = "Ready to serve.", body = Health),
-        (status = 503, description = "`not_ready`: the store does not answer.", body = ErrorEnvelope),
+        (status = 503, description = "`not_ready`: the store does not answer (the database is down or unreachable).", body = ErrorEnvelope),
     )
 )]
 pub(super) async fn readyz(State(app): State<AppState>) -> Result<Json<Health>, ApiError> {
-    match app.dispatcher.store().ping().await {
-        Ok(()) => Ok(Json(Health { status: "ready" })),
+    let store = app.dispatcher.store();
+    match store.ping().await {
+        Ok(()) => Ok(Json(Health {
+            status: "ready",
+            store: Some(store.backend()),
+            replica: store.replica().map(str::to_owned),
+        })),
         Err(err) => {
             tracing::warn!(error = %err, "readiness check failed");
             Err(ApiError::NotReady)

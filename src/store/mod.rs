@@ -32,6 +32,8 @@
 //! What is not SQLite's, turning calls and outcomes into rows and rows back into records, is in
 //! `record.rs`, for every SQL backend to share.
 
+mod postgres;
+mod queue;
 mod record;
 mod sqlite;
 
@@ -43,6 +45,7 @@ use serde_json::Value;
 
 use crate::contract::meta::Effect;
 
+pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sqlite::SqliteStore;
 
 /// A point in time, in Unix milliseconds; serialized as RFC 3339 (UTC, milliseconds).
@@ -290,6 +293,12 @@ pub enum Outcome {
         /// Why.
         error: CallError,
     },
+    /// The run ended before its tool ran (its store could not be reached): the same request
+    /// runs it again.
+    Interrupted {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A pending suspension, as the approvals queue shows it.
@@ -376,7 +385,7 @@ pub enum Resolved {
 }
 
 /// A failure of the store itself (not of a call).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// The backend failed (I/O, locking, a closed connection).
@@ -385,12 +394,21 @@ pub enum StoreError {
     /// Stored data could not be read back.
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
-    /// An outcome was recorded for a call that is not running.
+    /// The database cannot be reached (down, restarting, cut off) or did not answer in time.
+    /// Nothing was acknowledged; the request may be retried.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+    /// An outcome was recorded for a call that does not exist.
     #[error("call {call_id} is not running")]
     NotRunning {
         /// The call.
         call_id: String,
     },
+    /// An outcome came from a run that no longer owns its call: its replica lost its lease and
+    /// the call was settled meanwhile, or the call moved on. The outcome was not recorded as
+    /// the call's, but appended to its history as a `late_outcome` event; the call as it is now.
+    #[error("the run no longer owns call {}", .0.call_id)]
+    LeaseLost(Box<CallRecord>),
     /// Another process holds the store.
     #[error("the store at {0} is in use by another process")]
     Locked(String),
@@ -503,12 +521,18 @@ pub trait Store: Send + Sync + 'static {
             .map(drop)
     }
 
-    /// Records how the running call `call_id` ended, after `attempts` runs of its tool in all.
+    /// Records how the run of the call `call_id` that began at attempt `run` ended, after
+    /// `attempts` runs of its tool in all. Conditional: the call must still be `running` under
+    /// this run (on a shared database, owned by this replica too); `run: None` accepts any run
+    /// of this process. Otherwise the outcome is appended to the call's history as
+    /// `late_outcome` and refused with [`StoreError::LeaseLost`] (or
+    /// [`StoreError::NotRunning`] when no such call exists).
     async fn finish_call(
         &self,
         call_id: &str,
+        run: Option<u32>,
         attempts: u32,
-        outcome: Outcome,
+        outcome: &Outcome,
     ) -> Result<(), StoreError>;
 
     /// Claims an `interrupted` call to run it again: it becomes `running` with one more
@@ -555,4 +579,18 @@ pub trait Store: Send + Sync + 'static {
 
     /// Checks the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The backend's name, as `/readyz` shows it: `sqlite`, `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// This process's replica id, on a backend shared by several processes.
+    fn replica(&self) -> Option<&str> {
+        None
+    }
+
+    /// Commits what is written behind and lets go of the store, at a clean shutdown: a replica
+    /// ends its lease, so that calls it leaves running are settled by another replica at once.
+    async fn close(&self) -> Result<(), StoreError> {
+        self.ping().await
+    }
 }

@@ -79,6 +79,20 @@ impl Prepared {
             Outcome::NeedsReconciliation { error } => {
                 Prepared::failed(CallStatus::NeedsReconciliation, error, attempts)?
             }
+            Outcome::Interrupted { reason } => Prepared {
+                at: now,
+                status: CallStatus::Interrupted,
+                output: None,
+                error: None,
+                suspension: None,
+                event: Some(event_json(
+                    now,
+                    CallStatus::Interrupted.as_str(),
+                    None,
+                    Some(&json!({ "reason": reason })),
+                )),
+                attempts,
+            },
             Outcome::Suspended {
                 token,
                 reason,
@@ -118,6 +132,37 @@ impl Prepared {
             event: Some(event_json(now, status.as_str(), None, Some(&details))),
             attempts,
         })
+    }
+
+    /// The `late_outcome` event of this outcome when it came from a run that no longer owned
+    /// its call (of `replica`, on a shared database): what the run ended with, kept as evidence
+    /// for whoever settles the call.
+    pub(crate) fn late_event(
+        &self,
+        replica: Option<&str>,
+        run: Option<u32>,
+        now: i64,
+    ) -> Result<String, StoreError> {
+        let mut details = json!({
+            "status": self.status.as_str(),
+            "attempts": self.attempts,
+        });
+        if let Some(replica) = replica {
+            details["replica"] = json!(replica);
+        }
+        if let Some(run) = run {
+            details["run"] = json!(run);
+        }
+        if let Some(output) = &self.output {
+            details["output"] = parse_json::<Value>(output)?;
+        }
+        if let Some(error) = &self.error {
+            details["error"] = parse_json::<Value>(error)?;
+        }
+        if let Some((_, reason, _, _)) = &self.suspension {
+            details["reason"] = json!(reason);
+        }
+        Ok(event_json(now, "late_outcome", None, Some(&details)))
     }
 
     /// The outcome's event, as stored in the call's `events` array. A call inserted already

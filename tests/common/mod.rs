@@ -2,6 +2,8 @@
 //! and a small JSON client for it.
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+pub mod pg;
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -26,6 +26,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
+use super::queue::{Behind, Job, Msg, Reply, WriteOp};
 use super::record::{Prepared, PreparedCall};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Inserted, NewCall, Outcome,
@@ -33,7 +34,7 @@ use super::{
 };
 use migrations::migrate;
 use recovery::recover;
-use writer::{Behind, Job, Msg, Reply, WriteOp, write_loop};
+use writer::write_loop;
 
 /// The most reads at once, and the read connections kept open; more reads wait for a free
 /// one. Few connections stay warm: each has its own page cache, and a cold one pays a system
@@ -238,13 +239,24 @@ impl Store for SqliteStore {
     async fn finish_call(
         &self,
         call_id: &str,
+        run: Option<u32>,
         attempts: u32,
-        outcome: Outcome,
+        outcome: &Outcome,
     ) -> Result<(), StoreError> {
-        let outcome = Prepared::new(&outcome, attempts)?;
-        self.write(WriteOp::Finish(call_id.to_owned(), attempts, outcome))
-            .await
-            .map(|_| ())
+        let outcome = Prepared::new(outcome, attempts)?;
+        let op = WriteOp::Finish {
+            call_id: call_id.to_owned(),
+            run,
+            outcome,
+        };
+        match self.write(op).await? {
+            Reply::Late(call) => Err(StoreError::LeaseLost(call)),
+            _ => Ok(()),
+        }
+    }
+
+    fn backend(&self) -> &'static str {
+        "sqlite"
     }
 
     async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {

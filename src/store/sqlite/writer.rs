@@ -9,103 +9,19 @@
 //! `writes.rs`.
 
 use std::sync::{Mutex, mpsc};
-use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
-use tokio::sync::oneshot;
 
 use super::backend;
 use super::writes::{
     INSERT_CALL, execute_insert, insert, reconcile, record_outcome, rerun, resolve,
 };
+use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
-use crate::store::{
-    CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
-    Timestamp,
-};
+use crate::store::{CallStatus, StoreError, Timestamp};
 
 /// The most writes someone waits for committed in one transaction.
 const MAX_BATCH: usize = 512;
-
-/// How long records written behind the answer wait for company before the writer commits them
-/// (unless a write someone waits for comes first and takes them along). The price of an fsync is
-/// then paid by every record of that window, not by a handful each. A crash loses at most this
-/// window of `read` records, which have no effect to lose; a clean shutdown loses none.
-const BEHIND_WINDOW: Duration = Duration::from_millis(10);
-
-/// Records written behind that make the writer commit at once instead of waiting out the window.
-const BEHIND_FULL: usize = 2048;
-
-/// What the writer thread is sent.
-#[allow(
-    clippy::large_enum_variant,
-    reason = "moved once into the channel's slots; a box would cost an allocation per write"
-)]
-pub(super) enum Msg {
-    /// A write someone waits for.
-    Write(Job),
-    /// Records written behind are waiting: commit them within [`BEHIND_WINDOW`].
-    BehindWaiting,
-    /// [`BEHIND_FULL`] records written behind are waiting: commit them now.
-    BehindFull,
-}
-
-/// Records written behind the answer, not yet taken by the writer.
-#[derive(Default)]
-pub(super) struct Behind {
-    records: Vec<(PreparedCall, Prepared)>,
-    /// `BehindWaiting` was sent for these records (the writer resets it when it takes them).
-    signalled: bool,
-}
-
-impl Behind {
-    /// Adds a record written behind, and says what the writer must be told, if anything: that
-    /// records wait (once per window), or that they are [`BEHIND_FULL`].
-    pub(super) fn push(this: &Mutex<Behind>, record: (PreparedCall, Prepared)) -> Option<Msg> {
-        let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        behind.records.push(record);
-        if behind.records.len() == BEHIND_FULL {
-            Some(Msg::BehindFull)
-        } else if !behind.signalled {
-            behind.signalled = true;
-            Some(Msg::BehindWaiting)
-        } else {
-            None
-        }
-    }
-
-    fn take(this: &Mutex<Behind>) -> Vec<(PreparedCall, Prepared)> {
-        let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        behind.signalled = false;
-        std::mem::take(&mut behind.records)
-    }
-}
-
-/// One write and where its result goes once committed.
-pub(super) struct Job {
-    pub(super) op: WriteOp,
-    pub(super) reply: oneshot::Sender<Result<Reply, StoreError>>,
-}
-
-/// A write the writer applies, one of the Store trait's.
-pub(super) enum WriteOp {
-    Insert(PreparedCall, Option<Prepared>),
-    Finish(String, u32, Prepared),
-    Rerun(String),
-    Resolve(String, Resolution, Option<String>),
-    Reconcile(String, Settlement, Option<String>),
-    /// Nothing: proves the writer thread is alive and can take the write lock.
-    Ping,
-}
-
-/// What a write answers, by the kind of write.
-pub(super) enum Reply {
-    Done,
-    Inserted(Inserted),
-    Rerun(Option<Box<Rerun>>),
-    Resolved(Box<Resolved>),
-    Reconciled(Box<Reconciled>),
-}
 
 /// The writer thread: batch, apply, commit once, answer. Ends when every sender is gone, after
 /// committing what is left.
@@ -208,10 +124,14 @@ fn apply_batch(
 fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> {
     match op {
         WriteOp::Insert(call, outcome) => insert(conn, call, outcome, now).map(Reply::Inserted),
-        WriteOp::Finish(call_id, attempts, outcome) => {
-            record_outcome(conn, &call_id, attempts, outcome, now)?;
-            Ok(Reply::Done)
-        }
+        WriteOp::Finish {
+            call_id,
+            run,
+            outcome,
+        } => Ok(match record_outcome(conn, &call_id, run, outcome, now)? {
+            None => Reply::Done,
+            Some(call) => Reply::Late(Box::new(call)),
+        }),
         WriteOp::Rerun(call_id) => {
             rerun(conn, &call_id, now).map(|rerun| Reply::Rerun(rerun.map(Box::new)))
         }

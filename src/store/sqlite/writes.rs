@@ -17,8 +17,8 @@ use crate::store::record::{
     Prepared, PreparedCall, event_json, events_json, expired_error, json_text, parse_json, to_json,
 };
 use crate::store::{
-    CallError, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
-    StoreError,
+    CallError, CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved,
+    Settlement, StoreError,
 };
 
 /// Claims the interrupted call `call_id` for another run; `None` when it is not interrupted.
@@ -192,18 +192,21 @@ pub(super) fn append_event(
 
 /// Moves the running call `call_id` to its outcome, with its event; a suspension is created
 /// with it.
+/// An outcome whose run no longer owns the call (the call is not running, or runs again under
+/// a later attempt) is not recorded as the call's: it is appended to its history as
+/// `late_outcome`, and the call is answered as it is now.
 pub(super) fn record_outcome(
     conn: &Connection,
     call_id: &str,
-    attempts: u32,
+    run: Option<u32>,
     outcome: Prepared,
     now: i64,
-) -> Result<(), StoreError> {
+) -> Result<Option<CallRecord>, StoreError> {
     let changed = conn
         .prepare_cached(
             "UPDATE calls SET status = ?2, output = ?3, error = ?4, updated_at = ?5, \
              attempts = ?6, events = json_insert(events, '$[#]', json(?7)) \
-             WHERE call_id = ?1 AND status = 'running'",
+             WHERE call_id = ?1 AND status = 'running' AND (?8 IS NULL OR attempts = ?8)",
         )
         .and_then(|mut st| {
             st.execute(params![
@@ -212,20 +215,32 @@ pub(super) fn record_outcome(
                 outcome.output,
                 outcome.error,
                 now,
-                i64::from(attempts),
-                outcome.event()
+                i64::from(outcome.attempts),
+                outcome.event(),
+                run.map(i64::from)
             ])
         })
         .map_err(backend)?;
     if changed == 0 {
-        return Err(StoreError::NotRunning {
-            call_id: call_id.to_owned(),
-        });
+        let late = outcome.late_event(None, run, now)?;
+        let appended = conn
+            .prepare_cached(
+                "UPDATE calls SET events = json_insert(events, '$[#]', json(?2)) \
+                 WHERE call_id = ?1 AND events != ''",
+            )
+            .and_then(|mut st| st.execute(params![call_id, late]))
+            .map_err(backend)?;
+        if appended == 0 {
+            return Err(StoreError::NotRunning {
+                call_id: call_id.to_owned(),
+            });
+        }
+        return load_call(conn, call_id, now).map(Some);
     }
     if let Some(suspension) = outcome.suspension {
         insert_suspension(conn, call_id, suspension, now)?;
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Resolves the suspension `token`, if it is still pending and unexpired.

@@ -1,0 +1,461 @@
+//! The PostgreSQL store: several toolgate processes (replicas) on one database behave as one
+//! server.
+//!
+//! Where each promise of the [`Store`] trait is kept:
+//! - durable writes, batched: [`writer`] (one transaction and multi-row statements per batch,
+//!   `synchronous_commit` on; only read records written behind commit asynchronously);
+//! - one call per idempotency key, one winner per suspension, outcomes only from the run that
+//!   owns the call (`late_outcome` otherwise): the SQL in [`writer`];
+//! - replicas, leases, and settling the calls of a dead replica: [`leases`];
+//! - schema versions under an advisory lock: [`migrations`];
+//! - reading records back: [`reads`].
+//!
+//! Reads run on a pool of `pool_size` connections; the writer and the heartbeat have their own.
+//! A database that cannot be reached makes every store call fail fast with
+//! [`StoreError::Unavailable`] (never a hang: connecting, waiting for a connection and each
+//! batch are bounded), and the store recovers by itself when the database is back.
+
+mod leases;
+mod migrations;
+mod reads;
+mod writer;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_postgres::NoTls;
+
+use super::queue::{Behind, Job, Msg, Reply, WriteOp};
+use super::record::{Prepared, PreparedCall};
+use super::{
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Inserted, NewCall, Outcome,
+    Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
+};
+use leases::Lease;
+use reads::Conn;
+
+/// How long a request waits for a pooled connection, or for a new one to be made, before it is
+/// answered `Unavailable`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a [`PostgresStore`] connects and keeps its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostgresOptions {
+    /// The most pooled connections for reads (the writer and the heartbeat have one each
+    /// besides).
+    pub pool_size: usize,
+    /// How long a replica's lease lasts without a heartbeat; a replica silent for longer is
+    /// taken for dead and its running calls are settled by the others.
+    pub lease_ttl: Duration,
+    /// How often a replica renews its lease and sweeps the calls of dead ones.
+    pub heartbeat: Duration,
+}
+
+impl Default for PostgresOptions {
+    /// 16 connections, a 30 s lease renewed every 5 s.
+    fn default() -> Self {
+        PostgresOptions {
+            pool_size: 16,
+            lease_ttl: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The PostgreSQL store. Cheap to clone; all clones share one writer, one pool and one lease.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    replica: Arc<str>,
+    /// The database, as logs may name it: without its password.
+    target: String,
+    reads: Pool,
+    /// The writer's and the heartbeat's connections.
+    own: Pool,
+    writer: mpsc::UnboundedSender<Msg>,
+    behind: Arc<Mutex<Behind>>,
+    /// Stops the heartbeat.
+    stop: watch::Sender<bool>,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db` or the
+    /// `key=value` form), brings its schema up to date, registers this process as a new replica
+    /// with a lease, and starts the writer and the heartbeat. Fails with a message that names
+    /// the database without its password.
+    pub async fn open(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|err| {
+            StoreError::Backend(format!(
+                "the database URL {} is not valid: {err}",
+                redact_url(url)
+            ))
+        })?;
+        config
+            .application_name("toolgate")
+            .connect_timeout(CONNECT_TIMEOUT)
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(10));
+        let target = describe(&config);
+        let pool = |size: usize| {
+            let manager = Manager::from_config(
+                config.clone(),
+                NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(size)
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(CONNECT_TIMEOUT))
+                .create_timeout(Some(CONNECT_TIMEOUT))
+                .recycle_timeout(Some(CONNECT_TIMEOUT))
+                .build()
+                .map_err(|err| StoreError::Backend(format!("cannot build a pool: {err}")))
+        };
+        let reads = pool(options.pool_size.max(1))?;
+        let own = pool(2)?;
+        let named = |err: StoreError| match err {
+            StoreError::Unavailable(message) => {
+                StoreError::Unavailable(format!("cannot reach PostgreSQL at {target}: {message}"))
+            }
+            StoreError::Backend(message) => {
+                StoreError::Backend(format!("PostgreSQL at {target}: {message}"))
+            }
+            other => other,
+        };
+        migrations::migrate(&own).await.map_err(named)?;
+
+        let replica: Arc<str> = crate::ids::new_replica_id().into();
+        let lease = Lease {
+            ttl: options.lease_ttl,
+            heartbeat: options.heartbeat,
+        };
+        {
+            let conn = own.get().await.map_err(pool_error).map_err(named)?;
+            leases::renew(&conn, &replica, lease).await.map_err(named)?;
+        }
+        let (writer, queue) = mpsc::unbounded_channel();
+        let behind = Arc::new(Mutex::new(Behind::default()));
+        tokio::spawn(
+            writer::Writer {
+                pool: own.clone(),
+                replica: replica.clone(),
+                conn: None,
+            }
+            .run(queue, behind.clone()),
+        );
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(leases::heartbeat(
+            own.clone(),
+            replica.clone(),
+            lease,
+            stopped,
+        ));
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                replica,
+                target,
+                reads,
+                own,
+                writer,
+                behind,
+                stop,
+            }),
+        })
+    }
+
+    /// This replica's id: fresh at every start.
+    pub fn replica_id(&self) -> &str {
+        &self.inner.replica
+    }
+
+    /// The database, as it may be shown: `postgres://user@host:port/db`, never the password.
+    pub fn target(&self) -> &str {
+        &self.inner.target
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), StoreError> {
+        self.inner.writer.send(msg).map_err(|_| stopped())
+    }
+
+    /// Queues `op` for the writer and waits until it is committed.
+    async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Msg::Write(Job { op, reply }))?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// A pooled connection for reads.
+    async fn reader(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.inner.reads.get().await.map_err(pool_error)
+    }
+
+    async fn find(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+        let conn = self.reader().await?;
+        reads::find_call(&Conn::Client(&conn), call_id, Timestamp::now().0).await
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Backend("the store's writer has stopped".into())
+}
+
+fn unexpected_reply() -> StoreError {
+    StoreError::Backend("unexpected reply from the writer".into())
+}
+
+/// A PostgreSQL error as a store error: the server unreachable, the connection lost, or the
+/// server shutting down make [`StoreError::Unavailable`]; anything the server refused is a
+/// [`StoreError::Backend`] failure.
+pub(super) fn pg_error(err: tokio_postgres::Error) -> StoreError {
+    let unavailable = match err.as_db_error() {
+        // Connection exceptions (08), operator intervention such as a shutdown (57P), and
+        // insufficient resources such as too many connections (53).
+        Some(db) => {
+            let code = db.code().code();
+            code.starts_with("08") || code.starts_with("57P") || code.starts_with("53")
+        }
+        // No answer from the server: a closed connection, an I/O error, a timeout. An error
+        // with another cause (a parameter that would not convert) is this process's own.
+        None => {
+            use std::error::Error as _;
+            err.is_closed()
+                || err
+                    .source()
+                    .is_none_or(|cause| cause.downcast_ref::<std::io::Error>().is_some())
+        }
+    };
+    if unavailable {
+        StoreError::Unavailable(err.to_string())
+    } else {
+        StoreError::Backend(err.to_string())
+    }
+}
+
+/// Waiting for (or making) a pooled connection failed: the database cannot be reached.
+pub(super) fn pool_error(err: deadpool_postgres::PoolError) -> StoreError {
+    match err {
+        deadpool_postgres::PoolError::Backend(err) => pg_error(err),
+        other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+/// The database a config points at, without its password.
+fn describe(config: &tokio_postgres::Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".to_owned());
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let user = config.get_user().unwrap_or("");
+    let db = config.get_dbname().unwrap_or(user);
+    format!("postgres://{user}@{host}:{port}/{db}")
+}
+
+/// `url` with any password in it replaced by `***`: the `user:password@` of a URL, a
+/// `password=` parameter of a URL's query or of the `key=value` form.
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_owned();
+    if let Some(scheme) = out.find("://") {
+        let rest = scheme + 3;
+        let authority_end = out[rest..].find(['/', '?']).map_or(out.len(), |i| rest + i);
+        if let Some(at) = out[rest..authority_end].rfind('@') {
+            let userinfo = &out[rest..rest + at];
+            if let Some(colon) = userinfo.find(':') {
+                out.replace_range(rest + colon + 1..rest + at, "***");
+            }
+        }
+    }
+    // `password=...` up to the next separator, in a query string or the key=value form.
+    let mut searched = 0;
+    while let Some(found) = out[searched..].find("password=") {
+        let start = searched + found + "password=".len();
+        let end = out[start..]
+            .find(['&', ' '])
+            .map_or(out.len(), |i| start + i);
+        out.replace_range(start..end, "***");
+        searched = start + 3;
+    }
+    out
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn insert_call(
+        &self,
+        call: NewCall,
+        outcome: Option<Outcome>,
+    ) -> Result<Inserted, StoreError> {
+        let attempts = call.attempts;
+        let outcome = outcome.map(|o| Prepared::new(&o, attempts)).transpose()?;
+        match self
+            .write(WriteOp::Insert(PreparedCall::new(call), outcome))
+            .await?
+        {
+            Reply::Inserted(inserted) => Ok(inserted),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
+        // Not awaited: the writer commits it with the next batch, or within the window.
+        let outcome = Prepared::new(outcome, call.attempts)?;
+        match Behind::push(&self.inner.behind, (PreparedCall::new(call), outcome)) {
+            Some(msg) => self.send(msg),
+            None => Ok(()),
+        }
+    }
+
+    async fn finish_call(
+        &self,
+        call_id: &str,
+        run: Option<u32>,
+        attempts: u32,
+        outcome: &Outcome,
+    ) -> Result<(), StoreError> {
+        let outcome = Prepared::new(outcome, attempts)?;
+        let op = WriteOp::Finish {
+            call_id: call_id.to_owned(),
+            run,
+            outcome,
+        };
+        match self.write(op).await? {
+            Reply::Late(call) => Err(StoreError::LeaseLost(call)),
+            _ => Ok(()),
+        }
+    }
+
+    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {
+        match self.write(WriteOp::Rerun(call_id.to_owned())).await? {
+            Reply::Rerun(rerun) => Ok(rerun.map(|r| *r)),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+        if let Some(found) = self.find(call_id).await? {
+            return Ok(Some(found));
+        }
+        // Read-your-writes: it may be written behind and still queued here. The queue is
+        // committed in order, so once a no-op queued after it is committed, so is the record.
+        self.write(WriteOp::Ping).await?;
+        self.find(call_id).await
+    }
+
+    async fn list_calls(
+        &self,
+        filter: CallFilter,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<CallPage, StoreError> {
+        // Records written behind here are committed first, so a list shows every answered call.
+        self.write(WriteOp::Ping).await?;
+        let conn = self.reader().await?;
+        reads::list_calls(&Conn::Client(&conn), &filter, after, limit).await
+    }
+
+    async fn pending_approvals(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<ApprovalPage, StoreError> {
+        let conn = self.reader().await?;
+        reads::pending_approvals(&Conn::Client(&conn), after, limit).await
+    }
+
+    async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
+        let conn = self.reader().await?;
+        reads::approval(&Conn::Client(&conn), token, Timestamp::now().0).await
+    }
+
+    async fn resolve(
+        &self,
+        token: &str,
+        resolution: Resolution,
+        actor: Option<&str>,
+    ) -> Result<Resolved, StoreError> {
+        let op = WriteOp::Resolve(token.to_owned(), resolution, actor.map(str::to_owned));
+        match self.write(op).await? {
+            Reply::Resolved(resolved) => Ok(*resolved),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn reconcile(
+        &self,
+        call_id: &str,
+        settlement: Settlement,
+        actor: Option<&str>,
+    ) -> Result<Reconciled, StoreError> {
+        let op = WriteOp::Reconcile(call_id.to_owned(), settlement, actor.map(str::to_owned));
+        match self.write(op).await? {
+            Reply::Reconciled(reconciled) => Ok(*reconciled),
+            _ => Err(unexpected_reply()),
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        // Through the writer too: a store that can read but no longer write is not ready.
+        self.write(WriteOp::Ping).await?;
+        let conn = self.reader().await?;
+        conn.simple_query("SELECT 1").await.map_err(pg_error)?;
+        Ok(())
+    }
+
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn replica(&self) -> Option<&str> {
+        Some(&self.inner.replica)
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        // What is queued (records written behind included) is committed, then the lease ends:
+        // calls still running here are swept by the next heartbeat of another replica.
+        let flushed = self.write(WriteOp::Ping).await;
+        let _ = self.inner.stop.send(true);
+        let released = leases::release(&self.inner.own, &self.inner.replica).await;
+        tracing::info!(replica = %self.inner.replica, target = %self.inner.target, "left the database");
+        flushed.map(drop).and(released)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_survive_redaction() {
+        for (url, shown) in [
+            (
+                "postgres://app:s3cret@db:5432/toolgate",
+                "postgres://app:***@db:5432/toolgate",
+            ),
+            ("postgres://app@db/toolgate", "postgres://app@db/toolgate"),
+            (
+                "postgresql://app:p%40ss@db/x?sslmode=disable&password=other",
+                "postgresql://app:***@db/x?sslmode=disable&password=***",
+            ),
+            (
+                "host=db user=app password=s3cret dbname=x",
+                "host=db user=app password=*** dbname=x",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown);
+            assert!(!redact_url(url).contains("s3cret"));
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Reading calls and suspensions back: the record of one call, lists of calls, the approvals
+//! queue. Every function takes a [`Conn`], so the writer reads inside its transaction (what it
+//! just changed) and the request path reads on a pooled connection, with the same SQL.
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Error as PgError, Row};
+
+use super::super::record::{RawCall, parse_effect, parse_json};
+use super::super::{
+    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
+    CallSummary, StoreError,
+};
+use super::pg_error;
+use crate::store::Timestamp;
+
+/// A connection to run statements on: pooled, or the writer's open transaction. Statements are
+/// prepared once per connection (deadpool's statement cache), not on every run.
+pub(super) enum Conn<'a> {
+    /// A pooled connection.
+    Client(&'a deadpool_postgres::ClientWrapper),
+    /// An open transaction.
+    Tx(&'a deadpool_postgres::Transaction<'a>),
+}
+
+type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
+impl Conn<'_> {
+    pub(super) async fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
+        match self {
+            Conn::Client(client) => {
+                let statement = client.prepare_cached(sql).await?;
+                client.query(&statement, params).await
+            }
+            Conn::Tx(tx) => {
+                let statement = tx.prepare_cached(sql).await?;
+                tx.query(&statement, params).await
+            }
+        }
+    }
+
+    pub(super) async fn query_opt(
+        &self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Option<Row>, PgError> {
+        match self {
+            Conn::Client(client) => {
+                let statement = client.prepare_cached(sql).await?;
+                client.query_opt(&statement, params).await
+            }
+            Conn::Tx(tx) => {
+                let statement = tx.prepare_cached(sql).await?;
+                tx.query_opt(&statement, params).await
+            }
+        }
+    }
+
+    pub(super) async fn execute(&self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
+        match self {
+            Conn::Client(client) => {
+                let statement = client.prepare_cached(sql).await?;
+                client.execute(&statement, params).await
+            }
+            Conn::Tx(tx) => {
+                let statement = tx.prepare_cached(sql).await?;
+                tx.execute(&statement, params).await
+            }
+        }
+    }
+}
+
+/// A call with its pending suspension; `raw_call` reads these columns in this order.
+const CALL: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
+     c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
+     s.token, s.reason, s.input_schema, s.created_at, s.expires_at, \
+     coalesce(c.events::text, '') \
+     FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
+     WHERE c.call_id = $1";
+
+fn raw_call(row: &Row) -> Result<RawCall, PgError> {
+    Ok(RawCall {
+        call_id: row.try_get(0)?,
+        tool: row.try_get(1)?,
+        effect: row.try_get(2)?,
+        status: row.try_get(3)?,
+        caller: row.try_get(4)?,
+        idempotency_key: row.try_get(5)?,
+        input: row.try_get(6)?,
+        output: row.try_get(7)?,
+        error: row.try_get(8)?,
+        attempts: i64::from(row.try_get::<_, i32>(9)?),
+        created_at: row.try_get(10)?,
+        updated_at: row.try_get(11)?,
+        token: row.try_get(12)?,
+        reason: row.try_get(13)?,
+        input_schema: row.try_get(14)?,
+        suspended_at: row.try_get(15)?,
+        expires_at: row.try_get(16)?,
+        events: row.try_get(17)?,
+    })
+}
+
+/// The call `call_id` as of `now`, if it exists.
+pub(super) async fn find_call(
+    conn: &Conn<'_>,
+    call_id: &str,
+    now: i64,
+) -> Result<Option<CallRecord>, StoreError> {
+    let Some(row) = conn.query_opt(CALL, &[&call_id]).await.map_err(pg_error)? else {
+        return Ok(None);
+    };
+    raw_call(&row).map_err(pg_error)?.decode(now).map(Some)
+}
+
+/// The call `call_id`, which must exist (the caller just changed it).
+pub(super) async fn load_call(
+    conn: &Conn<'_>,
+    call_id: &str,
+    now: i64,
+) -> Result<CallRecord, StoreError> {
+    find_call(conn, call_id, now)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt(format!("call {call_id} vanished")))
+}
+
+/// Calls newest first. A suspended call whose time is up is listed as expired, though stored
+/// as suspended, so that filters and pages agree with what records show.
+const LIST_CALLS: &str = "SELECT seq, call_id, tool, effect, shown, caller, idempotency_key, \
+     created_at, updated_at, attempts FROM ( \
+       SELECT c.seq, c.call_id, c.tool, c.effect, c.caller, c.idempotency_key, c.created_at, \
+         c.updated_at, c.attempts, \
+         CASE WHEN c.status = 'suspended' AND s.expires_at IS NOT NULL \
+              AND s.expires_at <= $5 THEN 'expired' ELSE c.status END AS shown \
+       FROM calls c \
+       LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
+       WHERE ($2::text IS NULL OR c.tool = $2) AND c.seq < $3 \
+     ) listed WHERE ($1::text IS NULL OR shown = $1) ORDER BY seq DESC LIMIT $4";
+
+pub(super) async fn list_calls(
+    conn: &Conn<'_>,
+    filter: &CallFilter,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<CallPage, StoreError> {
+    let status = filter.status.map(CallStatus::as_str);
+    let rows = conn
+        .query(
+            LIST_CALLS,
+            &[
+                &status,
+                &filter.tool,
+                &after.unwrap_or(i64::MAX),
+                &(i64::from(limit) + 1),
+                &Timestamp::now().0,
+            ],
+        )
+        .await
+        .map_err(pg_error)?;
+    let more = rows.len() > limit as usize;
+    let mut calls = Vec::with_capacity(rows.len().min(limit as usize));
+    let mut next_cursor = None;
+    for row in rows.iter().take(limit as usize) {
+        let effect: String = row.try_get(3).map_err(pg_error)?;
+        let status: String = row.try_get(4).map_err(pg_error)?;
+        next_cursor = Some(row.try_get::<_, i64>(0).map_err(pg_error)?);
+        calls.push(CallSummary {
+            call_id: row.try_get(1).map_err(pg_error)?,
+            tool: row.try_get(2).map_err(pg_error)?,
+            effect: parse_effect(&effect)?,
+            status: CallStatus::parse(&status)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown call status {status}")))?,
+            caller: row.try_get(5).map_err(pg_error)?,
+            idempotency_key: row.try_get(6).map_err(pg_error)?,
+            created_at: Timestamp(row.try_get(7).map_err(pg_error)?),
+            updated_at: Timestamp(row.try_get(8).map_err(pg_error)?),
+            attempts: u32::try_from(row.try_get::<_, i32>(9).map_err(pg_error)?)
+                .unwrap_or(u32::MAX),
+        });
+    }
+    Ok(CallPage {
+        calls,
+        next_cursor: if more { next_cursor } else { None },
+    })
+}
+
+/// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
+/// expires_at.
+const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
+     s.input_schema, s.created_at, s.expires_at";
+
+fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
+    let schema: String = row.try_get(5).map_err(pg_error)?;
+    Ok((
+        row.try_get(0).map_err(pg_error)?,
+        Approval {
+            token: row.try_get(1).map_err(pg_error)?,
+            call_id: row.try_get(2).map_err(pg_error)?,
+            tool: row.try_get(3).map_err(pg_error)?,
+            reason: row.try_get(4).map_err(pg_error)?,
+            input_schema: parse_json(&schema)?,
+            created_at: Timestamp(row.try_get(6).map_err(pg_error)?),
+            expires_at: row
+                .try_get::<_, Option<i64>>(7)
+                .map_err(pg_error)?
+                .map(Timestamp),
+            input: None,
+        },
+    ))
+}
+
+pub(super) async fn pending_approvals(
+    conn: &Conn<'_>,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<ApprovalPage, StoreError> {
+    let sql = format!(
+        "{APPROVAL_COLUMNS} FROM suspensions s WHERE s.status = 'pending' AND s.seq > $1 \
+         AND (s.expires_at IS NULL OR s.expires_at > $3) ORDER BY s.seq LIMIT $2"
+    );
+    // One more than asked tells whether another page follows.
+    let rows = conn
+        .query(
+            &sql,
+            &[
+                &after.unwrap_or(0),
+                &(i64::from(limit) + 1),
+                &Timestamp::now().0,
+            ],
+        )
+        .await
+        .map_err(pg_error)?;
+    let more = rows.len() > limit as usize;
+    let mut approvals = Vec::with_capacity(rows.len().min(limit as usize));
+    let mut next_cursor = None;
+    for row in rows.iter().take(limit as usize) {
+        let (seq, approval) = approval_from_row(row)?;
+        next_cursor = Some(seq);
+        approvals.push(approval);
+    }
+    Ok(ApprovalPage {
+        approvals,
+        next_cursor: if more { next_cursor } else { None },
+    })
+}
+
+pub(super) async fn approval(
+    conn: &Conn<'_>,
+    token: &str,
+    now: i64,
+) -> Result<Option<ApprovalState>, StoreError> {
+    let sql = format!(
+        "{APPROVAL_COLUMNS}, c.input, s.status FROM suspensions s \
+         JOIN calls c ON c.call_id = s.call_id WHERE s.token = $1"
+    );
+    let Some(row) = conn.query_opt(&sql, &[&token]).await.map_err(pg_error)? else {
+        return Ok(None);
+    };
+    let (_, mut approval) = approval_from_row(&row)?;
+    let input: String = row.try_get(8).map_err(pg_error)?;
+    let status: String = row.try_get(9).map_err(pg_error)?;
+    let expired = status == "expired"
+        || (status == "pending" && approval.expires_at.is_some_and(|at| at.0 <= now));
+    if expired {
+        let call = load_call(conn, &approval.call_id, now).await?;
+        return Ok(Some(ApprovalState::Expired(call)));
+    }
+    if status != "pending" {
+        let call = load_call(conn, &approval.call_id, now).await?;
+        return Ok(Some(ApprovalState::Resolved(call)));
+    }
+    approval.input = Some(parse_json(&input)?);
+    Ok(Some(ApprovalState::Pending(approval)))
+}

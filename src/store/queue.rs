@@ -1,0 +1,103 @@
+//! The queue in front of a backend's batching writer: the writes it applies, what each
+//! answers, and the records written behind their answer that wait to go with the next commit.
+//!
+//! Both backends batch the same way (one writer takes every write waiting, applies them in one
+//! transaction, commits once, then answers each), so they share these types; each backend's
+//! writer (`sqlite/writer.rs`, `postgres/writer.rs`) turns them into its own statements.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::record::{Prepared, PreparedCall};
+use super::{Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError};
+
+/// How long records written behind the answer wait for company before the writer commits them
+/// (unless a write someone waits for comes first and takes them along). The price of an fsync is
+/// then paid by every record of that window, not by a handful each. A crash loses at most this
+/// window of `read` records, which have no effect to lose; a clean shutdown loses none.
+pub(crate) const BEHIND_WINDOW: Duration = Duration::from_millis(10);
+
+/// Records written behind that make the writer commit at once instead of waiting out the window.
+pub(crate) const BEHIND_FULL: usize = 2048;
+
+/// What a backend's writer is sent.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "moved once into the channel's slots; a box would cost an allocation per write"
+)]
+pub(crate) enum Msg {
+    /// A write someone waits for.
+    Write(Job),
+    /// Records written behind are waiting: commit them within [`BEHIND_WINDOW`].
+    BehindWaiting,
+    /// [`BEHIND_FULL`] records written behind are waiting: commit them now.
+    BehindFull,
+}
+
+/// Records written behind the answer, not yet taken by the writer.
+#[derive(Default)]
+pub(crate) struct Behind {
+    pub(crate) records: Vec<(PreparedCall, Prepared)>,
+    /// `BehindWaiting` was sent for these records (the writer resets it when it takes them).
+    signalled: bool,
+}
+
+impl Behind {
+    /// Adds a record written behind, and says what the writer must be told, if anything: that
+    /// records wait (once per window), or that they are [`BEHIND_FULL`].
+    pub(crate) fn push(this: &Mutex<Behind>, record: (PreparedCall, Prepared)) -> Option<Msg> {
+        let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        behind.records.push(record);
+        if behind.records.len() == BEHIND_FULL {
+            Some(Msg::BehindFull)
+        } else if !behind.signalled {
+            behind.signalled = true;
+            Some(Msg::BehindWaiting)
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn take(this: &Mutex<Behind>) -> Vec<(PreparedCall, Prepared)> {
+        let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        behind.signalled = false;
+        std::mem::take(&mut behind.records)
+    }
+}
+
+/// One write and where its result goes once committed.
+pub(crate) struct Job {
+    pub(crate) op: WriteOp,
+    pub(crate) reply: oneshot::Sender<Result<Reply, StoreError>>,
+}
+
+/// A write the writer applies, one of the Store trait's.
+pub(crate) enum WriteOp {
+    Insert(PreparedCall, Option<Prepared>),
+    /// The outcome of the run of `call_id` that began at attempt `run` (`None`: any run of this
+    /// process).
+    Finish {
+        call_id: String,
+        run: Option<u32>,
+        outcome: Prepared,
+    },
+    Rerun(String),
+    Resolve(String, Resolution, Option<String>),
+    Reconcile(String, Settlement, Option<String>),
+    /// Nothing: proves the writer thread is alive and can take the write lock.
+    Ping,
+}
+
+/// What a write answers, by the kind of write.
+pub(crate) enum Reply {
+    Done,
+    /// A finish refused: the run no longer owns the call. Its outcome was appended to the
+    /// call's history as `late_outcome`; the call as it is now.
+    Late(Box<super::CallRecord>),
+    Inserted(Inserted),
+    Rerun(Option<Box<Rerun>>),
+    Resolved(Box<Resolved>),
+    Reconciled(Box<Reconciled>),
+}
