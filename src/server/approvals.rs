@@ -155,7 +155,7 @@ pub(super) async fn get(
         (status = 202, description = "The tool ran again and suspended anew, with a new token.", body = CallSuspended),
         (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_token`: no suspension ever had this token; or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
-        (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record.", body = ErrorEnvelope),
+        (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record. `lease_lost`: this replica lost its lease while the tool re-ran and the call was settled meanwhile; the outcome was refused and kept as `late_outcome` (`details` is the call).", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),

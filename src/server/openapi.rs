@@ -180,12 +180,27 @@ fn add_auth_and_shedding(doc: &mut Value) {
             responses.entry("403").or_insert_with(|| {
                 envelope("`forbidden`: the key's role may not use this route.", false)
             });
-            responses.entry("503").or_insert_with(|| {
-                envelope(
-                    "`overloaded`: the server is at its limit of requests at once; retry later.",
-                    true,
-                )
-            });
+            let unavailable = "`store_unavailable` (with `Retry-After`): the database cannot be \
+                 reached (a shared PostgreSQL that is down or restarting); nothing acknowledged \
+                 is lost, retry later.";
+            match responses.get_mut("503") {
+                Some(existing) => {
+                    let described = existing["description"].as_str().unwrap_or_default();
+                    existing["description"] = json!(format!("{described} {unavailable}"));
+                }
+                None => {
+                    responses.insert(
+                        "503".to_owned(),
+                        envelope(
+                            &format!(
+                                "`overloaded`: the server is at its limit of requests at once; \
+                                 retry later. {unavailable}"
+                            ),
+                            true,
+                        ),
+                    );
+                }
+            }
         }
     }
 }

@@ -55,6 +55,9 @@ const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// oldest are dropped (and logged). They have no effect to lose; memory does.
 const MAX_BEHIND_KEPT: usize = 100_000;
 
+/// How often read records kept while the database is unreachable are retried.
+const RETRY_KEPT: Duration = Duration::from_secs(1);
+
 /// The writer's state: its pool (of the writer's own connections), the replica it writes for,
 /// and the connection it holds between batches.
 pub(super) struct Writer {
@@ -76,7 +79,16 @@ impl Writer {
         let mut open = true;
         while open {
             let mut jobs = Vec::new();
-            match queue.recv().await {
+            // Read records kept while the database was unreachable are retried on a timer too,
+            // not only when the next write comes.
+            let next = if self.kept_behind(&behind) {
+                tokio::time::timeout(RETRY_KEPT, queue.recv())
+                    .await
+                    .unwrap_or(Some(Msg::BehindFull))
+            } else {
+                queue.recv().await
+            };
+            match next {
                 Some(Msg::Write(job)) => jobs.push(job),
                 // Records written behind wait for company for a while, unless a write someone
                 // waits for (or a full queue) comes first.
@@ -124,6 +136,16 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Whether read records wait that an earlier batch could not write.
+    fn kept_behind(&self, behind: &Mutex<Behind>) -> bool {
+        self.conn.is_none()
+            && !behind
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .records
+                .is_empty()
     }
 
     /// Applies `ops` and `records` in one transaction; if a statement fails, each op alone.
