@@ -226,12 +226,8 @@ async fn open_store(config: &Config) -> Result<Arc<dyn Store>, Box<dyn std::erro
         Some(url) => {
             let store = PostgresStore::open(url, config.store.postgres_options())
                 .await
-                .map_err(|e| {
-                    format!(
-                        "cannot open the PostgreSQL store at {}: {e}",
-                        toolgate::store::redact_url(url)
-                    )
-                })?;
+                // The error names the database, without its password.
+                .map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
             tracing::info!(
                 replica = store.replica_id(),
                 database = store.target(),

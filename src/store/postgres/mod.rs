@@ -198,9 +198,28 @@ impl PostgresStore {
     }
 
     async fn find(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-        let conn = self.reader().await?;
-        reads::find_call(&Conn::Client(&conn), call_id, Timestamp::now().0).await
+        bounded(async {
+            let conn = self.reader().await?;
+            reads::find_call(&Conn::Client(&conn), call_id, Timestamp::now().0).await
+        })
+        .await
     }
+}
+
+/// How long a read may take before it is answered `Unavailable`: a connection whose server
+/// stopped answering must not hold a request.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `read`, or `Unavailable` if it takes longer than [`READ_TIMEOUT`].
+async fn bounded<T>(read: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    tokio::time::timeout(READ_TIMEOUT, read)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(format!(
+                "the database did not answer within {} s",
+                READ_TIMEOUT.as_secs()
+            )))
+        })
 }
 
 fn stopped() -> StoreError {
@@ -232,10 +251,19 @@ pub(super) fn pg_error(err: tokio_postgres::Error) -> StoreError {
                     .is_none_or(|cause| cause.downcast_ref::<std::io::Error>().is_some())
         }
     };
+    // tokio-postgres says what kind of error it is; the cause (the server's message, the I/O
+    // error) is its source.
+    let mut message = err.to_string();
+    let mut cause = std::error::Error::source(&err);
+    while let Some(inner) = cause {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        cause = inner.source();
+    }
     if unavailable {
-        StoreError::Unavailable(err.to_string())
+        StoreError::Unavailable(message)
     } else {
-        StoreError::Backend(err.to_string())
+        StoreError::Backend(message)
     }
 }
 
@@ -362,8 +390,11 @@ impl Store for PostgresStore {
     ) -> Result<CallPage, StoreError> {
         // Records written behind here are committed first, so a list shows every answered call.
         self.write(WriteOp::Ping).await?;
-        let conn = self.reader().await?;
-        reads::list_calls(&Conn::Client(&conn), &filter, after, limit).await
+        bounded(async {
+            let conn = self.reader().await?;
+            reads::list_calls(&Conn::Client(&conn), &filter, after, limit).await
+        })
+        .await
     }
 
     async fn pending_approvals(
@@ -371,13 +402,19 @@ impl Store for PostgresStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<ApprovalPage, StoreError> {
-        let conn = self.reader().await?;
-        reads::pending_approvals(&Conn::Client(&conn), after, limit).await
+        bounded(async {
+            let conn = self.reader().await?;
+            reads::pending_approvals(&Conn::Client(&conn), after, limit).await
+        })
+        .await
     }
 
     async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
-        let conn = self.reader().await?;
-        reads::approval(&Conn::Client(&conn), token, Timestamp::now().0).await
+        bounded(async {
+            let conn = self.reader().await?;
+            reads::approval(&Conn::Client(&conn), token, Timestamp::now().0).await
+        })
+        .await
     }
 
     async fn resolve(
@@ -409,9 +446,12 @@ impl Store for PostgresStore {
     async fn ping(&self) -> Result<(), StoreError> {
         // Through the writer too: a store that can read but no longer write is not ready.
         self.write(WriteOp::Ping).await?;
-        let conn = self.reader().await?;
-        conn.simple_query("SELECT 1").await.map_err(pg_error)?;
-        Ok(())
+        bounded(async {
+            let conn = self.reader().await?;
+            conn.simple_query("SELECT 1").await.map_err(pg_error)?;
+            Ok(())
+        })
+        .await
     }
 
     fn backend(&self) -> &'static str {

@@ -196,7 +196,11 @@ impl Writer {
         match tokio::time::timeout(BATCH_TIMEOUT, apply(conn, &replica, ops, records)).await {
             Ok(result) => result,
             Err(_elapsed) => {
-                self.conn = None;
+                // Taken out of the pool and closed: a connection that stopped answering must not
+                // be handed to anyone else.
+                if let Some(conn) = self.conn.take() {
+                    drop(deadpool_postgres::Object::take(conn));
+                }
                 Err(StoreError::Unavailable(format!(
                     "the database did not commit within {} s",
                     BATCH_TIMEOUT.as_secs()
