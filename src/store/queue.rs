@@ -11,7 +11,9 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::record::{Prepared, PreparedCall};
-use super::{Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError};
+use super::{
+    Inserted, NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
+};
 
 /// How long records written behind the answer wait for company before the writer commits them
 /// (unless a write someone waits for comes first and takes them along). The price of an fsync is
@@ -100,4 +102,89 @@ pub(crate) enum Reply {
     Rerun(Option<Box<Rerun>>),
     Resolved(Box<Resolved>),
     Reconciled(Box<Reconciled>),
+}
+
+impl WriteOp {
+    /// Inserting `call`, running or already finished with `outcome`.
+    pub(crate) fn insert(call: NewCall, outcome: Option<Outcome>) -> Result<Self, StoreError> {
+        let attempts = call.attempts;
+        let outcome = outcome.map(|o| Prepared::new(&o, attempts)).transpose()?;
+        Ok(WriteOp::Insert(PreparedCall::new(call), outcome))
+    }
+
+    /// Recording how the run of `call_id` that began at attempt `run` ended.
+    pub(crate) fn finish(
+        call_id: &str,
+        run: Option<u32>,
+        attempts: u32,
+        outcome: &Outcome,
+    ) -> Result<Self, StoreError> {
+        Ok(WriteOp::Finish {
+            call_id: call_id.to_owned(),
+            run,
+            outcome: Prepared::new(outcome, attempts)?,
+        })
+    }
+
+    /// Resolving the suspension `token`.
+    pub(crate) fn resolve(token: &str, resolution: Resolution, actor: Option<&str>) -> Self {
+        WriteOp::Resolve(token.to_owned(), resolution, actor.map(str::to_owned))
+    }
+
+    /// Settling the call `call_id`.
+    pub(crate) fn reconcile(call_id: &str, settlement: Settlement, actor: Option<&str>) -> Self {
+        WriteOp::Reconcile(call_id.to_owned(), settlement, actor.map(str::to_owned))
+    }
+}
+
+/// A record written behind its answer, prepared by the caller's task.
+pub(crate) fn behind(
+    call: NewCall,
+    outcome: &Outcome,
+) -> Result<(PreparedCall, Prepared), StoreError> {
+    let outcome = Prepared::new(outcome, call.attempts)?;
+    Ok((PreparedCall::new(call), outcome))
+}
+
+/// Each write's answer, as the Store trait returns it.
+impl Reply {
+    pub(crate) fn inserted(self) -> Result<Inserted, StoreError> {
+        match self {
+            Reply::Inserted(inserted) => Ok(inserted),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn finished(self) -> Result<(), StoreError> {
+        match self {
+            Reply::Done => Ok(()),
+            Reply::Late(call) => Err(StoreError::LeaseLost(call)),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn rerun(self) -> Result<Option<Rerun>, StoreError> {
+        match self {
+            Reply::Rerun(rerun) => Ok(rerun.map(|r| *r)),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn resolved(self) -> Result<Resolved, StoreError> {
+        match self {
+            Reply::Resolved(resolved) => Ok(*resolved),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn reconciled(self) -> Result<Reconciled, StoreError> {
+        match self {
+            Reply::Reconciled(reconciled) => Ok(*reconciled),
+            _ => Err(unexpected()),
+        }
+    }
+}
+
+fn unexpected() -> StoreError {
+    StoreError::Backend("unexpected reply from the store's writer".into())
 }

@@ -11,8 +11,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    CallError, CallEvent, CallRecord, CallStatus, NewCall, Outcome, StoreError, SuspensionView,
-    Timestamp,
+    CallError, CallEvent, CallRecord, CallStatus, NewCall, Outcome, Settlement, StoreError,
+    SuspensionView, Timestamp,
 };
 use crate::contract::meta::Effect;
 
@@ -264,6 +264,23 @@ struct StoredEvent {
     actor: Option<String>,
     #[serde(default)]
     details: Option<Value>,
+}
+
+/// The status, output and error a call settled by `settlement` gets.
+pub(crate) fn settled_columns(
+    settlement: &Settlement,
+) -> Result<(CallStatus, Option<String>, Option<String>), StoreError> {
+    Ok(match settlement {
+        Settlement::Output(output) => (CallStatus::Completed, Some(json_text(output)), None),
+        Settlement::Error(message) => (
+            CallStatus::Failed,
+            None,
+            Some(to_json(&CallError::new(
+                "reconciled_as_failed",
+                message.clone(),
+            ))?),
+        ),
+    })
 }
 
 /// The error of a call whose suspension expired.

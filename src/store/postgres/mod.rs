@@ -28,8 +28,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_postgres::NoTls;
 
-use super::queue::{Behind, Job, Msg, Reply, WriteOp};
-use super::record::{Prepared, PreparedCall};
+use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Inserted, NewCall, Outcome,
     Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
@@ -226,10 +225,6 @@ fn stopped() -> StoreError {
     StoreError::Backend("the store's writer has stopped".into())
 }
 
-fn unexpected_reply() -> StoreError {
-    StoreError::Backend("unexpected reply from the writer".into())
-}
-
 /// A PostgreSQL error as a store error: the server unreachable, the connection lost, or the
 /// server shutting down make [`StoreError::Unavailable`]; anything the server refused is a
 /// [`StoreError::Backend`] failure.
@@ -326,21 +321,14 @@ impl Store for PostgresStore {
         call: NewCall,
         outcome: Option<Outcome>,
     ) -> Result<Inserted, StoreError> {
-        let attempts = call.attempts;
-        let outcome = outcome.map(|o| Prepared::new(&o, attempts)).transpose()?;
-        match self
-            .write(WriteOp::Insert(PreparedCall::new(call), outcome))
+        self.write(WriteOp::insert(call, outcome)?)
             .await?
-        {
-            Reply::Inserted(inserted) => Ok(inserted),
-            _ => Err(unexpected_reply()),
-        }
+            .inserted()
     }
 
     async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
         // Not awaited: the writer commits it with the next batch, or within the window.
-        let outcome = Prepared::new(outcome, call.attempts)?;
-        match Behind::push(&self.inner.behind, (PreparedCall::new(call), outcome)) {
+        match Behind::push(&self.inner.behind, queue::behind(call, outcome)?) {
             Some(msg) => self.send(msg),
             None => Ok(()),
         }
@@ -353,23 +341,14 @@ impl Store for PostgresStore {
         attempts: u32,
         outcome: &Outcome,
     ) -> Result<(), StoreError> {
-        let outcome = Prepared::new(outcome, attempts)?;
-        let op = WriteOp::Finish {
-            call_id: call_id.to_owned(),
-            run,
-            outcome,
-        };
-        match self.write(op).await? {
-            Reply::Late(call) => Err(StoreError::LeaseLost(call)),
-            _ => Ok(()),
-        }
+        let op = WriteOp::finish(call_id, run, attempts, outcome)?;
+        self.write(op).await?.finished()
     }
 
     async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {
-        match self.write(WriteOp::Rerun(call_id.to_owned())).await? {
-            Reply::Rerun(rerun) => Ok(rerun.map(|r| *r)),
-            _ => Err(unexpected_reply()),
-        }
+        self.write(WriteOp::Rerun(call_id.to_owned()))
+            .await?
+            .rerun()
     }
 
     async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
@@ -423,11 +402,8 @@ impl Store for PostgresStore {
         resolution: Resolution,
         actor: Option<&str>,
     ) -> Result<Resolved, StoreError> {
-        let op = WriteOp::Resolve(token.to_owned(), resolution, actor.map(str::to_owned));
-        match self.write(op).await? {
-            Reply::Resolved(resolved) => Ok(*resolved),
-            _ => Err(unexpected_reply()),
-        }
+        let op = WriteOp::resolve(token, resolution, actor);
+        self.write(op).await?.resolved()
     }
 
     async fn reconcile(
@@ -436,11 +412,8 @@ impl Store for PostgresStore {
         settlement: Settlement,
         actor: Option<&str>,
     ) -> Result<Reconciled, StoreError> {
-        let op = WriteOp::Reconcile(call_id.to_owned(), settlement, actor.map(str::to_owned));
-        match self.write(op).await? {
-            Reply::Reconciled(reconciled) => Ok(*reconciled),
-            _ => Err(unexpected_reply()),
-        }
+        let op = WriteOp::reconcile(call_id, settlement, actor);
+        self.write(op).await?.reconciled()
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

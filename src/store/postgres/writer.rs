@@ -37,7 +37,7 @@ use super::{pg_error, pool_error};
 use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{
     DERIVED_EVENTS, Prepared, PreparedCall, event_json, events_json, expired_error, json_text,
-    parse_json, to_json,
+    parse_json, settled_columns, to_json,
 };
 use crate::store::{
     CallError, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
@@ -779,17 +779,7 @@ async fn reconcile(
     actor: Option<&str>,
     now: i64,
 ) -> Result<Reconciled, StoreError> {
-    let (status, output, error) = match settlement {
-        Settlement::Output(output) => (CallStatus::Completed, Some(json_text(output)), None),
-        Settlement::Error(message) => (
-            CallStatus::Failed,
-            None,
-            Some(to_json(&CallError::new(
-                "reconciled_as_failed",
-                message.clone(),
-            ))?),
-        ),
-    };
+    let (status, output, error) = settled_columns(settlement)?;
     let event = event_json(
         now,
         "reconciled",

@@ -26,8 +26,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use super::queue::{Behind, Job, Msg, Reply, WriteOp};
-use super::record::{Prepared, PreparedCall};
+use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Inserted, NewCall, Outcome,
     Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
@@ -195,10 +194,6 @@ fn backend(err: rusqlite::Error) -> StoreError {
     StoreError::Backend(err.to_string())
 }
 
-fn unexpected_reply() -> StoreError {
-    StoreError::Backend("unexpected reply from the writer thread".into())
-}
-
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open_with_flags(
         path,
@@ -225,15 +220,9 @@ impl Store for SqliteStore {
         call: NewCall,
         outcome: Option<Outcome>,
     ) -> Result<Inserted, StoreError> {
-        let attempts = call.attempts;
-        let outcome = outcome.map(|o| Prepared::new(&o, attempts)).transpose()?;
-        match self
-            .write(WriteOp::Insert(PreparedCall::new(call), outcome))
+        self.write(WriteOp::insert(call, outcome)?)
             .await?
-        {
-            Reply::Inserted(inserted) => Ok(inserted),
-            _ => Err(unexpected_reply()),
-        }
+            .inserted()
     }
 
     async fn finish_call(
@@ -243,16 +232,8 @@ impl Store for SqliteStore {
         attempts: u32,
         outcome: &Outcome,
     ) -> Result<(), StoreError> {
-        let outcome = Prepared::new(outcome, attempts)?;
-        let op = WriteOp::Finish {
-            call_id: call_id.to_owned(),
-            run,
-            outcome,
-        };
-        match self.write(op).await? {
-            Reply::Late(call) => Err(StoreError::LeaseLost(call)),
-            _ => Ok(()),
-        }
+        let op = WriteOp::finish(call_id, run, attempts, outcome)?;
+        self.write(op).await?.finished()
     }
 
     fn backend(&self) -> &'static str {
@@ -260,16 +241,14 @@ impl Store for SqliteStore {
     }
 
     async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {
-        match self.write(WriteOp::Rerun(call_id.to_owned())).await? {
-            Reply::Rerun(rerun) => Ok(rerun.map(|r| *r)),
-            _ => Err(unexpected_reply()),
-        }
+        self.write(WriteOp::Rerun(call_id.to_owned()))
+            .await?
+            .rerun()
     }
 
     async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
         // Not awaited: the writer commits it with the next batch, or within `BEHIND_WINDOW`.
-        let outcome = Prepared::new(outcome, call.attempts)?;
-        match Behind::push(&self.inner.behind, (PreparedCall::new(call), outcome)) {
+        match Behind::push(&self.inner.behind, queue::behind(call, outcome)?) {
             Some(msg) => self.send(msg),
             None => Ok(()),
         }
@@ -323,11 +302,8 @@ impl Store for SqliteStore {
         resolution: Resolution,
         actor: Option<&str>,
     ) -> Result<Resolved, StoreError> {
-        let op = WriteOp::Resolve(token.to_owned(), resolution, actor.map(str::to_owned));
-        match self.write(op).await? {
-            Reply::Resolved(resolved) => Ok(*resolved),
-            _ => Err(unexpected_reply()),
-        }
+        let op = WriteOp::resolve(token, resolution, actor);
+        self.write(op).await?.resolved()
     }
 
     async fn reconcile(
@@ -336,11 +312,8 @@ impl Store for SqliteStore {
         settlement: Settlement,
         actor: Option<&str>,
     ) -> Result<Reconciled, StoreError> {
-        let op = WriteOp::Reconcile(call_id.to_owned(), settlement, actor.map(str::to_owned));
-        match self.write(op).await? {
-            Reply::Reconciled(reconciled) => Ok(*reconciled),
-            _ => Err(unexpected_reply()),
-        }
+        let op = WriteOp::reconcile(call_id, settlement, actor);
+        self.write(op).await?.reconciled()
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use super::backend;
 use super::reads::{find_call, load_call};
 use crate::store::record::{
-    Prepared, PreparedCall, event_json, events_json, expired_error, json_text, parse_json, to_json,
+    Prepared, PreparedCall, event_json, events_json, expired_error, json_text, parse_json,
+    settled_columns, to_json,
 };
 use crate::store::{
     CallError, CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved,
@@ -367,17 +368,7 @@ pub(super) fn reconcile(
     actor: Option<&str>,
     now: i64,
 ) -> Result<Reconciled, StoreError> {
-    let (status, output, error) = match &settlement {
-        Settlement::Output(output) => (CallStatus::Completed, Some(json_text(output)), None),
-        Settlement::Error(message) => (
-            CallStatus::Failed,
-            None,
-            Some(to_json(&CallError::new(
-                "reconciled_as_failed",
-                message.clone(),
-            ))?),
-        ),
-    };
+    let (status, output, error) = settled_columns(&settlement)?;
     // Settled as failed, the effect did not happen: the key is released so that a new request
     // can make it.
     let changed = conn
