@@ -4,11 +4,10 @@
 
 mod common;
 
-use common::{Api, TestServer, assert_error, temp_dir};
+use common::{Api, Backend, Location, Site, TestServer, assert_error, open_store, temp_dir};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use toolgate::server::auth::{ApiKey, Role, token_sha256};
-use toolgate::store::SqliteStore;
 use toolgate::{ServerBuilder, ToolSet};
 
 const CALLER: &str = "caller-token-9f2c";
@@ -24,17 +23,16 @@ fn key(name: &str, role: Role, token: &str) -> ApiKey {
     }
 }
 
-async fn server(dir: &std::path::Path) -> TestServer {
+async fn server(location: &Location) -> TestServer {
     let mut tools = ToolSet::new();
-    toolgate::examples::register(&mut tools, &Default::default(), dir).unwrap();
-    let store = SqliteStore::open(dir.join("toolgate.db")).unwrap();
+    toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
     let keys = vec![
         key("agent", Role::Caller, CALLER),
         key("other-agent", Role::Caller, OTHER_CALLER),
         key("finance-ops", Role::Approver, APPROVER),
         key("root", Role::Admin, ADMIN),
     ];
-    TestServer::serve(ServerBuilder::new(tools, store).api_keys(keys)).await
+    TestServer::start_with(tools, location, |builder| builder.api_keys(keys)).await
 }
 
 /// Sends one request as `token` (none when `None`); returns the status, the
@@ -82,10 +80,9 @@ impl Who {
     }
 }
 
-#[tokio::test]
-async fn every_route_times_every_role() {
-    let dir = temp_dir();
-    let server = server(dir.path()).await;
+async fn every_route_times_every_role(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = server(&location).await;
     let api = &server.api;
     let (_, _, call) = send(
         api,
@@ -216,8 +213,8 @@ async fn every_route_times_every_role() {
 
 #[tokio::test]
 async fn bad_credentials_are_401() {
-    let dir = temp_dir();
-    let server = server(dir.path()).await;
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location).await;
     let url = format!("{}/tools", server.api.base);
     for header in [
         "Bearer wrong-token",
@@ -259,10 +256,11 @@ async fn bad_credentials_are_401() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_caller_sees_only_its_calls_and_never_approves_and_approvers_are_recorded() {
-    let dir = temp_dir();
-    let server = server(dir.path()).await;
+async fn a_caller_sees_only_its_calls_and_never_approves_and_approvers_are_recorded(
+    backend: Backend,
+) {
+    let location = Location::new(backend).await;
+    let server = server(&location).await;
     let api = &server.api;
     let (status, _, asked) = send(
         api,
@@ -365,17 +363,18 @@ fn hash_token_prints_the_sha256_of_stdin() {
     );
 }
 
-#[tokio::test]
-async fn roles_hold_when_the_router_is_nested_in_another_app() {
-    let dir = temp_dir();
+async fn roles_hold_when_the_router_is_nested_in_another_app(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
-    toolgate::examples::register(&mut tools, &Default::default(), dir.path()).unwrap();
-    let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
+    toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
+    let store = open_store(&location).await;
     let keys = vec![
         key("agent", Role::Caller, CALLER),
         key("finance-ops", Role::Approver, APPROVER),
     ];
-    let toolgate = ServerBuilder::new(tools, store).api_keys(keys).build();
+    let toolgate = ServerBuilder::with_shared_store(tools, store)
+        .api_keys(keys)
+        .build();
     let app = axum::Router::new()
         .route("/", axum::routing::get(|| async { "host app" }))
         .nest("/api", toolgate);
@@ -394,4 +393,11 @@ async fn roles_hold_when_the_router_is_nested_in_another_app() {
     let (status, _, _) = send(&api, Method::GET, "/api/healthz", None, None).await;
     assert_eq!(status, StatusCode::OK, "probes stay open under a prefix");
     task.abort();
+}
+
+crate::on_each_backend! {
+    #[tokio::test] async fn every_route_times_every_role;
+    #[tokio::test]
+    async fn a_caller_sees_only_its_calls_and_never_approves_and_approvers_are_recorded;
+    #[tokio::test] async fn roles_hold_when_the_router_is_nested_in_another_app;
 }

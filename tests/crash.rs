@@ -2,29 +2,23 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Binary, assert_error, outbox, temp_dir};
+use common::{Backend, Binary, Location, StoredCall, assert_error, eventually, outbox};
 use reqwest::StatusCode;
 use serde_json::json;
 
-/// The status of the one call of `tool` in the database, once it exists.
-fn status_in_db(dir: &std::path::Path, tool: &str) -> Option<(String, String)> {
-    let conn = rusqlite::Connection::open(dir.join("toolgate.db")).ok()?;
-    conn.query_row(
-        "SELECT call_id, status FROM calls WHERE tool = ?1",
-        [tool],
-        |row| Ok((row.get(0)?, row.get(1)?)),
-    )
-    .ok()
+/// The one call of `tool` in the database, once it exists.
+async fn stored_call(location: &Location, tool: &str) -> Option<StoredCall> {
+    let calls = location.stored_calls().await;
+    calls.into_iter().find(|call| call.tool == tool)
 }
 
-#[test]
-fn a_write_killed_mid_call_needs_reconciliation_and_is_never_sent() {
-    let dir = temp_dir();
+fn a_write_killed_mid_call_needs_reconciliation_and_is_never_sent(backend: Backend) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
+    let location = runtime.block_on(Location::new(backend));
     let server = Binary::start(
-        dir.path(),
+        &location,
         &[("TOOLGATE_EXAMPLES__SEND_EMAIL_DELAY_MS", "3000")],
     );
     let api = server.api.clone();
@@ -34,31 +28,26 @@ fn a_write_killed_mid_call_needs_reconciliation_and_is_never_sent() {
         runtime.spawn(async move { api.call_keyed("send_email", "invoice-7", email).await })
     };
     // Wait until the intent is committed: the handler is now sleeping before it sends.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let call_id = loop {
-        if let Some((call_id, status)) = status_in_db(dir.path(), "send_email") {
-            assert_eq!(status, "running");
-            break call_id;
-        }
-        assert!(Instant::now() < deadline, "the intent was never recorded");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let intent = runtime.block_on(eventually("the intent is recorded", async || {
+        stored_call(&location, "send_email").await
+    }));
+    assert_eq!(intent.status, "running");
+    let call_id = intent.call_id;
     server.kill();
     // The client saw the connection die, not an answer (its task panicked on the error).
     assert!(
         runtime.block_on(request).is_err(),
         "no answer came before the kill"
     );
-    assert!(outbox(dir.path()).is_empty(), "killed before the send");
+    assert!(outbox(&location).is_empty(), "killed before the send");
 
     let server = Binary::start(
-        dir.path(),
+        &location,
         &[("TOOLGATE_EXAMPLES__SEND_EMAIL_DELAY_MS", "3000")],
     );
     let api = server.api.clone();
     runtime.block_on(async {
-        let (status, record) = api.get(&format!("/calls/{call_id}")).await;
-        assert_eq!(status, StatusCode::OK);
+        let record = backend.recovered(&api, &call_id).await;
         assert_eq!(record["status"], "needs_reconciliation");
         let kinds: Vec<&str> = record["events"]
             .as_array()
@@ -81,13 +70,16 @@ fn a_write_killed_mid_call_needs_reconciliation_and_is_never_sent() {
         tokio::time::sleep(Duration::from_millis(3500)).await;
     });
     assert!(
-        outbox(dir.path()).is_empty(),
+        outbox(&location).is_empty(),
         "a write is never re-run by itself"
     );
+    let stored = runtime.block_on(stored_call(&location, "send_email"));
     assert_eq!(
-        status_in_db(dir.path(), "send_email")
-            .map(|(_, s)| s)
-            .as_deref(),
+        stored.map(|call| call.status).as_deref(),
         Some("needs_reconciliation")
     );
+}
+
+crate::on_each_backend! {
+    #[test] fn a_write_killed_mid_call_needs_reconciliation_and_is_never_sent;
 }

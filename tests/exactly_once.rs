@@ -7,16 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Api, TestServer, assert_error, outbox, temp_dir};
+use common::{Api, Backend, Location, Site, TestServer, assert_error, open_store, outbox};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate::dispatch::{DispatchConfig, ToolSettings, client_key_scope};
 use toolgate::schemars::{self, JsonSchema};
-use toolgate::store::{NewCall, Outcome, Resolution, SqliteStore, Store, Timestamp};
+use toolgate::store::{NewCall, Outcome, Resolution, Timestamp};
 use toolgate::{
-    Effect, HandlerError, RetryPolicy, ServerBuilder, Tool, ToolCtx, ToolHandler, ToolOutcome,
-    ToolSet,
+    Effect, HandlerError, RetryPolicy, Tool, ToolCtx, ToolHandler, ToolOutcome, ToolSet,
 };
 
 fn examples_config(delay_ms: u64) -> toolgate::config::ExamplesConfig {
@@ -26,10 +25,9 @@ fn examples_config(delay_ms: u64) -> toolgate::config::ExamplesConfig {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fifty_concurrent_keyed_calls_run_the_handler_once() {
-    let dir = temp_dir();
-    let server = TestServer::examples_with(dir.path(), examples_config(300)).await;
+async fn fifty_concurrent_keyed_calls_run_the_handler_once(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = TestServer::examples_with(&location, examples_config(300)).await;
     let input = json!({"to": "ann@example.com", "subject": "once", "body": "only once"});
     let requests: Vec<_> = (0..50)
         .map(|_| {
@@ -58,21 +56,20 @@ async fn fifty_concurrent_keyed_calls_run_the_handler_once() {
         completed.windows(2).all(|w| w[0] == w[1]),
         "every result is the same call's"
     );
-    assert_eq!(outbox(dir.path()).len(), 1, "one handler run, one email");
+    assert_eq!(outbox(&location).len(), 1, "one handler run, one email");
 
     // After it finished, the same request gets the identical answer, marked as a replay.
     let (status, replayed, _, body) = server.api.call_keyed("send_email", "mail-1", input).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(replayed.as_deref(), Some("true"));
     assert_eq!(body, completed[0]);
-    assert_eq!(outbox(dir.path()).len(), 1);
+    assert_eq!(outbox(&location).len(), 1);
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_key_reused_with_another_input_is_refused() {
-    let dir = temp_dir();
-    let server = TestServer::examples(dir.path()).await;
+async fn a_key_reused_with_another_input_is_refused(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = TestServer::examples(&location).await;
     let api = &server.api;
     let first = json!({"to": "a@example.com", "subject": "s", "body": "1"});
     let (status, replayed, _, body) = api.call_keyed("send_email", "k", first.clone()).await;
@@ -86,7 +83,7 @@ async fn a_key_reused_with_another_input_is_refused() {
         assert_error(&body, "idempotency_key_reused")["call_id"],
         call_id
     );
-    assert_eq!(outbox(dir.path()).len(), 1);
+    assert_eq!(outbox(&location).len(), 1);
 
     // Keys are scoped to the tool: the same key on another tool is another call.
     let (status, replayed, _, _) = api.call_keyed("echo", "k", json!({"text": "x"})).await;
@@ -106,10 +103,9 @@ async fn a_key_reused_with_another_input_is_refused() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn the_tools_own_key_wins_over_the_clients() {
-    let dir = temp_dir();
-    let server = TestServer::examples(dir.path()).await;
+async fn the_tools_own_key_wins_over_the_clients(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = TestServer::examples(&location).await;
     let api = &server.api;
     let refund = json!({"order_id": "o-17", "amount_cents": 500, "reason": "late"});
     let (status, replayed, _, first) = api.call_keyed("issue_refund", "a", refund.clone()).await;
@@ -226,14 +222,12 @@ fn quick_retries() -> DispatchConfig {
     }
 }
 
-async fn serve(tools: ToolSet, dir: &std::path::Path, config: DispatchConfig) -> TestServer {
-    let store = SqliteStore::open(dir.join("toolgate.db")).unwrap();
-    TestServer::serve(ServerBuilder::new(tools, store).dispatch_config(config)).await
+async fn serve(tools: ToolSet, location: &Location, config: DispatchConfig) -> TestServer {
+    TestServer::start_with(tools, location, |builder| builder.dispatch_config(config)).await
 }
 
-#[tokio::test]
-async fn live_failures_are_retried_by_effect() {
-    let dir = temp_dir();
+async fn live_failures_are_retried_by_effect(backend: Backend) {
+    let location = Location::new(backend).await;
     let counters: Vec<Arc<AtomicUsize>> = (0..4).map(|_| Arc::default()).collect();
     let keys = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tools = ToolSet::new();
@@ -253,7 +247,7 @@ async fn live_failures_are_retried_by_effect() {
             runs: counters[2].clone(),
         })
         .unwrap();
-    let server = serve(tools, dir.path(), quick_retries()).await;
+    let server = serve(tools, &location, quick_retries()).await;
     let api = &server.api;
 
     // A read retries until it succeeds; `attempts` counts every run.
@@ -281,7 +275,7 @@ async fn live_failures_are_retried_by_effect() {
     server.stop().await;
 
     // A permanent failure is never retried, even for a read.
-    let dir = temp_dir();
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools
         .register(FlakyRead {
@@ -290,7 +284,7 @@ async fn live_failures_are_retried_by_effect() {
             permanent: true,
         })
         .unwrap();
-    let server = serve(tools, dir.path(), quick_retries()).await;
+    let server = serve(tools, &location, quick_retries()).await;
     let (status, body) = server.api.call("flaky_read", json!({})).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(body["error"]["message"], "upstream hiccup");
@@ -339,9 +333,8 @@ impl ToolHandler for SlowLookup {
     }
 }
 
-#[tokio::test]
-async fn a_timed_out_write_needs_reconciliation_until_an_approver_settles_it() {
-    let dir = temp_dir();
+async fn a_timed_out_write_needs_reconciliation_until_an_approver_settles_it(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools
         .register(SlowCharge)
@@ -355,7 +348,7 @@ async fn a_timed_out_write_needs_reconciliation_until_an_approver_settles_it() {
         },
         ..DispatchConfig::default()
     };
-    let server = serve(tools, dir.path(), config).await;
+    let server = serve(tools, &location, config).await;
     let api = &server.api;
 
     let (status, _, _, body) = api.call_keyed("slow_charge", "charge-1", json!({})).await;
@@ -435,12 +428,11 @@ impl ToolHandler for Liar {
     }
 }
 
-#[tokio::test]
-async fn an_output_that_breaks_its_schema_fails_the_call() {
-    let dir = temp_dir();
+async fn an_output_that_breaks_its_schema_fails_the_call(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools.register(Liar).unwrap();
-    let server = serve(tools, dir.path(), DispatchConfig::default()).await;
+    let server = serve(tools, &location, DispatchConfig::default()).await;
     let (status, body) = server.api.call("liar", json!({})).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(body["status"], "failed");
@@ -463,10 +455,9 @@ async fn an_output_that_breaks_its_schema_fails_the_call() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn an_external_completion_must_carry_the_receipt() {
-    let dir = temp_dir();
-    let server = TestServer::examples(dir.path()).await;
+async fn an_external_completion_must_carry_the_receipt(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = TestServer::examples(&location).await;
     let api = &server.api;
     let (_, body) = api
         .call(
@@ -519,11 +510,10 @@ async fn an_external_completion_must_carry_the_receipt() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn an_unanswered_suspension_expires() {
-    let dir = temp_dir();
+async fn an_unanswered_suspension_expires(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
-    toolgate::examples::register(&mut tools, &Default::default(), dir.path()).unwrap();
+    toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
     let mut config = DispatchConfig::default();
     config.tools.insert(
         "ask_human".into(),
@@ -532,7 +522,7 @@ async fn an_unanswered_suspension_expires() {
             ..ToolSettings::default()
         },
     );
-    let server = serve(tools, dir.path(), config).await;
+    let server = serve(tools, &location, config).await;
     let api = &server.api;
     let (_, body) = api.call("ask_human", json!({"question": "soon?"})).await;
     let token = body["suspension"]["token"].as_str().unwrap().to_owned();
@@ -577,9 +567,8 @@ async fn an_unanswered_suspension_expires() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_tool_at_its_concurrency_limit_sheds_at_once() {
-    let dir = temp_dir();
+async fn a_tool_at_its_concurrency_limit_sheds_at_once(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools.register(SlowLookup).unwrap();
     let mut config = DispatchConfig::default();
@@ -591,7 +580,7 @@ async fn a_tool_at_its_concurrency_limit_sheds_at_once() {
             ..ToolSettings::default()
         },
     );
-    let server = serve(tools, dir.path(), config).await;
+    let server = serve(tools, &location, config).await;
     let api = server.api.clone();
     let first = tokio::spawn(async move { api.call("slow_lookup", json!({})).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -618,12 +607,12 @@ async fn a_tool_at_its_concurrency_limit_sheds_at_once() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn an_interrupted_read_runs_again_when_its_request_comes_back() {
-    let dir = temp_dir();
+async fn an_interrupted_read_runs_again_when_its_request_comes_back(backend: Backend) {
+    let location = Location::new(backend).await;
     {
-        // A previous process recorded the intent of a keyed echo, then died.
-        let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
+        // A previous process recorded the intent of a keyed echo, then died (its store is
+        // dropped, never closed).
+        let store = open_store(&location).await;
         store
             .insert_call(
                 NewCall {
@@ -641,8 +630,8 @@ async fn an_interrupted_read_runs_again_when_its_request_comes_back() {
             .await
             .unwrap();
     }
-    let server = TestServer::examples(dir.path()).await;
-    let (_, record) = server.api.get("/calls/call_before_crash").await;
+    let server = TestServer::examples(&location).await;
+    let record = backend.recovered(&server.api, "call_before_crash").await;
     assert_eq!(record["status"], "interrupted");
     let (status, replayed, _, body) = server
         .api
@@ -657,10 +646,9 @@ async fn an_interrupted_read_runs_again_when_its_request_comes_back() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn calls_are_listed_newest_first_with_filters() {
-    let dir = temp_dir();
-    let server = TestServer::examples(dir.path()).await;
+async fn calls_are_listed_newest_first_with_filters(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = TestServer::examples(&location).await;
     let api = &server.api;
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -702,12 +690,10 @@ async fn calls_are_listed_newest_first_with_filters() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn past_max_in_flight_the_server_sheds_at_once_but_health_answers() {
-    let dir = temp_dir();
+async fn past_max_in_flight_the_server_sheds_at_once_but_health_answers(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools.register(SlowLookup).unwrap();
-    let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
     let config = DispatchConfig {
         defaults: ToolSettings {
             timeout: Duration::from_millis(600),
@@ -715,10 +701,10 @@ async fn past_max_in_flight_the_server_sheds_at_once_but_health_answers() {
         },
         ..DispatchConfig::default()
     };
-    let builder = ServerBuilder::new(tools, store)
-        .max_in_flight(1)
-        .dispatch_config(config);
-    let server = TestServer::serve(builder).await;
+    let server = TestServer::start_with(tools, &location, |builder| {
+        builder.max_in_flight(1).dispatch_config(config)
+    })
+    .await;
     let api = server.api.clone();
     let busy = tokio::spawn(async move { api.call("slow_lookup", json!({})).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -735,14 +721,13 @@ async fn past_max_in_flight_the_server_sheds_at_once_but_health_answers() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again() {
-    let dir = temp_dir();
+async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again(backend: Backend) {
+    let location = Location::new(backend).await;
     let key = client_key_scope(None, "ask-1");
     {
         // A previous process suspended ask_human, an approver answered, and the process died
         // while the tool was running again with that answer.
-        let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
+        let store = open_store(&location).await;
         let call = NewCall {
             call_id: "call_asked".into(),
             tool: "ask_human".into(),
@@ -768,8 +753,8 @@ async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again() {
             .await
             .unwrap();
     }
-    let server = TestServer::examples(dir.path()).await;
-    let (_, record) = server.api.get("/calls/call_asked").await;
+    let server = TestServer::examples(&location).await;
+    let record = backend.recovered(&server.api, "call_asked").await;
     assert_eq!(record["status"], "interrupted");
     let (status, _, _, body) = server
         .api
@@ -782,11 +767,11 @@ async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver() {
-    let dir = temp_dir();
+async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver(backend: Backend) {
+    let location = Location::new(backend).await;
     {
-        let store = SqliteStore::open(dir.path().join("toolgate.db")).unwrap();
+        // A previous process recorded the intent, then died.
+        let store = open_store(&location).await;
         let call = NewCall {
             call_id: "call_unkeyed".into(),
             tool: "ask_human".into(),
@@ -799,7 +784,9 @@ async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver() {
         };
         store.insert_call(call, None).await.unwrap();
     }
-    let server = TestServer::examples(dir.path()).await;
+    let server = TestServer::examples(&location).await;
+    let record = backend.recovered(&server.api, "call_unkeyed").await;
+    assert_eq!(record["status"], "interrupted");
     let (status, body) = server
         .api
         .post(
@@ -813,9 +800,8 @@ async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_write_settled_as_failed_releases_its_key() {
-    let dir = temp_dir();
+async fn a_write_settled_as_failed_releases_its_key(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools.register(SlowCharge).unwrap();
     let config = DispatchConfig {
@@ -825,7 +811,7 @@ async fn a_write_settled_as_failed_releases_its_key() {
         },
         ..DispatchConfig::default()
     };
-    let server = serve(tools, dir.path(), config).await;
+    let server = serve(tools, &location, config).await;
     let (status, _, _, body) = server.api.call_keyed("slow_charge", "c-1", json!({})).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     let first = body["call_id"].as_str().unwrap().to_owned();
@@ -863,4 +849,25 @@ fn client_keys_are_scoped_without_collisions() {
         client_key_scope(Some("a"), "k")
     );
     assert!(!client_key_scope(Some("agent"), "k").contains("agent"));
+}
+
+crate::on_each_backend! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn fifty_concurrent_keyed_calls_run_the_handler_once;
+    #[tokio::test] async fn a_key_reused_with_another_input_is_refused;
+    #[tokio::test] async fn the_tools_own_key_wins_over_the_clients;
+    #[tokio::test] async fn live_failures_are_retried_by_effect;
+    #[tokio::test] async fn a_timed_out_write_needs_reconciliation_until_an_approver_settles_it;
+    #[tokio::test] async fn an_output_that_breaks_its_schema_fails_the_call;
+    #[tokio::test] async fn an_external_completion_must_carry_the_receipt;
+    #[tokio::test] async fn an_unanswered_suspension_expires;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_tool_at_its_concurrency_limit_sheds_at_once;
+    #[tokio::test] async fn an_interrupted_read_runs_again_when_its_request_comes_back;
+    #[tokio::test] async fn calls_are_listed_newest_first_with_filters;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn past_max_in_flight_the_server_sheds_at_once_but_health_answers;
+    #[tokio::test] async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again;
+    #[tokio::test] async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver;
+    #[tokio::test] async fn a_write_settled_as_failed_releases_its_key;
 }

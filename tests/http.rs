@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{Api, TestServer, assert_error, outbox, temp_dir};
+use common::{Api, Backend, Location, TestServer, assert_error, eventually, outbox, temp_dir};
 use reqwest::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -116,20 +116,15 @@ impl ToolHandler for Panicky {
     }
 }
 
-async fn examples() -> (TestServer, tempfile::TempDir) {
-    let dir = temp_dir();
-    (TestServer::examples(dir.path()).await, dir)
-}
-
-fn calls_in_db(dir: &std::path::Path) -> i64 {
-    let conn = rusqlite::Connection::open(dir.join("toolgate.db")).unwrap();
-    conn.query_row("SELECT count(*) FROM calls", [], |row| row.get(0))
-        .unwrap()
+/// The example tools, on a fresh location on `backend`.
+async fn examples(backend: Backend) -> (TestServer, Location) {
+    let location = Location::new(backend).await;
+    (TestServer::examples(&location).await, location)
 }
 
 #[tokio::test]
 async fn get_tools_serves_every_descriptor_in_name_order() {
-    let (server, _dir) = examples().await;
+    let (server, _location) = examples(Backend::Sqlite).await;
     let (status, body) = server.api.get("/tools").await;
     assert_eq!(status, StatusCode::OK);
     let tools = body["tools"].as_array().unwrap();
@@ -172,7 +167,7 @@ async fn get_tools_serves_every_descriptor_in_name_order() {
 
 #[tokio::test]
 async fn get_one_tool_or_unknown_tool() {
-    let (server, _dir) = examples().await;
+    let (server, _location) = examples(Backend::Sqlite).await;
     let (status, body) = server.api.get("/tools/issue_refund").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["name"], "issue_refund");
@@ -187,9 +182,8 @@ async fn get_one_tool_or_unknown_tool() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn echo_completes_and_its_record_is_readable() {
-    let (server, _dir) = examples().await;
+async fn echo_completes_and_its_record_is_readable(backend: Backend) {
+    let (server, _location) = examples(backend).await;
     let (status, body) = server.api.call("echo", json!({"text": "hello"})).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["status"], "completed");
@@ -223,13 +217,12 @@ async fn echo_completes_and_its_record_is_readable() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn input_that_does_not_fit_never_runs_the_handler_and_records_nothing() {
-    let dir = temp_dir();
+async fn input_that_does_not_fit_never_runs_the_handler_and_records_nothing(backend: Backend) {
+    let location = Location::new(backend).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let mut tools = ToolSet::new();
     tools.register(Counted { runs: runs.clone() }).unwrap();
-    let server = TestServer::start(tools, dir.path()).await;
+    let server = TestServer::start(tools, &location).await;
 
     let cases = [
         (json!({"n": "three"}), "/n"),
@@ -253,23 +246,25 @@ async fn input_that_does_not_fit_never_runs_the_handler_and_records_nothing() {
         );
     }
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the handler never ran");
-    assert_eq!(calls_in_db(dir.path()), 0, "nothing was recorded");
+    assert!(
+        location.stored_calls().await.is_empty(),
+        "nothing was recorded"
+    );
 
     let (status, body) = server.api.call("counted", json!({"n": 7})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["output"], json!({"n": 7}));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    assert_eq!(calls_in_db(dir.path()), 1);
+    assert_eq!(location.stored_calls().await.len(), 1);
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_failing_handler_is_a_recorded_500_tool_failed() {
-    let dir = temp_dir();
+async fn a_failing_handler_is_a_recorded_500_tool_failed(backend: Backend) {
+    let location = Location::new(backend).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let mut tools = ToolSet::new();
     tools.register(Counted { runs }).unwrap();
-    let server = TestServer::start(tools, dir.path()).await;
+    let server = TestServer::start(tools, &location).await;
 
     let (status, body) = server
         .api
@@ -291,9 +286,8 @@ async fn a_failing_handler_is_a_recorded_500_tool_failed() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn malformed_requests_get_the_envelope_and_never_a_5xx() {
-    let (server, dir) = examples().await;
+async fn malformed_requests_get_the_envelope_and_never_a_5xx(backend: Backend) {
+    let (server, location) = examples(backend).await;
     let api = &server.api;
     let json = Some("application/json");
 
@@ -384,17 +378,15 @@ async fn malformed_requests_get_the_envelope_and_never_a_5xx() {
     let body: Value = response.json().await.unwrap();
     assert_error(&body, "method_not_allowed");
 
-    assert_eq!(
-        calls_in_db(dir.path()),
-        0,
+    assert!(
+        location.stored_calls().await.is_empty(),
         "no rejected request was recorded"
     );
     server.stop().await;
 }
 
-#[tokio::test]
-async fn ask_human_suspends_lists_rejects_bad_answers_and_completes_once() {
-    let (server, _dir) = examples().await;
+async fn ask_human_suspends_lists_rejects_bad_answers_and_completes_once(backend: Backend) {
+    let (server, _location) = examples(backend).await;
     let api = &server.api;
     let (status, body) = api.call("ask_human", json!({"question": "Ship it?"})).await;
     assert_eq!(status, StatusCode::ACCEPTED);
@@ -480,9 +472,8 @@ async fn ask_human_suspends_lists_rejects_bad_answers_and_completes_once() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn reject_finishes_the_call_without_running_the_tool() {
-    let (server, dir) = examples().await;
+async fn reject_finishes_the_call_without_running_the_tool(backend: Backend) {
+    let (server, location) = examples(backend).await;
     let api = &server.api;
     let (status, body) = api
         .call(
@@ -548,13 +539,12 @@ async fn reject_finishes_the_call_without_running_the_tool() {
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
         assert_error(&body, "unknown_token");
     }
-    assert!(outbox(dir.path()).is_empty());
+    assert!(outbox(&location).is_empty());
     server.stop().await;
 }
 
-#[tokio::test]
-async fn issue_refund_completes_under_the_threshold_and_suspends_over_it() {
-    let (server, _dir) = examples().await;
+async fn issue_refund_completes_under_the_threshold_and_suspends_over_it(backend: Backend) {
+    let (server, _location) = examples(backend).await;
     let api = &server.api;
     let (status, body) = api
         .call(
@@ -612,14 +602,13 @@ async fn issue_refund_completes_under_the_threshold_and_suspends_over_it() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn threshold_comes_from_the_examples_config() {
-    let dir = temp_dir();
+async fn threshold_comes_from_the_examples_config(backend: Backend) {
+    let location = Location::new(backend).await;
     let config = toolgate::config::ExamplesConfig {
         approval_threshold_cents: 100,
         ..Default::default()
     };
-    let server = TestServer::examples_with(dir.path(), config).await;
+    let server = TestServer::examples_with(&location, config).await;
     let (status, _) = server
         .api
         .call(
@@ -631,10 +620,9 @@ async fn threshold_comes_from_the_examples_config() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn send_email_appends_exactly_one_outbox_line() {
-    let (server, dir) = examples().await;
-    assert!(outbox(dir.path()).is_empty());
+async fn send_email_appends_exactly_one_outbox_line(backend: Backend) {
+    let (server, location) = examples(backend).await;
+    assert!(outbox(&location).is_empty());
     let (status, body) = server
         .api
         .call(
@@ -644,7 +632,7 @@ async fn send_email_appends_exactly_one_outbox_line() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let message_id = body["output"]["message_id"].as_str().unwrap();
-    let lines = outbox(dir.path());
+    let lines = outbox(&location);
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["message_id"], message_id);
     assert_eq!(lines[0]["call_id"], body["call_id"]);
@@ -660,13 +648,12 @@ async fn send_email_appends_exactly_one_outbox_line() {
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert_eq!(outbox(dir.path()).len(), 1);
+    assert_eq!(outbox(&location).len(), 1);
     server.stop().await;
 }
 
-#[tokio::test]
-async fn approvals_page_oldest_first_with_a_cursor() {
-    let (server, _dir) = examples().await;
+async fn approvals_page_oldest_first_with_a_cursor(backend: Backend) {
+    let (server, _location) = examples(backend).await;
     let api = &server.api;
     let mut tokens = Vec::new();
     for i in 0..5 {
@@ -715,13 +702,12 @@ async fn approvals_page_oldest_first_with_a_cursor() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn concurrent_approvals_of_one_token_have_exactly_one_winner() {
-    let dir = temp_dir();
+async fn concurrent_approvals_of_one_token_have_exactly_one_winner(backend: Backend) {
+    let location = Location::new(backend).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let mut tools = ToolSet::new();
     tools.register(Gatekeeper { runs: runs.clone() }).unwrap();
-    let server = TestServer::start(tools, dir.path()).await;
+    let server = TestServer::start(tools, &location).await;
     let (_, body) = server.api.call("gatekeeper", json!({})).await;
     let token = body["suspension"]["token"].as_str().unwrap().to_owned();
     let attempts: Vec<_> = (0..16)
@@ -757,12 +743,11 @@ async fn concurrent_approvals_of_one_token_have_exactly_one_winner() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn an_approved_call_can_suspend_again_with_a_new_token() {
-    let dir = temp_dir();
+async fn an_approved_call_can_suspend_again_with_a_new_token(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools.register(Twice).unwrap();
-    let server = TestServer::start(tools, dir.path()).await;
+    let server = TestServer::start(tools, &location).await;
     let api = &server.api;
     let (status, first) = api.call("twice", json!({})).await;
     assert_eq!(status, StatusCode::ACCEPTED);
@@ -830,12 +815,11 @@ impl DynTool for Proxy {
     }
 }
 
-#[tokio::test]
-async fn a_dyn_tool_is_served_and_validated_like_a_typed_one() {
-    let dir = temp_dir();
+async fn a_dyn_tool_is_served_and_validated_like_a_typed_one(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools.register_dyn(Box::new(Proxy)).unwrap();
-    let server = TestServer::start(tools, dir.path()).await;
+    let server = TestServer::start(tools, &location).await;
     let (status, body) = server.api.call("remote-lookup", json!({"key": "k"})).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["output"], json!({"value": "v:k"}));
@@ -847,26 +831,35 @@ async fn a_dyn_tool_is_served_and_validated_like_a_typed_one() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn health_and_readiness() {
-    let (server, _dir) = examples().await;
+async fn health_and_readiness(backend: Backend) {
+    let (server, _location) = examples(backend).await;
     let (status, body) = server.api.get("/healthz").await;
     assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
     let (status, body) = server.api.get("/readyz").await;
-    assert_eq!(
-        (status, body),
-        (StatusCode::OK, json!({"status": "ready", "store": "sqlite"})),
-        "no replica on the embedded store"
-    );
+    assert_eq!(status, StatusCode::OK);
+    match backend {
+        Backend::Sqlite => assert_eq!(
+            body,
+            json!({"status": "ready", "store": "sqlite"}),
+            "no replica on the embedded store"
+        ),
+        Backend::Postgres => {
+            let replica = body["replica"].as_str().unwrap_or_default();
+            assert!(!replica.is_empty(), "a replica names itself: {body}");
+            assert_eq!(
+                body,
+                json!({"status": "ready", "store": "postgres", "replica": replica})
+            );
+        }
+    }
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_panicking_handler_fails_its_call_and_the_server_goes_on() {
-    let dir = temp_dir();
+async fn a_panicking_handler_fails_its_call_and_the_server_goes_on(backend: Backend) {
+    let location = Location::new(backend).await;
     let mut tools = ToolSet::new();
     tools.register(Panicky).unwrap();
-    let server = TestServer::start(tools, dir.path()).await;
+    let server = TestServer::start(tools, &location).await;
     let (status, body) = server.api.call("panicky", json!({"boom": true})).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(body["status"], "failed");
@@ -884,14 +877,13 @@ async fn a_panicking_handler_fails_its_call_and_the_server_goes_on() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_call_whose_client_hangs_up_still_runs_to_its_recorded_outcome() {
-    let dir = temp_dir();
+async fn a_call_whose_client_hangs_up_still_runs_to_its_recorded_outcome(backend: Backend) {
+    let location = Location::new(backend).await;
     let config = toolgate::config::ExamplesConfig {
         send_email_delay_ms: 300,
         ..Default::default()
     };
-    let server = TestServer::examples_with(dir.path(), config).await;
+    let server = TestServer::examples_with(&location, config).await;
     let impatient = reqwest::Client::builder()
         .timeout(std::time::Duration::from_millis(50))
         .build()
@@ -904,23 +896,14 @@ async fn a_call_whose_client_hangs_up_still_runs_to_its_recorded_outcome() {
     assert!(sent.is_err(), "the client gave up before the answer");
 
     // The tool goes on without the client: its effect happens once and its outcome is recorded.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let status = loop {
-        let conn = rusqlite::Connection::open(dir.path().join("toolgate.db")).unwrap();
-        let status: String = conn
-            .query_row(
-                "SELECT status FROM calls WHERE tool = 'send_email'",
-                [],
-                |row| row.get(0),
-            )
-            .unwrap();
-        if status != "running" || std::time::Instant::now() > deadline {
-            break status;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let status = eventually("the send_email call is finished", async || {
+        let calls = location.stored_calls().await;
+        let call = calls.into_iter().find(|call| call.tool == "send_email")?;
+        Some(call.status).filter(|status| status != "running")
+    })
+    .await;
     assert_eq!(status, "completed");
-    assert_eq!(outbox(dir.path()).len(), 1);
+    assert_eq!(outbox(&location).len(), 1);
     server.stop().await;
 }
 
@@ -1078,13 +1061,12 @@ impl ToolHandler for Gatekeeper {
     }
 }
 
-#[tokio::test]
-async fn a_rejected_call_never_runs_its_tool_again() {
-    let dir = temp_dir();
+async fn a_rejected_call_never_runs_its_tool_again(backend: Backend) {
+    let location = Location::new(backend).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let mut tools = ToolSet::new();
     tools.register(Gatekeeper { runs: runs.clone() }).unwrap();
-    let server = TestServer::start(tools, dir.path()).await;
+    let server = TestServer::start(tools, &location).await;
     let (_, body) = server.api.call("gatekeeper", json!({})).await;
     let token = body["suspension"]["token"].as_str().unwrap().to_owned();
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -1106,10 +1088,9 @@ async fn a_rejected_call_never_runs_its_tool_again() {
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn read_records_written_behind_are_committed_without_anyone_asking() {
-    let dir = temp_dir();
-    let server = TestServer::examples(dir.path()).await;
+async fn read_records_written_behind_are_committed_without_anyone_asking(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = TestServer::examples(&location).await;
     for i in 0..50 {
         let (status, _) = server
             .api
@@ -1119,34 +1100,18 @@ async fn read_records_written_behind_are_committed_without_anyone_asking() {
     }
     // Nobody reads the calls back (that would flush the queue): the writer commits them on its
     // own, within its window. Another connection sees only what is committed.
-    let conn = rusqlite::Connection::open_with_flags(
-        dir.path().join("toolgate.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let mut stored: i64;
-    loop {
-        stored = conn
-            .query_row(
-                "SELECT count(*) FROM calls WHERE input LIKE '%quiet%'",
-                [],
-                |row| row.get(0),
-            )
-            .unwrap();
-        if stored == 50 || std::time::Instant::now() > deadline {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(stored, 50, "records written behind were never committed");
+    eventually("all 50 records written behind are committed", async || {
+        let calls = location.stored_calls().await;
+        let quiet = calls.iter().filter(|call| call.input.contains("quiet"));
+        (quiet.count() == 50).then_some(())
+    })
+    .await;
     server.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn read_records_written_behind_are_found_at_once_and_survive_a_clean_stop() {
-    let dir = temp_dir();
-    let server = TestServer::examples(dir.path()).await;
+async fn read_records_written_behind_are_found_at_once_and_survive_a_clean_stop(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = TestServer::examples(&location).await;
     let calls: Vec<_> = (0..200)
         .map(|i| {
             let api: Api = server.api.clone();
@@ -1171,16 +1136,34 @@ async fn read_records_written_behind_are_found_at_once_and_survive_a_clean_stop(
         ids.push(call.await.unwrap());
     }
     server.stop().await;
-    let conn = rusqlite::Connection::open(dir.path().join("toolgate.db")).unwrap();
-    let stored: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM calls WHERE tool = 'echo'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
+    let calls = location.stored_calls().await;
     assert_eq!(
-        stored, 200,
+        calls.iter().filter(|call| call.tool == "echo").count(),
+        200,
         "a clean stop commits every record written behind"
     );
+}
+
+crate::on_each_backend! {
+    #[tokio::test] async fn echo_completes_and_its_record_is_readable;
+    #[tokio::test] async fn input_that_does_not_fit_never_runs_the_handler_and_records_nothing;
+    #[tokio::test] async fn a_failing_handler_is_a_recorded_500_tool_failed;
+    #[tokio::test] async fn malformed_requests_get_the_envelope_and_never_a_5xx;
+    #[tokio::test] async fn ask_human_suspends_lists_rejects_bad_answers_and_completes_once;
+    #[tokio::test] async fn reject_finishes_the_call_without_running_the_tool;
+    #[tokio::test] async fn issue_refund_completes_under_the_threshold_and_suspends_over_it;
+    #[tokio::test] async fn threshold_comes_from_the_examples_config;
+    #[tokio::test] async fn send_email_appends_exactly_one_outbox_line;
+    #[tokio::test] async fn approvals_page_oldest_first_with_a_cursor;
+    #[tokio::test] async fn concurrent_approvals_of_one_token_have_exactly_one_winner;
+    #[tokio::test] async fn an_approved_call_can_suspend_again_with_a_new_token;
+    #[tokio::test] async fn a_dyn_tool_is_served_and_validated_like_a_typed_one;
+    #[tokio::test] async fn health_and_readiness;
+    #[tokio::test] async fn a_panicking_handler_fails_its_call_and_the_server_goes_on;
+    #[tokio::test] async fn a_call_whose_client_hangs_up_still_runs_to_its_recorded_outcome;
+    #[tokio::test] async fn a_rejected_call_never_runs_its_tool_again;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn read_records_written_behind_are_committed_without_anyone_asking;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn read_records_written_behind_are_found_at_once_and_survive_a_clean_stop;
 }

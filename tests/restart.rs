@@ -2,14 +2,13 @@
 
 mod common;
 
-use common::{Binary, TestServer, assert_error, outbox, temp_dir};
+use common::{Backend, Binary, Location, TestServer, assert_error, outbox, temp_dir};
 use reqwest::StatusCode;
 use serde_json::json;
 
-#[tokio::test]
-async fn suspensions_and_finished_calls_survive_a_restart_in_process() {
-    let dir = temp_dir();
-    let server = TestServer::examples(dir.path()).await;
+async fn suspensions_and_finished_calls_survive_a_restart_in_process(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = TestServer::examples(&location).await;
     let (_, echo) = server.api.call("echo", json!({"text": "kept"})).await;
     let (status, ask) = server
         .api
@@ -26,7 +25,7 @@ async fn suspensions_and_finished_calls_survive_a_restart_in_process() {
     assert_eq!(status, StatusCode::ACCEPTED);
     server.stop().await;
 
-    let server = TestServer::examples(dir.path()).await;
+    let server = TestServer::examples(&location).await;
     let api = &server.api;
     let (status, record) = api
         .get(&format!("/calls/{}", echo["call_id"].as_str().unwrap()))
@@ -54,11 +53,10 @@ async fn suspensions_and_finished_calls_survive_a_restart_in_process() {
     server.stop().await;
 }
 
-#[test]
-fn a_suspension_survives_kill_9_of_the_binary_and_is_approved_after() {
-    let dir = temp_dir();
+fn a_suspension_survives_kill_9_of_the_binary_and_is_approved_after(backend: Backend) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let server = Binary::start(dir.path(), &[]);
+    let location = runtime.block_on(Location::new(backend));
+    let server = Binary::start(&location, &[]);
     let api = server.api.clone();
     let (ask, email) = runtime.block_on(async {
         let (status, ask) = api
@@ -77,7 +75,7 @@ fn a_suspension_survives_kill_9_of_the_binary_and_is_approved_after() {
     // No graceful shutdown: what was acknowledged must already be on disk.
     server.kill();
 
-    let server = Binary::start(dir.path(), &[]);
+    let server = Binary::start(&location, &[]);
     let api = server.api.clone();
     runtime.block_on(async {
         let token = ask["suspension"]["token"].as_str().unwrap();
@@ -98,7 +96,7 @@ fn a_suspension_survives_kill_9_of_the_binary_and_is_approved_after() {
         assert_eq!(status, StatusCode::CONFLICT);
         assert_error(&body, "already_resolved");
     });
-    assert_eq!(outbox(dir.path()).len(), 1);
+    assert_eq!(outbox(&location).len(), 1);
     assert!(server.terminate(), "SIGTERM stops the server cleanly");
 }
 
@@ -170,4 +168,9 @@ fn a_bad_config_stops_the_start_naming_the_key() {
         stderr.contains("examples.approval_threshold_cents"),
         "{stderr}"
     );
+}
+
+crate::on_each_backend! {
+    #[tokio::test] async fn suspensions_and_finished_calls_survive_a_restart_in_process;
+    #[test] fn a_suspension_survives_kill_9_of_the_binary_and_is_approved_after;
 }

@@ -1,5 +1,8 @@
 //! Shared test harness: a toolgate server on 127.0.0.1:0, in this process or as the real binary,
-//! and a small JSON client for it.
+//! on either store backend, and a small JSON client for it.
+//!
+//! A test whose behaviour depends on the store takes a [`Backend`], keeps its data in a
+//! [`Location`] on that backend, and is instantiated once per backend by [`on_each_backend!`].
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
 pub mod pg;
@@ -8,13 +11,224 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::Value;
 use toolgate::config::ExamplesConfig;
-use toolgate::store::SqliteStore;
+use toolgate::store::{PostgresStore, SqliteStore, Store};
 use toolgate::{ServerBuilder, ToolSet};
+
+/// Instantiates each listed test once per backend, as `sqlite::name` and `postgres::name`, so a
+/// failure names its backend. A listed test is a function of the crate root taking a
+/// [`Backend`]; each entry gives its test attribute and its signature without the argument:
+///
+/// ```ignore
+/// on_each_backend! {
+///     #[tokio::test] async fn survives_a_restart;
+///     #[test] fn survives_kill_9;
+/// }
+/// ```
+#[macro_export]
+macro_rules! on_each_backend {
+    (@each $backend:ident;) => {};
+    (@each $backend:ident; #[$($attr:tt)*] async fn $name:ident; $($rest:tt)*) => {
+        #[$($attr)*]
+        async fn $name() {
+            super::$name($crate::common::Backend::$backend).await
+        }
+        $crate::on_each_backend!(@each $backend; $($rest)*);
+    };
+    (@each $backend:ident; #[$($attr:tt)*] fn $name:ident; $($rest:tt)*) => {
+        #[$($attr)*]
+        fn $name() {
+            super::$name($crate::common::Backend::$backend)
+        }
+        $crate::on_each_backend!(@each $backend; $($rest)*);
+    };
+    ($($tests:tt)*) => {
+        mod sqlite {
+            $crate::on_each_backend!(@each Sqlite; $($tests)*);
+        }
+        mod postgres {
+            $crate::on_each_backend!(@each Postgres; $($tests)*);
+        }
+    };
+}
+
+/// A store backend a test runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded SQLite file in the data directory.
+    Sqlite,
+    /// A PostgreSQL database of the test's own (see [`pg`]).
+    Postgres,
+}
+
+impl Backend {
+    /// The record of `call_id`, a call that a process which died left running, once the store
+    /// has settled it: SQLite settles such calls as it opens, so this reads it once; on
+    /// PostgreSQL a live replica sweeps them when the dead one's lease has run out (see
+    /// [`pg::options`]), so this waits until the call is no longer `running`.
+    pub async fn recovered(self, api: &Api, call_id: &str) -> Value {
+        let path = format!("/calls/{call_id}");
+        let read = async || {
+            let (status, record) = api.get(&path).await;
+            assert_eq!(status, StatusCode::OK, "{record}");
+            record
+        };
+        match self {
+            Backend::Sqlite => read().await,
+            Backend::Postgres => {
+                eventually(
+                    &format!("{call_id} settled by the lease sweep"),
+                    async || Some(read().await).filter(|record| record["status"] != "running"),
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// Where a server keeps what it records: a data directory (the example tools' outbox, the
+/// SQLite file) and, when the store is on PostgreSQL, a database. A bare directory is SQLite
+/// in it.
+pub trait Site {
+    /// The data directory.
+    fn data_dir(&self) -> &Path;
+
+    /// The PostgreSQL database holding the store, or `None` for SQLite in the data directory.
+    fn database_url(&self) -> Option<&str>;
+}
+
+impl Site for Path {
+    fn data_dir(&self) -> &Path {
+        self
+    }
+
+    fn database_url(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Opens the store at `at`, as the binary would.
+pub async fn open_store(at: &(impl Site + ?Sized)) -> Arc<dyn Store> {
+    match at.database_url() {
+        Some(url) => Arc::new(
+            PostgresStore::open(url, pg::options())
+                .await
+                .expect("store opens"),
+        ),
+        None => {
+            std::fs::create_dir_all(at.data_dir()).unwrap();
+            Arc::new(SqliteStore::open(at.data_dir().join("toolgate.db")).expect("store opens"))
+        }
+    }
+}
+
+/// One test's data on one backend: a temporary data directory and, on PostgreSQL, a fresh
+/// database. It outlives the servers started on it, so a server started again finds what the
+/// last one left; both are removed when it drops.
+pub struct Location {
+    /// The backend the store is on.
+    pub backend: Backend,
+    dir: tempfile::TempDir,
+    db: Option<pg::TestDb>,
+}
+
+impl Site for Location {
+    fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn database_url(&self) -> Option<&str> {
+        self.db.as_ref().map(|db| db.url.as_str())
+    }
+}
+
+/// A row of the `calls` table, as the store wrote it.
+#[derive(Clone, Debug)]
+pub struct StoredCall {
+    pub call_id: String,
+    pub tool: String,
+    pub status: String,
+    /// The input JSON, as stored text.
+    pub input: String,
+}
+
+impl Location {
+    pub async fn new(backend: Backend) -> Location {
+        let db = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(pg::TestDb::create().await),
+        };
+        Location {
+            backend,
+            dir: temp_dir(),
+            db,
+        }
+    }
+
+    /// Every row of `calls`, read behind the servers' backs on a connection of its own: only
+    /// what is committed.
+    pub async fn stored_calls(&self) -> Vec<StoredCall> {
+        const QUERY: &str = "SELECT call_id, tool, status, input FROM calls";
+        match self.database_url() {
+            Some(url) => {
+                let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                    .await
+                    .expect("the test database answers");
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                let rows = client.query(QUERY, &[]).await.expect("calls are read");
+                rows.iter()
+                    .map(|row| StoredCall {
+                        call_id: row.get(0),
+                        tool: row.get(1),
+                        status: row.get(2),
+                        input: row.get(3),
+                    })
+                    .collect()
+            }
+            None => {
+                // Not created if absent: the server makes the file before it listens.
+                let conn = rusqlite::Connection::open_with_flags(
+                    self.data_dir().join("toolgate.db"),
+                    rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE,
+                )
+                .expect("the SQLite file opens");
+                conn.busy_timeout(Duration::from_secs(5)).unwrap();
+                let mut statement = conn.prepare(QUERY).unwrap();
+                statement
+                    .query_map([], |row| {
+                        Ok(StoredCall {
+                            call_id: row.get(0)?,
+                            tool: row.get(1)?,
+                            status: row.get(2)?,
+                            input: row.get(3)?,
+                        })
+                    })
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .expect("calls are read")
+            }
+        }
+    }
+}
+
+/// Polls `probe` every 20 ms until it gives a value; fails, naming `what`, after 30 s.
+pub async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within 30 s: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 /// A JSON client bound to one server's base URL.
 #[derive(Clone)]
@@ -161,20 +375,25 @@ pub fn assert_error(body: &Value, code: &str) -> Value {
 /// A server running inside this test process.
 pub struct TestServer {
     pub api: Api,
+    store: Arc<dyn Store>,
     shutdown: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl TestServer {
-    /// Serves `tools` with a SQLite store in `data_dir`.
-    pub async fn start(tools: ToolSet, data_dir: &Path) -> Self {
-        std::fs::create_dir_all(data_dir).unwrap();
-        let store = SqliteStore::open(data_dir.join("toolgate.db")).expect("store opens");
-        Self::serve(ServerBuilder::new(tools, store)).await
+    /// Serves `tools` with the store at `at`.
+    pub async fn start(tools: ToolSet, at: &(impl Site + ?Sized)) -> Self {
+        Self::start_with(tools, at, |builder| builder).await
     }
 
-    /// Serves what `builder` builds.
-    pub async fn serve(builder: ServerBuilder) -> Self {
+    /// Serves `tools` with the store at `at` and the settings `configure` gives the builder.
+    pub async fn start_with(
+        tools: ToolSet,
+        at: &(impl Site + ?Sized),
+        configure: impl FnOnce(ServerBuilder) -> ServerBuilder,
+    ) -> Self {
+        let store = open_store(at).await;
+        let builder = configure(ServerBuilder::with_shared_store(tools, store.clone()));
         let (router, running) = builder.build_with_running();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -191,26 +410,28 @@ impl TestServer {
         });
         TestServer {
             api: Api::new(addr),
+            store,
             shutdown,
             task,
         }
     }
 
     /// Serves the example tools with their default settings.
-    pub async fn examples(data_dir: &Path) -> Self {
-        Self::examples_with(data_dir, ExamplesConfig::default()).await
+    pub async fn examples(at: &(impl Site + ?Sized)) -> Self {
+        Self::examples_with(at, ExamplesConfig::default()).await
     }
 
-    pub async fn examples_with(data_dir: &Path, config: ExamplesConfig) -> Self {
+    pub async fn examples_with(at: &(impl Site + ?Sized), config: ExamplesConfig) -> Self {
         let mut tools = ToolSet::new();
-        toolgate::examples::register(&mut tools, &config, data_dir).unwrap();
-        Self::start(tools, data_dir).await
+        toolgate::examples::register(&mut tools, &config, at.data_dir()).unwrap();
+        Self::start(tools, at).await
     }
 
-    /// Stops the server and waits until it has let go of everything.
+    /// Stops the server and, as the binary does, closes its store (a replica ends its lease).
     pub async fn stop(self) {
         let _ = self.shutdown.send(());
         self.task.await.unwrap();
+        self.store.close().await.expect("the store closes cleanly");
     }
 }
 
@@ -221,16 +442,21 @@ pub struct Binary {
 }
 
 impl Binary {
-    pub fn start(data_dir: &Path, env: &[(&str, &str)]) -> Self {
-        Self::start_with(data_dir, &[], env)
+    /// Starts on the store at `at`, with extra environment variables.
+    pub fn start(at: &(impl Site + ?Sized), env: &[(&str, &str)]) -> Self {
+        Self::start_with(at, &[], env)
     }
 
-    /// Starts with extra `serve` arguments and environment variables.
-    pub fn start_with(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
+    /// Starts on the store at `at`, with extra `serve` arguments and environment variables.
+    pub fn start_with(at: &(impl Site + ?Sized), args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
         command
             .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
+            .arg(at.data_dir());
+        if let Some(url) = at.database_url() {
+            command.args(["--database-url", url]);
+        }
+        command
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -241,6 +467,9 @@ impl Binary {
             if key.starts_with("TOOLGATE_") {
                 command.env_remove(key);
             }
+        }
+        if at.database_url().is_some() {
+            command.envs(pg::binary_env());
         }
         for (key, value) in env {
             command.env(key, value);
@@ -308,9 +537,9 @@ pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-/// The lines of the example outbox in `data_dir`, parsed.
-pub fn outbox(data_dir: &Path) -> Vec<Value> {
-    match std::fs::read_to_string(data_dir.join("outbox.jsonl")) {
+/// The lines of the example outbox in the data directory of `at`, parsed.
+pub fn outbox(at: &(impl Site + ?Sized)) -> Vec<Value> {
+    match std::fs::read_to_string(at.data_dir().join("outbox.jsonl")) {
         Ok(text) => text
             .lines()
             .map(|line| serde_json::from_str(line).expect("an outbox line is JSON"))

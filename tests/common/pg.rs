@@ -3,8 +3,43 @@
 //! test-deps` starts it when it is down), dropped when the test is done.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use tokio_postgres::NoTls;
+use toolgate::store::PostgresOptions;
+
+/// The most pooled connections of a test's store: the local server allows 100 in all, shared by
+/// every test running at once.
+pub const POOL_SIZE: usize = 4;
+/// A test replica's lease: short, so that the calls a killed replica left running are swept by
+/// the next one within seconds (its first heartbeat, at start, finds the lease still live).
+pub const LEASE_TTL: Duration = Duration::from_millis(1500);
+/// How often a test replica renews its lease and sweeps.
+pub const HEARTBEAT: Duration = Duration::from_millis(300);
+
+/// The options of a PostgreSQL store in a test process.
+pub fn options() -> PostgresOptions {
+    PostgresOptions {
+        pool_size: POOL_SIZE,
+        lease_ttl: LEASE_TTL,
+        heartbeat: HEARTBEAT,
+    }
+}
+
+/// The same options, as the environment of a `toolgate` binary.
+pub fn binary_env() -> [(&'static str, String); 3] {
+    [
+        ("TOOLGATE_STORE__POOL_SIZE", POOL_SIZE.to_string()),
+        (
+            "TOOLGATE_STORE__LEASE_TTL_MS",
+            LEASE_TTL.as_millis().to_string(),
+        ),
+        (
+            "TOOLGATE_STORE__HEARTBEAT_MS",
+            HEARTBEAT.as_millis().to_string(),
+        ),
+    ]
+}
 
 /// The server the tests create their databases on, as a URL to its maintenance database.
 pub fn admin_url() -> String {
