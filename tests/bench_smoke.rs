@@ -1,10 +1,11 @@
 //! A smoke run of the benchmark harness: a fraction of a second per scenario, asserting only
 //! that every scenario ran and none of its operations failed. Speed is measured by the harness
-//! itself (BENCHMARKS.md), never asserted here.
+//! itself (BENCHMARKS.md), never asserted here. The PostgreSQL scenarios run when PostgreSQL
+//! answers (`TOOLGATE_TEST_DATABASE_URL`, or the local server); under `CI=true` it must answer.
 
 use std::time::Duration;
 
-use toolgate_bench::{BareMode, Options};
+use toolgate_bench::{BareMode, Options, PgOptions};
 
 #[test]
 fn the_benchmark_harness_runs_every_scenario_without_errors() {
@@ -20,6 +21,7 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         peer: false,
         scale: Some((2_000, 200)),
         startups: 1,
+        postgres: Some(PgOptions::from_env(true)),
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let report = runtime.block_on(toolgate_bench::run(&options)).unwrap();
@@ -43,6 +45,35 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
             .unwrap_or_else(|| panic!("{name} did not run"));
         assert!(scenario.requests > 0, "{name} completed no operation");
         assert_eq!(scenario.errors, 0, "{name} had failed operations");
+    }
+    match (&report.postgres, &report.postgres_skipped) {
+        (Some(pg), None) => {
+            for name in [
+                "pg_echo",
+                "pg_echo_r2",
+                "pg_echo_r3",
+                "pg_commits",
+                "pg_write",
+                "pg_write_r2",
+                "pg_write_r3",
+            ] {
+                let scenario = report
+                    .get(name)
+                    .unwrap_or_else(|| panic!("{name} did not run"));
+                assert!(scenario.requests > 0, "{name} completed no operation");
+                assert_eq!(scenario.errors, 0, "{name} had failed operations");
+                assert!(scenario.pg.is_some(), "{name} has no database counters");
+            }
+            let failover = pg.failover.as_ref().expect("the failover scenario ran");
+            assert_eq!(failover.settled_after.len(), 1);
+            assert!(report.to_markdown().contains("| pg_write |"));
+        }
+        (_, Some(why)) => {
+            // Only outside CI: under CI=true the harness fails instead.
+            assert!(!toolgate_bench::postgres::ci());
+            eprintln!("PostgreSQL scenarios skipped: {why}");
+        }
+        (None, None) => panic!("PostgreSQL neither ran nor was skipped"),
     }
     assert!(report.disk_fsyncs_per_s > 0.0);
     assert!(report.startup.is_some());

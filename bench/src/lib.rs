@@ -11,15 +11,23 @@
 //!
 //! The load generator is a closed loop on hyper's HTTP/1 client: each connection sends its next
 //! request when the previous answer is read, so latency includes the server's whole turn.
+//!
+//! When PostgreSQL answers, toolgate also runs on it (see [`postgres`]): echo and the durable
+//! write on 1, 2 and 3 replicas of one database each, beside PostgreSQL's own rate of single-row
+//! commits and SQLite's echo, in the same rounds; then a replica is killed in the middle of a
+//! call.
 
+pub mod cpu;
 mod load;
 mod peer;
+pub mod postgres;
 mod servers;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use load::{Scenario, ScenarioResult};
+pub use load::{Scenario, ScenarioResult, Step, Target};
+pub use postgres::PgOptions;
 pub use servers::{BareServer, ServerProcess, run_bare as servers_run_bare};
 
 /// What to run.
@@ -45,6 +53,8 @@ pub struct Options {
     pub scale: Option<(u64, u64)>,
     /// Start-ups to time.
     pub startups: usize,
+    /// The PostgreSQL scenarios' settings; `None` skips them.
+    pub postgres: Option<PgOptions>,
 }
 
 /// How the bare ceiling server runs.
@@ -75,6 +85,10 @@ pub struct Report {
     pub startup: Option<Duration>,
     /// Why the peer did not run, if it did not.
     pub peer_skipped: Option<String>,
+    /// What the PostgreSQL scenarios found besides their rates, when they ran.
+    pub postgres: Option<postgres::PgReport>,
+    /// Why the PostgreSQL scenarios did not run, if they did not.
+    pub postgres_skipped: Option<String>,
 }
 
 impl Report {
@@ -111,6 +125,10 @@ impl Report {
                     }
                     _ => String::new(),
                 },
+                "pg_echo" => ratio("pg_echo", "echo"),
+                "pg_echo_r2" | "pg_echo_r3" => ratio(&s.name, "pg_echo"),
+                "pg_write" => ratio("pg_write", "pg_commits"),
+                "pg_write_r2" | "pg_write_r3" => ratio(&s.name, "pg_write"),
                 "echo_seeded" => ratio("echo_seeded", "echo_empty"),
                 "write_seeded" => ratio("write_seeded", "write_empty"),
                 "approvals_seeded" => ratio("approvals_seeded", "approvals_empty"),
@@ -150,6 +168,159 @@ impl Report {
         if let Some(why) = &self.peer_skipped {
             out.push_str(&format!("peer skipped: {why}\n"));
         }
+        if let Some(why) = &self.postgres_skipped {
+            out.push_str(&format!("PostgreSQL scenarios skipped: {why}\n"));
+        }
+        out.push_str(&self.cpu_markdown());
+        if let Some(pg) = &self.postgres {
+            out.push_str(&self.postgres_markdown(pg));
+        }
+        out
+    }
+
+    /// CPU time per operation, by process, for the scenarios on toolgate and PostgreSQL.
+    fn cpu_markdown(&self) -> String {
+        let mut out = String::from(
+            "\nCPU per operation, over every round (warm-ups included), from /proc: the \
+             server (every replica), PostgreSQL (all of its processes), the load generator (the \
+             harness); how busy the machine's cores were, and how much of that was these \
+             (the rest is anything else running meanwhile):\n\n\
+             | scenario | server | PostgreSQL | load generator | sum | machine busy | of which these |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        );
+        let us = |s: f64, n: f64| format!("{:.1} µs", s * 1e6 / n);
+        for s in &self.scenarios {
+            let Some(c) = s.cpu else { continue };
+            if !(s.name == "echo" || s.name == "write" || s.name.starts_with("pg_")) {
+                continue;
+            }
+            let n = s.operations_all.max(1) as f64;
+            let sum = c.servers_s + c.postgres_s.unwrap_or(0.0) + c.harness_s;
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {:.0} % | {:.0} % |\n",
+                s.name,
+                if s.name == "pg_commits" {
+                    "n/a".to_owned()
+                } else {
+                    us(c.servers_s, n)
+                },
+                c.postgres_s.map_or("n/a".to_owned(), |p| us(p, n)),
+                us(c.harness_s, n),
+                us(sum, n),
+                100.0 * c.machine_busy_s / c.machine_total_s.max(1e-9),
+                100.0 * sum / c.machine_busy_s.max(1e-9),
+            ));
+        }
+        out
+    }
+
+    /// What the PostgreSQL scenarios cost the database per operation, and the failover.
+    fn postgres_markdown(&self, pg: &postgres::PgReport) -> String {
+        let mut out = format!(
+            "\nPostgreSQL: {} at {}, synchronous_commit {}. Over every round of each scenario \
+             (warm-ups included), from the counters of its own database (pg_stat_database) and \
+             the cluster's WAL (pg_current_wal_lsn(), pg_stat_wal): the operations, how many \
+             shared a transaction, and per operation the rows, WAL bytes and WAL fsyncs, and the \
+             time its backends spent running statements (busy: CPU, lock and I/O waits, commits \
+             waiting for their fsync) and waiting inside a transaction for the client's next \
+             statement:\n\n\
+             | scenario | operations | operations per transaction | rows inserted | rows updated \
+             | WAL bytes | WAL fsyncs | backend busy | backend idle in transaction |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            pg.version.split(" on ").next().unwrap_or(&pg.version),
+            pg.target,
+            pg.synchronous_commit
+        );
+        for s in &self.scenarios {
+            let Some(c) = s.pg else { continue };
+            let n = s.operations_all.max(1) as f64;
+            out.push_str(&format!(
+                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.0} | {:.3} | {:.1} µs | {:.1} µs |\n",
+                s.name,
+                s.operations_all,
+                n / c.transactions.max(1) as f64,
+                c.inserted as f64 / n,
+                c.updated as f64 / n,
+                c.wal_bytes as f64 / n,
+                c.wal_syncs as f64 / n,
+                c.active_ms * 1e3 / n,
+                c.idle_in_transaction_ms * 1e3 / n,
+            ));
+        }
+        let echoes: Vec<_> = self
+            .scenarios
+            .iter()
+            .filter_map(|s| Some((s, s.behind?)))
+            .collect();
+        if !echoes.is_empty() {
+            out.push_str(
+                "\nRecords of echo calls, written behind their answers (the round kept; \
+                 committed records counted by max(seq) of calls):\n\n\
+                 | scenario | answered/s | records committed/s | not committed when the load \
+                 stopped | all committed after |\n\
+                 | --- | ---: | ---: | ---: | ---: |\n",
+            );
+            for (s, b) in echoes {
+                out.push_str(&format!(
+                    "| {} | {:.0} | {:.0} | {} | {} |\n",
+                    s.name,
+                    s.rps,
+                    b.committed_per_s,
+                    b.backlog,
+                    b.drained_after
+                        .map_or("not within 60 s".to_owned(), |d| format!(
+                            "{:.0} ms",
+                            d.as_secs_f64() * 1e3
+                        )),
+                ));
+            }
+        }
+        if !pg.tables.is_empty() {
+            out.push_str(
+                "\nTables at the end of the run (pg_stat_user_tables):\n\n\
+                 | scenario | table | rows | inserted | updated | of which HOT | indexes | \
+                 bytes per row (heap) | bytes per row (with indexes) |\n\
+                 | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            );
+            for t in &pg.tables {
+                let rows = t.rows.max(1) as f64;
+                out.push_str(&format!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} |\n",
+                    t.scenario,
+                    t.table,
+                    t.rows,
+                    t.inserted,
+                    t.updated,
+                    t.hot_updated,
+                    t.indexes,
+                    t.heap_bytes as f64 / rows,
+                    t.total_bytes as f64 / rows,
+                ));
+            }
+        }
+        if let Some(f) = &pg.failover {
+            let mut times = f.settled_after.clone();
+            times.sort();
+            let ms = |d: &Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
+            out.push_str(&format!(
+                "\nfailover: a replica killed (SIGKILL) in the middle of a send_email, {} times: \
+                 the call needs_reconciliation, as another replica reads it, after {} \
+                 (min {}, median {}, max {}); bound lease_ttl_ms + heartbeat_ms = {} ms \
+                 (lease {} ms, heartbeat {} ms)\n",
+                times.len(),
+                f.settled_after
+                    .iter()
+                    .map(ms)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                times.first().map_or("n/a".into(), ms),
+                times.get(times.len() / 2).map_or("n/a".into(), ms),
+                times.last().map_or("n/a".into(), ms),
+                (f.lease_ttl + f.heartbeat).as_millis(),
+                f.lease_ttl.as_millis(),
+                f.heartbeat.as_millis(),
+            ));
+        }
         out
     }
 }
@@ -178,9 +349,10 @@ pub fn disk_fsyncs_per_s(dir: &Path, duration: Duration) -> std::io::Result<f64>
     Ok(rate)
 }
 
-/// Drives one scenario (`tools`, `echo`, `write`, `suspend_approve`, `approvals`) at `addr`.
+/// Drives one scenario (`tools`, `echo`, `write`, `suspend_approve`, `approvals`) at `addrs`,
+/// the connections spread over them round robin (replicas of one database).
 pub async fn load_once(
-    addr: std::net::SocketAddr,
+    addrs: Vec<std::net::SocketAddr>,
     scenario: &str,
     duration: Duration,
     connections: usize,
@@ -194,6 +366,9 @@ pub async fn load_once(
         "approvals" => Scenario::Approvals("approvals"),
         other => return Err(format!("unknown scenario {other}")),
     };
+    if addrs.is_empty() {
+        return Err("no address".into());
+    }
     let options = Options {
         toolgate: PathBuf::new(),
         bare: BareMode::InProcess,
@@ -205,8 +380,15 @@ pub async fn load_once(
         peer: false,
         scale: None,
         startups: 0,
+        postgres: None,
     };
-    let mut results = load::run_rounds(&[(scenario, addr, None)], &options).await?;
+    let step = Step {
+        scenario,
+        target: Target::Http(addrs),
+        pids: Vec::new(),
+        database: None,
+    };
+    let mut results = load::run_rounds(&[step], &options, None).await?;
     results.pop().ok_or_else(|| "no result".to_owned())
 }
 
@@ -247,35 +429,63 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         None
     };
 
-    let mut plan: Vec<(Scenario, std::net::SocketAddr, Option<u32>)> = vec![
-        (Scenario::Tools("bare_tools"), bare.addr(), bare.pid()),
-        (
-            Scenario::Tools("tools"),
-            toolgate.addr,
-            Some(toolgate.pid()),
-        ),
-        (Scenario::Echo("bare_echo"), bare.addr(), bare.pid()),
-        (
+    let mut postgres_skipped = None;
+    let pg = match &options.postgres {
+        None => {
+            postgres_skipped = Some("not requested (--no-postgres)".to_owned());
+            None
+        }
+        Some(pg) => match postgres::Admin::connect(&pg.admin_url).await {
+            Ok(admin) => Some(PgRun::start(options, admin).await?),
+            Err(why) if pg.required => {
+                return Err(format!(
+                    "PostgreSQL does not answer and must under CI=true (bash .ci/postgres \
+                     starts the local cluster): {why}"
+                ));
+            }
+            Err(why) => {
+                eprintln!("PostgreSQL scenarios skipped: {why}");
+                postgres_skipped = Some(format!("PostgreSQL does not answer: {why}"));
+                None
+            }
+        },
+    };
+
+    let toolgate_step = |scenario| Step::http(scenario, toolgate.addr, Some(toolgate.pid()));
+    let mut plan = vec![
+        Step::http(Scenario::Tools("bare_tools"), bare.addr(), bare.pid()),
+        toolgate_step(Scenario::Tools("tools")),
+        Step::http(Scenario::Echo("bare_echo"), bare.addr(), bare.pid()),
+        Step::http(
             Scenario::RecordedEcho("bare_echo_recorded"),
             bare.addr(),
             bare.pid(),
         ),
-        (Scenario::Echo("echo"), toolgate.addr, Some(toolgate.pid())),
-        (
-            Scenario::Write("write"),
-            toolgate.addr,
-            Some(toolgate.pid()),
-        ),
-        (
-            Scenario::SuspendApprove("suspend_approve"),
-            toolgate.addr,
-            Some(toolgate.pid()),
-        ),
+        toolgate_step(Scenario::Echo("echo")),
     ];
-    if let Some(peer) = &peer {
-        plan.push((Scenario::PeerEcho("peer_echo"), peer.addr, Some(peer.pid())));
+    if let Some(pg) = &pg {
+        plan.extend(pg.echo_steps());
     }
-    let mut best = load::run_rounds(&plan, options).await?;
+    plan.push(toolgate_step(Scenario::Write("write")));
+    if let Some(pg) = &pg {
+        plan.extend(pg.write_steps());
+    }
+    plan.push(toolgate_step(Scenario::SuspendApprove("suspend_approve")));
+    if let Some(peer) = &peer {
+        plan.push(Step::http(
+            Scenario::PeerEcho("peer_echo"),
+            peer.addr,
+            Some(peer.pid()),
+        ));
+    }
+    let rounds = load::run_rounds(&plan, options, pg.as_ref().map(|pg| &pg.admin)).await;
+    // The scratch databases go whatever happened.
+    let pg_report = match pg {
+        Some(pg) => Some(pg.finish().await),
+        None => None,
+    };
+    let mut best = rounds?;
+    let mut pg_report = pg_report.transpose()?;
     if let Some(peer) = &peer
         && let Some(result) = best.iter_mut().find(|r| r.name == "peer_echo")
     {
@@ -287,6 +497,15 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     drop(peer);
     drop(bare);
     toolgate.stop().await;
+
+    // A replica's death, on a database of its own.
+    if let (Some(report), Some(pg)) = (&mut pg_report, &options.postgres)
+        && pg.kills > 0
+    {
+        let admin = postgres::Admin::connect(&pg.admin_url).await?;
+        report.failover =
+            Some(postgres::failover(&options.toolgate, &options.data_root, &admin, pg).await?);
+    }
 
     // Start-up on the database the run just filled.
     let mut startups = Vec::new();
@@ -310,35 +529,18 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         eprintln!("seeded in {:.1} s", seeding.elapsed().as_secs_f64());
         let empty = ServerProcess::toolgate(&options.toolgate, &empty_dir).await?;
         let seeded = ServerProcess::toolgate(&options.toolgate, &seeded_dir).await?;
+        let on = |server: &ServerProcess, scenario| {
+            Step::http(scenario, server.addr, Some(server.pid()))
+        };
         let plan = vec![
-            (Scenario::Echo("echo_empty"), empty.addr, Some(empty.pid())),
-            (
-                Scenario::Echo("echo_seeded"),
-                seeded.addr,
-                Some(seeded.pid()),
-            ),
-            (
-                Scenario::Write("write_empty"),
-                empty.addr,
-                Some(empty.pid()),
-            ),
-            (
-                Scenario::Write("write_seeded"),
-                seeded.addr,
-                Some(seeded.pid()),
-            ),
-            (
-                Scenario::Approvals("approvals_empty"),
-                empty.addr,
-                Some(empty.pid()),
-            ),
-            (
-                Scenario::Approvals("approvals_seeded"),
-                seeded.addr,
-                Some(seeded.pid()),
-            ),
+            on(&empty, Scenario::Echo("echo_empty")),
+            on(&seeded, Scenario::Echo("echo_seeded")),
+            on(&empty, Scenario::Write("write_empty")),
+            on(&seeded, Scenario::Write("write_seeded")),
+            on(&empty, Scenario::Approvals("approvals_empty")),
+            on(&seeded, Scenario::Approvals("approvals_seeded")),
         ];
-        best.extend(load::run_rounds(&plan, options).await?);
+        best.extend(load::run_rounds(&plan, options, None).await?);
         empty.stop().await;
         seeded.stop().await;
     }
@@ -352,5 +554,174 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         peer_peak_rss_kib: peer_peak,
         startup,
         peer_skipped,
+        postgres: pg_report,
+        postgres_skipped,
     })
+}
+
+/// The PostgreSQL scenarios of one run: a database for each, and the toolgate replicas on it.
+struct PgRun {
+    admin: postgres::Admin,
+    /// The commits baseline's database.
+    commits: postgres::ScratchDb,
+    /// Each toolgate scenario: its name, what it runs, its database and its replicas.
+    sets: Vec<PgSet>,
+}
+
+struct PgSet {
+    scenario: Scenario,
+    db: postgres::ScratchDb,
+    replicas: Vec<ServerProcess>,
+}
+
+impl PgRun {
+    /// Creates the databases and starts the replicas: echo and the durable write, each on 1, 2
+    /// and 3 replicas (the store's default lease and heartbeat).
+    async fn start(options: &Options, admin: postgres::Admin) -> Result<PgRun, String> {
+        eprintln!(
+            "PostgreSQL: {} (synchronous_commit {})",
+            admin.version.split(" on ").next().unwrap_or(&admin.version),
+            admin.synchronous_commit
+        );
+        let wanted = [
+            (Scenario::Echo("pg_echo"), 1),
+            (Scenario::Echo("pg_echo_r2"), 2),
+            (Scenario::Echo("pg_echo_r3"), 3),
+            (Scenario::Write("pg_write"), 1),
+            (Scenario::Write("pg_write_r2"), 2),
+            (Scenario::Write("pg_write_r3"), 3),
+        ];
+        let mut labels = vec!["commits"];
+        labels.extend(wanted.iter().map(|(scenario, _)| scenario.name()));
+        let mut dbs = admin.scratch_many(&labels).await?.into_iter();
+        let commits = dbs.next().expect("the commits database");
+        postgres::create_commits_table(&commits).await?;
+        let mut starting = Vec::new();
+        for ((scenario, replicas), db) in wanted.into_iter().zip(dbs) {
+            let env = postgres::replica_env(&db.url, &[]);
+            let (binary, root) = (options.toolgate.clone(), options.data_root.clone());
+            let started = tokio::spawn(async move {
+                postgres::start_replicas(&binary, &root, scenario.name(), replicas, &env).await
+            });
+            starting.push((scenario, db, started));
+        }
+        let mut sets = Vec::new();
+        let mut failed = None;
+        for (scenario, db, started) in starting {
+            match started.await.map_err(|e| e.to_string()).and_then(|r| r) {
+                Ok(replicas) => sets.push(PgSet {
+                    scenario,
+                    db,
+                    replicas,
+                }),
+                Err(e) => {
+                    failed.get_or_insert(format!("{}: {e}", scenario.name()));
+                    db.remove(&admin).await;
+                }
+            }
+        }
+        let run = PgRun {
+            admin,
+            commits,
+            sets,
+        };
+        if let Some(e) = failed {
+            let _ = run.finish().await;
+            return Err(e);
+        }
+        // What starting did is flushed to the statistics before the first round is sampled.
+        tokio::time::sleep(
+            options
+                .postgres
+                .as_ref()
+                .map_or(Duration::ZERO, |pg| pg.settle),
+        )
+        .await;
+        for set in &run.sets {
+            for replica in &set.replicas {
+                load::fetch(replica.addr, "/readyz").await?;
+            }
+        }
+        Ok(run)
+    }
+
+    fn step(set: &PgSet) -> Step {
+        Step {
+            scenario: set.scenario,
+            target: Target::Http(set.replicas.iter().map(|r| r.addr).collect()),
+            pids: set.replicas.iter().map(|r| r.pid()).collect(),
+            database: Some(set.db.name.clone()),
+        }
+    }
+
+    /// Echo on 1, 2 and 3 replicas.
+    fn echo_steps(&self) -> Vec<Step> {
+        self.sets
+            .iter()
+            .filter(|set| matches!(set.scenario, Scenario::Echo(_)))
+            .map(PgRun::step)
+            .collect()
+    }
+
+    /// The commits baseline, then the durable write on 1, 2 and 3 replicas.
+    fn write_steps(&self) -> Vec<Step> {
+        let commits = Step {
+            scenario: Scenario::Commits("pg_commits"),
+            target: Target::Postgres(self.commits.url.clone()),
+            pids: Vec::new(),
+            database: Some(self.commits.name.clone()),
+        };
+        std::iter::once(commits)
+            .chain(
+                self.sets
+                    .iter()
+                    .filter(|set| matches!(set.scenario, Scenario::Write(_)))
+                    .map(PgRun::step),
+            )
+            .collect()
+    }
+
+    /// Stops the replicas, reads each database's table statistics, and drops the databases.
+    async fn finish(self) -> Result<postgres::PgReport, String> {
+        let PgRun {
+            admin,
+            commits,
+            sets,
+        } = self;
+        admin.close_probes().await;
+        let mut tables = Vec::new();
+        let mut failed = None;
+        let mut dbs = Vec::new();
+        let mut stopping = Vec::new();
+        for set in sets {
+            stopping.extend(set.replicas.into_iter().map(|r| tokio::spawn(r.stop())));
+            dbs.push((set.scenario.name(), "calls", set.db));
+        }
+        dbs.push(("pg_commits", "bench_commits", commits));
+        for stopped in stopping {
+            let _ = stopped.await;
+        }
+        let closing: Vec<_> = dbs
+            .into_iter()
+            .map(|(scenario, table, db)| tokio::spawn(db.close(scenario, table)))
+            .collect();
+        for closed in closing {
+            match closed.await.map_err(|e| e.to_string()).and_then(|r| r) {
+                Ok(stats) => tables.push(stats),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(postgres::PgReport {
+                target: postgres::shown(admin.url()),
+                version: admin.version.clone(),
+                synchronous_commit: admin.synchronous_commit.clone(),
+                tables,
+                failover: None,
+            }),
+        }
+    }
 }

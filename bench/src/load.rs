@@ -29,6 +29,9 @@ pub enum Scenario {
     PeerEcho(&'static str),
     /// `GET /approvals?limit=50`.
     Approvals(&'static str),
+    /// PostgreSQL alone: one row inserted and committed per operation, on a client of its own
+    /// per connection (the baseline of the durable write on PostgreSQL).
+    Commits(&'static str),
 }
 
 impl Scenario {
@@ -41,7 +44,8 @@ impl Scenario {
             | Scenario::Write(n)
             | Scenario::SuspendApprove(n)
             | Scenario::PeerEcho(n)
-            | Scenario::Approvals(n) => n,
+            | Scenario::Approvals(n)
+            | Scenario::Commits(n) => n,
         }
     }
 }
@@ -61,12 +65,34 @@ pub struct ScenarioResult {
     pub p50: Duration,
     /// 99th percentile operation latency.
     pub p99: Duration,
-    /// The server's peak resident memory so far, in KiB.
+    /// The server's peak resident memory so far, in KiB (the largest of its replicas').
     pub peak_rss_kib: Option<u64>,
+    /// Operations over every round, warm-ups and failures included: what the database
+    /// counters of a PostgreSQL scenario cover.
+    pub operations_all: u64,
+    /// A PostgreSQL scenario's counters, summed over its rounds.
+    pub pg: Option<crate::postgres::Counters>,
+    /// CPU time used over every round (warm-ups included), by whom.
+    pub cpu: Option<crate::cpu::Cpu>,
+    /// Echo on PostgreSQL, in the round kept: whether the records written behind the answers
+    /// kept up with them.
+    pub behind: Option<WriteBehind>,
+}
+
+/// How the records of answered calls, written behind their answers, kept up with them.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteBehind {
+    /// Records committed per second during the measured window.
+    pub committed_per_s: f64,
+    /// Records of answered calls not yet committed when the load stopped.
+    pub backlog: i64,
+    /// How long after the load stopped the last of them was committed (`None`: not within a
+    /// minute).
+    pub drained_after: Option<Duration>,
 }
 
 const ECHO_BODY: &str = r#"{"input":{"text":"hello, tools"}}"#;
-const EMAIL_BODY: &str =
+pub(crate) const EMAIL_BODY: &str =
     r#"{"input":{"to":"bench@example.com","subject":"load","body":"one of many"}}"#;
 const ASK_BODY: &str = r#"{"input":{"question":"ship it?"}}"#;
 const ANSWER_BODY: &str = r#"{"input":{"answer":"yes"}}"#;
@@ -136,6 +162,19 @@ pub async fn fetch(addr: SocketAddr, path: &str) -> Result<Bytes, String> {
     }
 }
 
+/// One `send_email` call with `key` as its `Idempotency-Key`, on a connection of its own.
+pub async fn send_email(addr: SocketAddr, key: &str) -> Result<(StatusCode, Bytes), String> {
+    let mut sender = connect(addr).await?;
+    send(
+        &mut sender,
+        Method::POST,
+        "/tools/send_email/call",
+        Some(key),
+        EMAIL_BODY,
+    )
+    .await
+}
+
 /// The suspension token in a `202` body.
 fn token(body: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
@@ -196,6 +235,7 @@ async fn operate(
                 StatusCode::OK,
             )
         }
+        Scenario::Commits(_) => return Err("commits run on PostgreSQL, not HTTP".into()),
         Scenario::SuspendApprove(_) => {
             let (status, body) = send(
                 sender,
@@ -224,60 +264,157 @@ async fn operate(
 struct Tally {
     latencies_us: Vec<u32>,
     errors: u64,
+    /// Every operation, warm-up and failures included.
+    operations: u64,
+    /// Every operation answered as expected, warm-up included.
+    ok: u64,
 }
 
-/// Runs `scenario` against `addr` on `connections` connections until `until`, measuring only
-/// from `from`.
+impl Tally {
+    /// Records one operation that started at `started`; it counts only from `from`.
+    fn record(&mut self, ok: bool, started: Instant, from: Instant) {
+        self.operations += 1;
+        self.ok += u64::from(ok);
+        let measured = started >= from;
+        if !measured {
+            return;
+        }
+        if ok {
+            self.latencies_us
+                .push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX));
+        } else {
+            self.errors += 1;
+        }
+    }
+
+    fn add(&mut self, other: Tally) {
+        self.latencies_us.extend(other.latencies_us);
+        self.errors += other.errors;
+        self.operations += other.operations;
+        self.ok += other.ok;
+    }
+}
+
+/// Where a step's load goes.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// HTTP servers: connection `i` goes to the `i % n`-th (round robin over replicas).
+    Http(Vec<SocketAddr>),
+    /// A PostgreSQL database, for [`Scenario::Commits`].
+    Postgres(String),
+}
+
+/// One scenario of a plan: what, where, whose memory to watch, and for a PostgreSQL scenario
+/// the database whose counters are sampled around each of its rounds.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// What is run.
+    pub scenario: Scenario,
+    /// Against what.
+    pub target: Target,
+    /// The processes serving it, for their peak memory.
+    pub pids: Vec<u32>,
+    /// The scenario's own database, when it runs on PostgreSQL.
+    pub database: Option<String>,
+}
+
+impl Step {
+    /// A scenario against one HTTP server.
+    pub fn http(scenario: Scenario, addr: SocketAddr, pid: Option<u32>) -> Step {
+        Step {
+            scenario,
+            target: Target::Http(vec![addr]),
+            pids: pid.into_iter().collect(),
+            database: None,
+        }
+    }
+}
+
+/// Runs `scenario` against `target` on `connections` connections until `until`, measuring
+/// only from `from`.
 async fn drive(
     scenario: Scenario,
-    addr: SocketAddr,
+    target: &Target,
     connections: usize,
     from: Instant,
     until: Instant,
 ) -> Tally {
     let tasks: Vec<_> = (0..connections)
-        .map(|_| {
-            tokio::spawn(async move {
-                let mut tally = Tally::default();
-                let mut sender = None;
-                while Instant::now() < until {
-                    if sender.is_none() {
-                        match connect(addr).await {
-                            Ok(s) => sender = Some(s),
-                            Err(_) => {
-                                tally.errors += 1;
-                                tokio::time::sleep(Duration::from_millis(10)).await;
-                                continue;
-                            }
-                        }
-                    }
-                    let started = Instant::now();
-                    let result = operate(scenario, sender.as_mut().expect("connected")).await;
-                    let measured = started >= from;
-                    match result {
-                        Ok(true) if measured => tally
-                            .latencies_us
-                            .push(u32::try_from(started.elapsed().as_micros()).unwrap_or(u32::MAX)),
-                        Ok(true) => {}
-                        Ok(false) => tally.errors += u64::from(measured),
-                        Err(_) => {
-                            tally.errors += u64::from(measured);
-                            sender = None;
-                        }
-                    }
-                }
-                tally
-            })
+        .map(|index| match target {
+            Target::Http(addrs) => {
+                let addr = addrs[index % addrs.len()];
+                tokio::spawn(drive_http(scenario, addr, from, until))
+            }
+            Target::Postgres(url) => tokio::spawn(drive_commits(url.clone(), index, from, until)),
         })
         .collect();
     let mut total = Tally::default();
     for task in tasks {
         if let Ok(tally) = task.await {
-            total.latencies_us.extend(tally.latencies_us);
-            total.errors += tally.errors;
+            total.add(tally);
         }
     }
     total
+}
+
+/// One connection's closed loop of `scenario` against `addr`.
+async fn drive_http(scenario: Scenario, addr: SocketAddr, from: Instant, until: Instant) -> Tally {
+    let mut tally = Tally::default();
+    let mut sender = None;
+    while Instant::now() < until {
+        if sender.is_none() {
+            match connect(addr).await {
+                Ok(s) => sender = Some(s),
+                Err(_) => {
+                    tally.errors += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let started = Instant::now();
+        let result = operate(scenario, sender.as_mut().expect("connected")).await;
+        tally.record(matches!(result, Ok(true)), started, from);
+        if result.is_err() {
+            sender = None;
+        }
+    }
+    tally
+}
+
+/// One client's closed loop of single-row commits into the commits table of `url`.
+async fn drive_commits(url: String, index: usize, from: Instant, until: Instant) -> Tally {
+    let mut tally = Tally::default();
+    let client_no = i32::try_from(index).unwrap_or(i32::MAX);
+    let mut client = None;
+    while Instant::now() < until {
+        if client.is_none() {
+            let connected = async {
+                let c = crate::postgres::connect(&url).await?;
+                let statement = c
+                    .prepare(crate::postgres::COMMIT_ONE_ROW)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((c, statement))
+            };
+            match connected.await {
+                Ok(c) => client = Some(c),
+                Err(_) => {
+                    tally.errors += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            }
+        }
+        let (c, statement) = client.as_ref().expect("connected");
+        let started = Instant::now();
+        let result = c.execute(statement, &[&client_no, &EMAIL_BODY]).await;
+        tally.record(matches!(result, Ok(1)), started, from);
+        if result.is_err() {
+            client = None;
+        }
+    }
+    tally
 }
 
 /// Peak resident memory of process `pid`, in KiB.
@@ -302,23 +439,106 @@ fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
 }
 
 /// Runs every scenario of `plan`, `options.rounds` times interleaved, and keeps each one's best
-/// round (the least disturbed by the machine's noise).
+/// round (the least disturbed by the machine's noise). With `admin`, the counters of each
+/// PostgreSQL scenario's database are read before and after each of its rounds (once they
+/// have settled, see [`crate::postgres::Admin::settle`]) and summed.
 pub async fn run_rounds(
-    plan: &[(Scenario, SocketAddr, Option<u32>)],
+    plan: &[Step],
     options: &Options,
+    admin: Option<&crate::postgres::Admin>,
 ) -> Result<Vec<ScenarioResult>, String> {
+    let settle = options
+        .postgres
+        .as_ref()
+        .map_or(Duration::ZERO, |pg| pg.settle);
+    let pg_duration = options.postgres.as_ref().and_then(|pg| pg.duration);
     let mut best: Vec<Option<ScenarioResult>> = vec![None; plan.len()];
     for round in 1..=options.rounds {
-        for (index, (scenario, addr, pid)) in plan.iter().enumerate() {
-            let from = Instant::now() + options.warmup;
-            let until = from + options.duration;
-            let tally = drive(*scenario, *addr, options.connections, from, until).await;
-            let result = summarize(
-                scenario.name(),
-                tally,
-                options.duration,
-                pid.and_then(peak_rss_kib),
+        for (index, step) in plan.iter().enumerate() {
+            let observed = match (admin, &step.database) {
+                (Some(admin), Some(db)) => Some((admin, db, admin.sample(db).await?)),
+                _ => None,
+            };
+            let (warmup, duration) = match pg_duration {
+                Some(d) if step.database.is_some() => (d / 3, d),
+                _ => (options.warmup, options.duration),
+            };
+            let postmaster = admin
+                .and_then(|admin| admin.postmaster)
+                .filter(|_| step.database.is_some());
+            // Echo on PostgreSQL: its records are written behind the answers; how far behind
+            // is read from the last sequence number committed (`max(seq)`, an index lookup).
+            let behind_db = match (admin, &step.database, step.scenario) {
+                (Some(admin), Some(db), Scenario::Echo(_)) => Some((admin, db.as_str())),
+                _ => None,
+            };
+            let mut probes = 0;
+            let start_seq = match behind_db {
+                Some((admin, db)) => {
+                    probes += 1;
+                    admin.last_seq(db).await?
+                }
+                None => 0,
+            };
+            let cpu_before = crate::cpu::Cpu::now(&step.pids, postmaster);
+            let from = Instant::now() + warmup;
+            let until = from + duration;
+            let edges = async {
+                let (admin, db) = behind_db?;
+                tokio::time::sleep_until(from.into()).await;
+                let first = admin.last_seq(db).await;
+                tokio::time::sleep_until(until.into()).await;
+                let last = admin.last_seq(db).await;
+                Some((first, last))
+            };
+            let (tally, edges) = tokio::join!(
+                drive(
+                    step.scenario,
+                    &step.target,
+                    options.connections,
+                    from,
+                    until,
+                ),
+                edges
             );
+            let behind = match (behind_db, edges) {
+                (Some((admin, db)), Some((first, last))) => {
+                    let (first, last) = (first?, last?);
+                    probes += 2;
+                    let target = start_seq + i64::try_from(tally.ok).unwrap_or(i64::MAX);
+                    let stopped = Instant::now();
+                    let mut seq = admin.last_seq(db).await?;
+                    probes += 1;
+                    let backlog = target - seq;
+                    while seq < target && stopped.elapsed() < Duration::from_secs(60) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        seq = admin.last_seq(db).await?;
+                        probes += 1;
+                    }
+                    Some(WriteBehind {
+                        committed_per_s: (last - first) as f64 / duration.as_secs_f64(),
+                        backlog: backlog.max(0),
+                        drained_after: (seq >= target).then(|| stopped.elapsed()),
+                    })
+                }
+                _ => None,
+            };
+            // After the records written behind are in: their work is the calls'.
+            let cpu = crate::cpu::Cpu::now(&step.pids, postmaster).since(cpu_before);
+            let operations = tally.operations;
+            let pg = match observed {
+                Some((admin, db, before)) => {
+                    admin.settle(step, settle).await?;
+                    let mut counters = admin.sample(db).await?.since(before);
+                    // The probes above are transactions of their own in the same database.
+                    counters.transactions -= probes;
+                    Some(counters)
+                }
+                None => None,
+            };
+            let peak = step.pids.iter().filter_map(|&pid| peak_rss_kib(pid)).max();
+            let mut result = summarize(step.scenario.name(), tally, duration, peak);
+            result.behind = behind;
             eprintln!(
                 "round {round} {:<18} {:>9.0} req/s  p50 {:>7.2} ms  p99 {:>7.2} ms  errors {}",
                 result.name,
@@ -328,21 +548,33 @@ pub async fn run_rounds(
                 result.errors
             );
             let slot = &mut best[index];
-            let keep = match slot {
-                Some(previous) => result.rps > previous.rps,
-                None => true,
+            // Errors, operations and counters of every round count: a clean best round must
+            // not hide a bad one.
+            let (errors, operations, pg, cpu, peak) = match slot.as_ref() {
+                Some(previous) => (
+                    previous.errors + result.errors,
+                    previous.operations_all + operations,
+                    match (previous.pg, pg) {
+                        (Some(a), Some(b)) => Some(a.plus(b)),
+                        (a, b) => a.or(b),
+                    },
+                    previous.cpu.map_or(cpu, |c| c.plus(cpu)),
+                    previous.peak_rss_kib.max(result.peak_rss_kib),
+                ),
+                None => (result.errors, operations, pg, cpu, result.peak_rss_kib),
             };
+            let keep = slot
+                .as_ref()
+                .is_none_or(|previous| result.rps > previous.rps);
             if keep {
-                // Errors of every round count: a clean best round must not hide a bad one.
-                let errors = slot.as_ref().map_or(0, |p| p.errors);
-                *slot = Some(ScenarioResult {
-                    errors: result.errors + errors,
-                    ..result
-                });
-            } else if let Some(previous) = slot {
-                previous.errors += result.errors;
-                previous.peak_rss_kib = result.peak_rss_kib.max(previous.peak_rss_kib);
+                *slot = Some(result);
             }
+            let kept = slot.as_mut().expect("set above");
+            kept.errors = errors;
+            kept.operations_all = operations;
+            kept.pg = pg;
+            kept.cpu = Some(cpu);
+            kept.peak_rss_kib = peak;
         }
     }
     Ok(best.into_iter().flatten().collect())
@@ -371,5 +603,9 @@ fn summarize(
         p50: at(0.50),
         p99: at(0.99),
         peak_rss_kib: peak,
+        operations_all: 0,
+        pg: None,
+        cpu: None,
+        behind: None,
     }
 }

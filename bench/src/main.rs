@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use toolgate_bench::{BareMode, Options};
+use toolgate_bench::{BareMode, Options, PgOptions};
 
 const USAGE: &str = "usage: toolgate-bench [--smoke] [--duration-ms N] [--warmup-ms N] \
 [--rounds N] [--connections N] [--no-peer] [--no-scale] [--scale-calls N] [--scale-pending N] \
+[--no-postgres] [--postgres-url URL] [--kills N] [--lease-ttl-ms N] [--heartbeat-ms N] \
 [--toolgate PATH] [--data-root DIR] [--out FILE]";
 
 fn main() -> ExitCode {
@@ -29,16 +30,21 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if args.first().map(String::as_str) == Some("load") {
-        // `load ADDR SCENARIO SECONDS CONNECTIONS`: drive one scenario at a running server, for
-        // profiling it (perf record -p <server pid>).
-        let [_, addr, scenario, seconds, connections] = args.as_slice() else {
+        // `load ADDR[,ADDR...] SCENARIO SECONDS CONNECTIONS`: drive one scenario at a running
+        // server (or replicas, connections spread over them), for profiling it
+        // (perf record -p <server pid>).
+        let [_, addrs, scenario, seconds, connections] = args.as_slice() else {
             eprintln!(
-                "usage: toolgate-bench load ADDR tools|echo|write|suspend_approve SECONDS CONNECTIONS"
+                "usage: toolgate-bench load ADDR[,ADDR...] tools|echo|write|suspend_approve \
+                 SECONDS CONNECTIONS"
             );
             return ExitCode::from(2);
         };
         let result = runtime.block_on(toolgate_bench::load_once(
-            addr.parse().expect("an address"),
+            addrs
+                .split(',')
+                .map(|addr| addr.parse().expect("an address"))
+                .collect(),
             scenario,
             Duration::from_secs(seconds.parse().expect("seconds")),
             connections.parse().expect("connections"),
@@ -67,6 +73,7 @@ fn main() -> ExitCode {
         peer: true,
         scale: Some((1_000_000, 100_000)),
         startups: 7,
+        postgres: Some(PgOptions::from_env(false)),
     };
     let mut out: Option<PathBuf> = None;
     let mut args = args.into_iter();
@@ -93,6 +100,34 @@ fn main() -> ExitCode {
                     options.peer = false;
                     options.scale = Some((2_000, 200));
                     options.startups = 1;
+                    if let Some(pg) = &mut options.postgres {
+                        *pg = PgOptions::smoke(pg.admin_url.clone(), pg.required);
+                    }
+                }
+                "--no-postgres" => options.postgres = None,
+                "--postgres-url" => {
+                    let url = value(&arg)?;
+                    if let Some(pg) = &mut options.postgres {
+                        pg.admin_url = url;
+                    }
+                }
+                "--kills" => {
+                    let kills = number(value(&arg)?)? as usize;
+                    if let Some(pg) = &mut options.postgres {
+                        pg.kills = kills;
+                    }
+                }
+                "--lease-ttl-ms" => {
+                    let ms = Duration::from_millis(number(value(&arg)?)?);
+                    if let Some(pg) = &mut options.postgres {
+                        pg.lease_ttl = ms;
+                    }
+                }
+                "--heartbeat-ms" => {
+                    let ms = Duration::from_millis(number(value(&arg)?)?);
+                    if let Some(pg) = &mut options.postgres {
+                        pg.heartbeat = ms;
+                    }
                 }
                 "--duration-ms" => options.duration = Duration::from_millis(number(value(&arg)?)?),
                 "--warmup-ms" => options.warmup = Duration::from_millis(number(value(&arg)?)?),

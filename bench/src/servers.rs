@@ -27,10 +27,30 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts `toolgate serve` on `data_dir` and waits until `/readyz` answers 200.
     pub async fn toolgate(binary: &Path, data_dir: &Path) -> Result<Self, String> {
-        let mut child = Command::new(binary)
+        Self::toolgate_with(binary, data_dir, &[]).await
+    }
+
+    /// Starts `toolgate serve` on `data_dir` with `env` (such as `TOOLGATE_STORE__DATABASE_URL`,
+    /// which keeps a password off the command line), and waits until `/readyz` answers 200.
+    pub async fn toolgate_with(
+        binary: &Path,
+        data_dir: &Path,
+        env: &[(String, String)],
+    ) -> Result<Self, String> {
+        let mut command = Command::new(binary);
+        // toolgate reads every TOOLGATE_* variable as configuration (and refuses one it does not
+        // know, such as the tests' TOOLGATE_TEST_DATABASE_URL): the server measured runs on its
+        // defaults and what the harness sets, whatever the harness's own environment holds.
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("TOOLGATE_") {
+                command.env_remove(key);
+            }
+        }
+        let mut child = command
             .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .env("RUST_LOG", "warn,toolgate=info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -68,6 +88,12 @@ impl ServerProcess {
         peak_rss_kib(self.pid())
     }
 
+    /// SIGKILL (`kill -9`), and wait for it to be gone.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, and wait for it to exit.
     pub async fn stop(mut self) {
         let _ = Command::new("kill")
@@ -98,20 +124,30 @@ fn listening_addr(child: &mut Child, marker: &'static str) -> Result<SocketAddr,
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut tx = Some(tx);
+        let mut said = Vec::new();
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if let Some(rest) = line.split(marker).nth(1) {
                 let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
                 if let Some(tx) = tx.take() {
-                    let _ = tx.send(addr);
+                    let _ = tx.send(Ok(addr));
                 }
-            } else if tx.is_some() && line.contains("ERROR") {
-                eprintln!("{line}");
+            } else if tx.is_some() {
+                if line.contains("ERROR") {
+                    eprintln!("{line}");
+                }
+                said.push(line);
             }
         }
+        // It exited before it listened: what it said is why.
+        if let Some(tx) = tx {
+            let _ = tx.send(Err(said.join("\n")));
+        }
     });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .map_err(|_| "the server never said where it listens".to_owned())?;
+    let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(Ok(addr)) => addr,
+        Ok(Err(said)) => return Err(format!("the server exited before it listened: {said}")),
+        Err(_) => return Err("the server never said where it listens".to_owned()),
+    };
     addr.parse().map_err(|e| format!("bad address {addr}: {e}"))
 }
 
