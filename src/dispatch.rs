@@ -118,10 +118,21 @@ pub struct Running {
     inner: Arc<RunningInner>,
 }
 
-#[derive(Default)]
 struct RunningInner {
     count: AtomicUsize,
     idle: Notify,
+    /// Set at a graceful shutdown: requests held waiting for a change are answered now.
+    released: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for RunningInner {
+    fn default() -> Self {
+        RunningInner {
+            count: AtomicUsize::new(0),
+            idle: Notify::new(),
+            released: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 /// Held by each running call; the last one out wakes whoever waits for idleness.
@@ -131,6 +142,18 @@ impl Running {
     fn enter(&self) -> RunningGuard {
         self.inner.count.fetch_add(1, Ordering::SeqCst);
         RunningGuard(self.inner.clone())
+    }
+
+    /// Answers every request held waiting for a change (`?wait=`) at once, with the state as it
+    /// is, and any held from now on: a graceful shutdown calls it as it starts, so that held
+    /// requests do not keep the server up.
+    pub fn release_held(&self) {
+        self.inner.released.send_replace(true);
+    }
+
+    /// Changes to `true` when held requests must be answered now.
+    pub fn released(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.released.subscribe()
     }
 
     /// How many calls are running now.
@@ -204,7 +227,7 @@ pub enum CallOutcome {
 impl CallOutcome {
     /// The answer a call's record gives to a repeated request, if it has one (a call still
     /// running, interrupted or waiting for reconciliation has none).
-    fn from_record(call: &CallRecord) -> Option<CallOutcome> {
+    pub fn from_record(call: &CallRecord) -> Option<CallOutcome> {
         let failed = |status| {
             let error = call
                 .error

@@ -9,7 +9,11 @@
 //! - [`dispatch`]: the call lifecycle, the only path by which a tool runs: validate the input,
 //!   record the intent, run, record the outcome; approvals re-enter the same path.
 //! - [`store`]: durable calls and suspensions behind the [`Store`](store::Store) trait;
-//!   [`SqliteStore`](store::SqliteStore) is the embedded default.
+//!   [`SqliteStore`](store::SqliteStore) is the embedded default, and
+//!   [`PostgresStore`](store::PostgresStore) lets several replicas share one database. Every
+//!   change of a call's status lands in the store's change feed.
+//! - [`feed`]: what follows the change feed in this process: requests held until a call changes
+//!   or a suspension arrives.
 //! - [`server`]: the axum HTTP API. [`ServerBuilder`] turns a tool set and a store into an
 //!   `axum::Router` you can serve alone or mount in your own app.
 //! - [`config`]: the binary's configuration (file, environment, flags), read once.
@@ -26,6 +30,7 @@ pub mod config;
 pub mod contract;
 pub mod dispatch;
 pub mod examples;
+pub mod feed;
 mod ids;
 pub mod server;
 mod slots;

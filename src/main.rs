@@ -197,8 +197,13 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         data_dir = %config.data_dir.display(),
         "toolgate listening on http://{addr}"
     );
+    let releaser = running.clone();
     axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            // Requests held for a change (`?wait=`) are answered now, with the state as it is.
+            releaser.release_held();
+        })
         .await?;
     if running.count() > 0 {
         tracing::info!(

@@ -986,6 +986,25 @@ impl toolgate::store::Store for BrokenStore {
     async fn ping(&self) -> Result<(), toolgate::store::StoreError> {
         broken()
     }
+    async fn feed(
+        &self,
+        _after: Option<&toolgate::store::FeedCursor>,
+        _limit: u32,
+    ) -> Result<toolgate::store::FeedPage, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn feed_head(&self) -> Result<toolgate::store::FeedCursor, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn prune_feed(
+        &self,
+        _before: toolgate::store::Timestamp,
+    ) -> Result<u64, toolgate::store::StoreError> {
+        broken()
+    }
+    fn feed_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        tokio::sync::watch::channel(0).1
+    }
     fn backend(&self) -> &'static str {
         "broken"
     }

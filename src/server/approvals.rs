@@ -11,6 +11,7 @@ use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
 use super::responses::{CallCompleted, CallSuspended, call_response};
+use super::wait::Wait;
 use crate::store::{Approval, ApprovalState, CallRecord};
 
 /// The default page size of `GET /approvals`.
@@ -30,6 +31,14 @@ pub struct ApprovalsQuery {
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// When no approval is pending after the cursor, hold the request until one arrives, at
+    /// most this many seconds (0 to 55).
+    #[param(minimum = 0, maximum = 55)]
+    #[allow(
+        dead_code,
+        reason = "read by the `Wait` extractor; declared so it is documented and accepted"
+    )]
+    pub wait: Option<u32>,
 }
 
 /// One page of pending suspensions, oldest first.
@@ -106,13 +115,29 @@ pub(super) fn page(
 pub(super) async fn list(
     State(app): State<AppState>,
     QueryParams(query): QueryParams<ApprovalsQuery>,
+    Wait(held): Wait,
 ) -> Result<Json<ApprovalList>, ApiError> {
     let (limit, after) = page(query.limit, query.cursor.as_deref())?;
-    let page = app
-        .dispatcher
-        .store()
-        .pending_approvals(after, limit)
-        .await?;
+    let store = app.dispatcher.store();
+    let mut page = store.pending_approvals(after, limit).await?;
+    if let Some(mut held) = held.filter(|_| page.approvals.is_empty()) {
+        // Held until a suspension arrives: registered first, then read again, so that one
+        // arriving in between is not missed.
+        held.release_slot();
+        let deadline = tokio::time::Instant::now() + held.limit;
+        let mut arrivals = app.feed.watch_suspensions();
+        loop {
+            page = store.pending_approvals(after, limit).await?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if !page.approvals.is_empty() || left.is_zero() {
+                break;
+            }
+            if arrivals.wait(left).await != crate::feed::Woken::Changed {
+                page = store.pending_approvals(after, limit).await?;
+                break;
+            }
+        }
+    }
     Ok(Json(ApprovalList {
         approvals: page.approvals,
         next_cursor: page.next_cursor.map(|seq| seq.to_string()),

@@ -228,9 +228,21 @@ where
 
     fn call(&mut self, mut request: Request) -> Self::Future {
         match self.gate.admit(&mut request) {
+            // A request that may be held shares its slot with the handler, which gives it back
+            // when it starts waiting.
+            Ok(slot) if super::wait::asks_to_wait(request.uri().query()) => {
+                let held = super::wait::HeldSlot::new(slot);
+                request.extensions_mut().insert(held.clone());
+                GateFuture::Admitted {
+                    future: self.inner.call(request),
+                    slot: None,
+                    held: Some(held),
+                }
+            }
             Ok(slot) => GateFuture::Admitted {
                 future: self.inner.call(request),
                 slot: Some(slot),
+                held: None,
             },
             Err(error) => GateFuture::Refused {
                 response: Some(error.into_response()),
@@ -243,7 +255,11 @@ pin_project_lite::pin_project! {
     /// The route's answer, or the gate's refusal.
     #[project = GateProjection]
     pub(super) enum GateFuture<F> {
-        Admitted { #[pin] future: F, slot: Option<Slot> },
+        Admitted {
+            #[pin] future: F,
+            slot: Option<Slot>,
+            held: Option<super::wait::HeldSlot>,
+        },
         Refused { response: Option<Response> },
     }
 }
@@ -256,9 +272,12 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
-            GateProjection::Admitted { future, slot } => {
+            GateProjection::Admitted { future, slot, held } => {
                 let answer = std::task::ready!(future.poll(cx));
                 drop(slot.take());
+                if let Some(held) = held.take() {
+                    held.release();
+                }
                 Poll::Ready(answer)
             }
             GateProjection::Refused { response } => Poll::Ready(Ok(response

@@ -1,6 +1,6 @@
 //! `/calls`: reading calls, and settling those that need reconciliation.
 
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -10,6 +10,7 @@ use super::approvals::page;
 use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
+use super::wait::{Wait, hold_until, parse_wait};
 use crate::store::{CallFilter, CallRecord, CallStatus, CallSummary, Settlement};
 
 /// Filters and paging of `GET /calls`.
@@ -95,17 +96,42 @@ pub(super) async fn get(
     State(app): State<AppState>,
     Extension(principal): Extension<Principal>,
     PathParam(call_id): PathParam,
+    RawQuery(query): RawQuery,
+    Wait(held): Wait,
 ) -> Result<Json<CallRecord>, ApiError> {
     tracing::Span::current().record("call_id", call_id.as_str());
-    let call = app
-        .dispatcher
-        .store()
-        .call(&call_id)
-        .await?
-        // Another caller's call is answered as if it did not exist: its id tells nothing.
-        .filter(|call| principal.sees_all_calls() || call.caller == principal.name)
-        .ok_or(ApiError::UnknownCall(call_id))?;
-    Ok(Json(call))
+    // `wait` is the only parameter.
+    parse_wait(query.as_deref(), true)?;
+    let read = || async {
+        app.dispatcher
+            .store()
+            .call(&call_id)
+            .await?
+            // Another caller's call is answered as if it did not exist: its id tells nothing.
+            .filter(|call| principal.sees_all_calls() || call.caller == principal.name)
+            .ok_or_else(|| ApiError::UnknownCall(call_id.clone()))
+    };
+    let call = read().await?;
+    let Some(held) = held else {
+        return Ok(Json(call));
+    };
+    // Held while it runs or waits for a person, until its status changes.
+    let waiting = |now: &CallRecord| {
+        matches!(now.status, CallStatus::Running | CallStatus::Suspended)
+            && now.status == call.status
+    };
+    if !waiting(&call) {
+        return Ok(Json(call));
+    }
+    let now = hold_until(&app.feed, held, &call_id, || async {
+        let now = read().await?;
+        Ok((!waiting(&now)).then_some(now))
+    })
+    .await?;
+    match now {
+        Some(now) => Ok(Json(now)),
+        None => Ok(Json(read().await?)),
+    }
 }
 
 /// Settles a call that needs reconciliation, recording who did it.

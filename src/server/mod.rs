@@ -15,6 +15,7 @@ mod health;
 pub mod openapi;
 mod responses;
 mod tools;
+mod wait;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -67,6 +68,8 @@ pub(crate) struct AppState(Arc<Shared>);
 
 pub(crate) struct Shared {
     dispatcher: Dispatcher,
+    /// Requests held until a call changes or a suspension arrives.
+    feed: crate::feed::Feed,
     catalog: Catalog,
     max_json_depth: usize,
 }
@@ -147,8 +150,10 @@ impl ServerBuilder {
         let catalog = Catalog::new(&self.tools);
         let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch);
         let running = dispatcher.running().clone();
+        let feed = crate::feed::Feed::new(dispatcher.store().clone(), running.released());
         let state = AppState(Arc::new(Shared {
             dispatcher,
+            feed,
             catalog,
             max_json_depth: self.max_json_depth,
         }));

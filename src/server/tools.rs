@@ -13,8 +13,10 @@ use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{JsonBody, PathParam, check_depth};
 use super::responses::{CallCompleted, CallSuspended, call_response};
+use super::wait::{Held, Wait, hold_until};
 use crate::contract::erased::ToolDescriptor;
-use crate::dispatch::{CallOptions, DispatchError};
+use crate::dispatch::{CallOptions, CallOutcome, CallResult, DispatchError};
+use crate::store::CallStatus;
 
 /// `GET /tools`: every tool, in name order.
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -133,6 +135,7 @@ pub(super) async fn call(
     Extension(principal): Extension<Principal>,
     PathParam(name): PathParam,
     IdempotencyKey(idempotency_key): IdempotencyKey,
+    Wait(held): Wait,
     JsonBody(request): JsonBody<CallRequest>,
 ) -> Result<Response, ApiError> {
     check_depth(&request.input, app.max_json_depth)?;
@@ -156,5 +159,54 @@ pub(super) async fn call(
             }
             other => other.into(),
         })?;
-    Ok(call_response(result))
+    match (held, &result.outcome) {
+        (Some(held), CallOutcome::Suspended { token, .. }) => {
+            let token = token.clone();
+            hold_for_decision(&app, held, result, &token).await
+        }
+        _ => Ok(call_response(result)),
+    }
+}
+
+/// `?wait=`: a call that suspended is held until a person's decision has an outcome (the
+/// approved re-run's output or error, a rejection, an expiry, a new suspension), answered as
+/// the call's own answer would be; or, when the time is up, the usual `202`.
+async fn hold_for_decision(
+    app: &AppState,
+    held: Held,
+    suspended: CallResult,
+    token: &str,
+) -> Result<Response, ApiError> {
+    let store = app.dispatcher.store();
+    let call_id = suspended.call_id.clone();
+    let decided = hold_until(&app.feed, held, &call_id, || async {
+        let Some(call) = store.call(&call_id).await? else {
+            return Ok(None);
+        };
+        let pending = match &call.suspension {
+            Some(suspension) => suspension.token == token,
+            None => false,
+        };
+        Ok(match call.status {
+            CallStatus::Suspended if pending => None,
+            CallStatus::Running | CallStatus::Interrupted => None,
+            CallStatus::NeedsReconciliation => Some(Err(ApiError::NeedsReconciliation {
+                call_id: call.call_id.clone(),
+                call: Some(Box::new(call)),
+            })),
+            _ => CallOutcome::from_record(&call).map(|outcome| {
+                Ok(CallResult {
+                    call_id: call.call_id,
+                    tool: call.tool,
+                    outcome,
+                    replayed: false,
+                })
+            }),
+        })
+    })
+    .await?;
+    match decided {
+        Some(answer) => answer.map(call_response),
+        None => Ok(call_response(suspended)),
+    }
 }

@@ -412,6 +412,12 @@ pub enum StoreError {
     /// Another process holds the store.
     #[error("the store at {0} is in use by another process")]
     Locked(String),
+    /// A feed cursor older than the feed's retention: entries after it were pruned.
+    #[error("the feed cursor is older than the feed's retention")]
+    CursorExpired,
+    /// A feed cursor this backend did not write.
+    #[error("not a feed cursor: {0}")]
+    BadCursor(String),
     /// The store's schema is newer than this build understands.
     #[error("the database schema is version {found}, newer than this build's {supported}")]
     SchemaTooNew {
@@ -450,6 +456,47 @@ pub enum Reconciled {
     NotNeeded(CallRecord),
     /// No call has this id.
     UnknownCall,
+}
+
+/// A position in the change feed, as text: opaque to clients, which hand it back to read on
+/// from it (an SSE `id:`, `?after=`). Each backend writes and parses its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FeedCursor(pub String);
+
+impl std::fmt::Display for FeedCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One change of a call, as the change feed keeps it: every change of a call's status other
+/// than into `running`, in commit order. A plain read without an idempotency key that finishes
+/// within its request has none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedEntry {
+    /// Its position: reading after it returns the entries that follow.
+    pub cursor: FeedCursor,
+    /// `call.<status>`: `call.suspended`, `call.completed`, `call.failed`, `call.rejected`,
+    /// `call.expired`, `call.interrupted`, `call.needs_reconciliation`.
+    pub kind: String,
+    /// When the change happened.
+    pub at: Timestamp,
+    /// The call as the change left it (its status, attempts and `updated_at` as of the entry).
+    pub call: CallSummary,
+    /// For `call.suspended`: the suspension it made.
+    pub suspension: Option<SuspensionView>,
+}
+
+/// A page of the change feed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedPage {
+    /// The entries after the cursor asked for, oldest first.
+    pub entries: Vec<FeedEntry>,
+    /// Where to read on from: the last entry's cursor, or the one asked for if none.
+    pub cursor: FeedCursor,
+    /// Entries after these exist but are not final yet (on a shared database, a transaction
+    /// older than theirs is still in flight): read again shortly rather than wait for a wake-up.
+    pub settling: bool,
 }
 
 /// Which calls to list.
@@ -579,6 +626,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// Checks the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Up to `limit` feed entries after `after`, oldest first: none missed, none repeated, on
+    /// every backend, however many processes write at once. `None` reads from the start of
+    /// what is retained. A cursor older than the retention is [`StoreError::CursorExpired`].
+    async fn feed(&self, after: Option<&FeedCursor>, limit: u32) -> Result<FeedPage, StoreError>;
+
+    /// The cursor after the newest entry now: reading after it returns only entries to come.
+    async fn feed_head(&self) -> Result<FeedCursor, StoreError>;
+
+    /// Drops feed entries older than `before`; a cursor they were after becomes expired.
+    async fn prune_feed(&self, before: Timestamp) -> Result<u64, StoreError>;
+
+    /// Changes whenever the feed may have grown: at once for a commit of this process, and on
+    /// a shared database when another process says so (or on a short timer, in case that
+    /// message was lost). Wake-ups may be spurious; read the feed to know.
+    fn feed_changes(&self) -> tokio::sync::watch::Receiver<u64>;
 
     /// The backend's name, as `/readyz` shows it: `sqlite`, `postgres`.
     fn backend(&self) -> &'static str;

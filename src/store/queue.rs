@@ -88,6 +88,8 @@ pub(crate) enum WriteOp {
     Rerun(String),
     Resolve(String, Resolution, Option<String>),
     Reconcile(String, Settlement, Option<String>),
+    /// Drops the feed entries older than this time (Unix ms).
+    PruneFeed(i64),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -102,9 +104,21 @@ pub(crate) enum Reply {
     Rerun(Option<Box<Rerun>>),
     Resolved(Box<Resolved>),
     Reconciled(Box<Reconciled>),
+    /// How many feed entries were dropped.
+    Pruned(u64),
 }
 
 impl WriteOp {
+    /// Whether applying it may append to the change feed (so that a commit wakes the feed's
+    /// readers): any change of a call's status other than into `running`.
+    pub(crate) fn may_feed(&self) -> bool {
+        match self {
+            WriteOp::Insert(_, outcome) => outcome.is_some(),
+            WriteOp::Finish { .. } | WriteOp::Resolve(..) | WriteOp::Reconcile(..) => true,
+            WriteOp::Rerun(_) | WriteOp::PruneFeed(_) | WriteOp::Ping => false,
+        }
+    }
+
     /// Inserting `call`, running or already finished with `outcome`.
     pub(crate) fn insert(call: NewCall, outcome: Option<Outcome>) -> Result<Self, StoreError> {
         let attempts = call.attempts;
@@ -173,6 +187,13 @@ impl Reply {
     pub(crate) fn resolved(self) -> Result<Resolved, StoreError> {
         match self {
             Reply::Resolved(resolved) => Ok(*resolved),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn pruned(self) -> Result<u64, StoreError> {
+        match self {
+            Reply::Pruned(count) => Ok(count),
             _ => Err(unexpected()),
         }
     }

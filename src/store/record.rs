@@ -397,3 +397,69 @@ impl RawCall {
         })
     }
 }
+
+/// The feed entry type of a change into `status`.
+pub(crate) fn feed_type(status: CallStatus) -> String {
+    format!("call.{}", status.as_str())
+}
+
+/// A feed entry as stored, with its call's unchanging columns joined, before parsing.
+pub(crate) struct RawFeedEntry {
+    pub(crate) cursor: String,
+    pub(crate) at: i64,
+    pub(crate) kind: String,
+    pub(crate) call_id: String,
+    pub(crate) attempts: i64,
+    pub(crate) token: Option<String>,
+    pub(crate) tool: String,
+    pub(crate) effect: String,
+    pub(crate) caller: Option<String>,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) created_at: i64,
+    pub(crate) reason: Option<String>,
+    pub(crate) input_schema: Option<String>,
+    pub(crate) suspended_at: Option<i64>,
+    pub(crate) expires_at: Option<i64>,
+}
+
+impl RawFeedEntry {
+    pub(crate) fn decode(self) -> Result<super::FeedEntry, StoreError> {
+        let status = self
+            .kind
+            .strip_prefix("call.")
+            .and_then(CallStatus::parse)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown feed entry type {}", self.kind)))?;
+        let suspension = match (
+            self.token,
+            self.reason,
+            self.input_schema,
+            self.suspended_at,
+        ) {
+            (Some(token), Some(reason), Some(schema), Some(at)) => Some(SuspensionView {
+                token,
+                reason,
+                input_schema: parse_json(&schema)?,
+                created_at: Timestamp(at),
+                expires_at: self.expires_at.map(Timestamp),
+            }),
+            _ => None,
+        };
+        Ok(super::FeedEntry {
+            cursor: super::FeedCursor(self.cursor),
+            kind: self.kind,
+            at: Timestamp(self.at),
+            call: super::CallSummary {
+                call_id: self.call_id,
+                tool: self.tool,
+                effect: parse_effect(&self.effect)?,
+                status,
+                caller: self.caller,
+                idempotency_key: self.idempotency_key,
+                created_at: Timestamp(self.created_at),
+                updated_at: Timestamp(self.at),
+                attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            },
+            suspension,
+        })
+    }
+}

@@ -398,10 +398,13 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (shutdown, signal) = tokio::sync::oneshot::channel();
+        let releaser = running.clone();
         let task = tokio::spawn(async move {
             axum::serve(listener, router)
-                .with_graceful_shutdown(async {
+                .with_graceful_shutdown(async move {
                     let _ = signal.await;
+                    // As the binary does: held requests are answered at once.
+                    releaser.release_held();
                 })
                 .await
                 .unwrap();

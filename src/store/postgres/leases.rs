@@ -35,14 +35,20 @@ const SWEEP: &str = "WITH dead AS ( \
        SELECT d.call_id, CASE WHEN c.effect = 'write' THEN 'needs_reconciliation' \
          ELSE 'interrupted' END AS status \
        FROM dead d JOIN calls c ON c.call_id = d.call_id \
+     ), \
+     updated AS ( \
+       UPDATE calls c SET status = s.status, updated_at = $1, \
+         events = c.events || jsonb_build_object('at', $1::bigint, 'kind', s.status, \
+           'details', jsonb_build_object( \
+             'reason', 'the replica running the call stopped: its lease expired', \
+             'replica', c.owner)) \
+       FROM settled s WHERE c.call_id = s.call_id \
+       RETURNING c.call_id, c.tool, c.status, c.owner, c.attempts \
+     ), fed AS ( \
+       INSERT INTO feed (at, type, call_id, attempts) \
+       SELECT $1, 'call.' || status, call_id, attempts FROM updated \
      ) \
-     UPDATE calls c SET status = s.status, updated_at = $1, \
-       events = c.events || jsonb_build_object('at', $1::bigint, 'kind', s.status, \
-         'details', jsonb_build_object( \
-           'reason', 'the replica running the call stopped: its lease expired', \
-           'replica', c.owner)) \
-     FROM settled s WHERE c.call_id = s.call_id \
-     RETURNING c.call_id, c.tool, c.status, c.owner";
+     SELECT call_id, tool, status, owner FROM updated";
 
 /// Forgets replicas whose lease has expired and who own no running call.
 const FORGET: &str = "DELETE FROM replicas r WHERE r.lease_expires_at <= clock_timestamp() \
@@ -103,6 +109,12 @@ pub(super) async fn sweep(conn: &deadpool_postgres::ClientWrapper) -> Result<usi
             break;
         }
     }
+    if settled > 0 {
+        // The settled calls are in the feed: its readers here and on the other replicas.
+        conn.batch_execute(super::feed::NOTIFY)
+            .await
+            .map_err(pg_error)?;
+    }
     conn.execute(FORGET, &[]).await.map_err(pg_error)?;
     Ok(settled)
 }
@@ -125,6 +137,7 @@ pub(super) async fn heartbeat(
     pool: deadpool_postgres::Pool,
     replica: Arc<str>,
     lease: Lease,
+    feed: Arc<watch::Sender<u64>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut ticks = tokio::time::interval(lease.heartbeat);
@@ -150,7 +163,10 @@ pub(super) async fn heartbeat(
                 ))
             });
         match result {
-            Ok(_) => {
+            Ok(settled) => {
+                if settled > 0 {
+                    feed.send_modify(|changes| *changes = changes.wrapping_add(1));
+                }
                 if failing || renewed.elapsed() > lease.ttl {
                     tracing::warn!(
                         replica = %replica,

@@ -7,7 +7,10 @@ use super::{pg_error, pool_error};
 use crate::store::StoreError;
 
 /// Versioned schema changes, applied in order.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_schema.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/postgres/0001_schema.sql"),
+    include_str!("../migrations/postgres/0002_feed.sql"),
+];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).
 const MIGRATION_LOCK: i64 = 0x746f_6f6c_6761_7465;

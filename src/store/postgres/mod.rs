@@ -15,6 +15,7 @@
 //! [`StoreError::Unavailable`] (never a hang: connecting, waiting for a connection and each
 //! batch are bounded), and the store recovers by itself when the database is back.
 
+mod feed;
 mod leases;
 mod migrations;
 mod reads;
@@ -30,8 +31,9 @@ use tokio_postgres::NoTls;
 
 use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Inserted, NewCall, Outcome,
-    Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, FeedCursor, FeedPage, Inserted,
+    NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError,
+    Timestamp,
 };
 use leases::Lease;
 use reads::Conn;
@@ -79,8 +81,10 @@ struct Inner {
     own: Pool,
     writer: mpsc::UnboundedSender<Msg>,
     behind: Arc<Mutex<Behind>>,
-    /// Stops the heartbeat.
+    /// Stops the heartbeat and the feed listener.
     stop: watch::Sender<bool>,
+    /// Bumped when the feed may have grown (see [`feed`]).
+    feed: Arc<watch::Sender<u64>>,
 }
 
 impl PostgresStore {
@@ -142,11 +146,13 @@ impl PostgresStore {
         }
         let (writer, queue) = mpsc::unbounded_channel();
         let behind = Arc::new(Mutex::new(Behind::default()));
+        let changes = Arc::new(watch::Sender::new(0));
         tokio::spawn(
             writer::Writer {
                 pool: own.clone(),
                 replica: replica.clone(),
                 conn: None,
+                feed: changes.clone(),
             }
             .run(queue, behind.clone()),
         );
@@ -155,8 +161,10 @@ impl PostgresStore {
             own.clone(),
             replica.clone(),
             lease,
-            stopped,
+            changes.clone(),
+            stopped.clone(),
         ));
+        tokio::spawn(feed::listen(config, changes.clone(), stopped));
         Ok(PostgresStore {
             inner: Arc::new(Inner {
                 replica,
@@ -166,6 +174,7 @@ impl PostgresStore {
                 writer,
                 behind,
                 stop,
+                feed: changes,
             }),
         })
     }
@@ -429,6 +438,30 @@ impl Store for PostgresStore {
 
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    async fn feed(&self, after: Option<&FeedCursor>, limit: u32) -> Result<FeedPage, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            feed::read(&Conn::Client(&conn), after, limit).await
+        })
+        .await
+    }
+
+    async fn feed_head(&self) -> Result<FeedCursor, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            feed::head(&Conn::Client(&conn)).await
+        })
+        .await
+    }
+
+    async fn prune_feed(&self, before: Timestamp) -> Result<u64, StoreError> {
+        self.write(WriteOp::PruneFeed(before.0)).await?.pruned()
+    }
+
+    fn feed_changes(&self) -> watch::Receiver<u64> {
+        self.inner.feed.subscribe()
     }
 
     fn replica(&self) -> Option<&str> {

@@ -36,8 +36,8 @@ use super::reads::{Conn, find_call, load_call};
 use super::{pg_error, pool_error};
 use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{
-    DERIVED_EVENTS, Prepared, PreparedCall, event_json, events_json, expired_error, json_text,
-    parse_json, settled_columns, to_json,
+    DERIVED_EVENTS, Prepared, PreparedCall, event_json, events_json, expired_error, feed_type,
+    json_text, parse_json, settled_columns, to_json,
 };
 use crate::store::{
     CallError, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
@@ -64,6 +64,8 @@ pub(super) struct Writer {
     pub(super) pool: deadpool_postgres::Pool,
     pub(super) replica: Arc<str>,
     pub(super) conn: Option<deadpool_postgres::Object>,
+    /// Bumped after each commit that may have grown the feed.
+    pub(super) feed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 type Results = Vec<Result<Reply, StoreError>>;
@@ -128,13 +130,35 @@ impl Writer {
             }
             let (ops, replies): (Vec<WriteOp>, Vec<_>) =
                 jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
+            let fed = ops.iter().any(WriteOp::may_feed);
             let results = self.commit(&ops, records, &behind).await;
+            let committed = results.iter().any(Result::is_ok);
+            // Readers of the feed in this process hear of the commit at once.
+            if fed && committed {
+                self.feed
+                    .send_modify(|changes| *changes = changes.wrapping_add(1));
+            }
             for (reply, result) in replies.into_iter().zip(results) {
                 // The caller went away: a failure must still be heard.
                 if let Err(Err(err)) = reply.send(result) {
                     tracing::error!(error = %err, "a write whose caller went away failed");
                 }
             }
+            // Other replicas hear of it through NOTIFY, sent once per batch in its own small
+            // transaction: inside the batch's, it would serialize every commit behind it.
+            if fed && committed {
+                self.notify().await;
+            }
+        }
+    }
+
+    /// Tells the other replicas' feed listeners that the feed has grown. A lost notification
+    /// costs only latency: listeners also re-read on a timer.
+    async fn notify(&mut self) {
+        if let Some(conn) = &self.conn
+            && let Err(err) = conn.batch_execute(super::feed::NOTIFY).await
+        {
+            tracing::debug!(error = %err, "cannot notify the other replicas of a feed change");
         }
     }
 
@@ -410,6 +434,7 @@ async fn apply(
     let now = Timestamp::now().0;
     let mut results: Vec<Option<Result<Reply, StoreError>>> = ops.iter().map(|_| None).collect();
     let mut suspensions = SuspensionRows::default();
+    let mut feed = FeedRows::default();
 
     // New calls and read records: one statement.
     let mut rows = CallRows::default();
@@ -429,6 +454,7 @@ async fn apply(
         results[index] = Some(if inserted.contains(&call.call_id) {
             if let Some(outcome) = outcome {
                 suspensions.push(&call.call_id, outcome);
+                feed.push_outcome(&call.call_id, outcome);
             }
             Ok(Reply::Inserted(Inserted::New))
         } else {
@@ -442,7 +468,16 @@ async fn apply(
     }
 
     // Outcomes: one statement; those refused are late.
-    finish(&c, replica, ops, &mut results, &mut suspensions, now).await?;
+    finish(
+        &c,
+        replica,
+        ops,
+        &mut results,
+        &mut suspensions,
+        &mut feed,
+        now,
+    )
+    .await?;
     suspensions.insert(&c, now).await?;
 
     // The rest, one after another.
@@ -452,16 +487,23 @@ async fn apply(
             WriteOp::Rerun(call_id) => rerun(&c, replica, call_id, now)
                 .await
                 .map(|rerun| Reply::Rerun(rerun.map(Box::new))),
-            WriteOp::Resolve(token, resolution, actor) => {
-                resolve(&c, replica, token, resolution, actor.as_deref(), now)
-                    .await
-                    .map(|resolved| Reply::Resolved(Box::new(resolved)))
-            }
+            WriteOp::Resolve(token, resolution, actor) => resolve(
+                &c,
+                replica,
+                token,
+                resolution,
+                actor.as_deref(),
+                &mut feed,
+                now,
+            )
+            .await
+            .map(|resolved| Reply::Resolved(Box::new(resolved))),
             WriteOp::Reconcile(call_id, settlement, actor) => {
-                reconcile(&c, call_id, settlement, actor.as_deref(), now)
+                reconcile(&c, call_id, settlement, actor.as_deref(), &mut feed, now)
                     .await
                     .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
             }
+            WriteOp::PruneFeed(before) => prune_feed(&c, *before).await.map(Reply::Pruned),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.
@@ -470,6 +512,7 @@ async fn apply(
         }
         results[index] = Some(result);
     }
+    feed.insert(&c, now).await?;
     tx.commit().await.map_err(pg_error)?;
     Ok(results
         .into_iter()
@@ -516,6 +559,7 @@ async fn finish<'a>(
     ops: &'a [WriteOp],
     results: &mut [Option<Result<Reply, StoreError>>],
     suspensions: &mut SuspensionRows<'a>,
+    feed: &mut FeedRows,
     now: i64,
 ) -> Result<(), StoreError> {
     let mut call_ids = Vec::new();
@@ -568,6 +612,7 @@ async fn finish<'a>(
         };
         results[index] = Some(if finished.contains(call_id) {
             suspensions.push(call_id, outcome);
+            feed.push_outcome(call_id, outcome);
             Ok(Reply::Done)
         } else {
             late_outcome(c, replica, call_id, *run, outcome, now).await?
@@ -656,6 +701,7 @@ async fn resolve(
     token: &str,
     resolution: &Resolution,
     actor: Option<&str>,
+    feed: &mut FeedRows,
     now: i64,
 ) -> Result<Resolved, StoreError> {
     let (status, resume_input, reject_reason) = match resolution {
@@ -663,7 +709,7 @@ async fn resolve(
         Resolution::Reject { reason } => ("rejected", None, Some(reason.as_str())),
         Resolution::Complete { .. } => ("completed", None, None),
         // Whoever read it as expired has decided; this only writes it down.
-        Resolution::Expire => return unresolved(c, token, now).await,
+        Resolution::Expire => return unresolved(c, token, feed, now).await,
     };
     // Conditional on `pending` and unexpired: of two resolutions of one token, on any replicas,
     // the second waits for the first's lock and then changes nothing.
@@ -680,7 +726,7 @@ async fn resolve(
         .transpose()
         .map_err(pg_error)?;
     let Some(call_id) = call_id else {
-        return unresolved(c, token, now).await;
+        return unresolved(c, token, feed, now).await;
     };
     match resolution {
         Resolution::Approve { .. } => {
@@ -708,6 +754,7 @@ async fn resolve(
             )
             .await
             .map_err(pg_error)?;
+            feed.push(&call_id, CallStatus::Rejected, None);
             Ok(Resolved::Rejected(load_call(c, &call_id, now).await?))
         }
         Resolution::Complete { output } => {
@@ -719,6 +766,7 @@ async fn resolve(
             )
             .await
             .map_err(pg_error)?;
+            feed.push(&call_id, CallStatus::Completed, None);
             Ok(Resolved::Completed(load_call(c, &call_id, now).await?))
         }
         Resolution::Expire => unreachable!("handled before the update"),
@@ -727,7 +775,12 @@ async fn resolve(
 
 /// Why a token could not be resolved: it never existed, was resolved before, or has expired
 /// (which is recorded now, once, by whichever replica gets there first).
-async fn unresolved(c: &Conn<'_>, token: &str, now: i64) -> Result<Resolved, StoreError> {
+async fn unresolved(
+    c: &Conn<'_>,
+    token: &str,
+    feed: &mut FeedRows,
+    now: i64,
+) -> Result<Resolved, StoreError> {
     let expired: Option<String> = c
         .query_opt(
             "UPDATE suspensions SET status = 'expired', resolved_at = $2 WHERE token = $1 \
@@ -750,6 +803,7 @@ async fn unresolved(c: &Conn<'_>, token: &str, now: i64) -> Result<Resolved, Sto
         )
         .await
         .map_err(pg_error)?;
+        feed.push(&call_id, CallStatus::Expired, None);
         return Ok(Resolved::Expired(load_call(c, &call_id, now).await?));
     }
     let row = c
@@ -777,6 +831,7 @@ async fn reconcile(
     call_id: &str,
     settlement: &Settlement,
     actor: Option<&str>,
+    feed: &mut FeedRows,
     now: i64,
 ) -> Result<Reconciled, StoreError> {
     let (status, output, error) = settled_columns(settlement)?;
@@ -804,5 +859,83 @@ async fn reconcile(
             None => Reconciled::UnknownCall,
         });
     }
+    feed.push(call_id, status, None);
     Ok(Reconciled::Settled(load_call(c, call_id, now).await?))
+}
+
+/// Appends the batch's feed entries, each with its call's attempts as the batch left them.
+const INSERT_FEED: &str = "INSERT INTO feed (at, type, call_id, attempts, token) \
+     SELECT $1, u.type, u.call_id, c.attempts, u.token \
+     FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS u(call_id, type, token, n) \
+     JOIN calls c ON c.call_id = u.call_id ORDER BY u.n";
+
+/// The change feed entries of one batch, in the order of its changes.
+#[derive(Default)]
+pub(super) struct FeedRows {
+    call_id: Vec<String>,
+    kind: Vec<String>,
+    token: Vec<Option<String>>,
+}
+
+impl FeedRows {
+    fn push(&mut self, call_id: &str, status: CallStatus, token: Option<&str>) {
+        self.call_id.push(call_id.to_owned());
+        self.kind.push(feed_type(status));
+        self.token.push(token.map(str::to_owned));
+    }
+
+    fn push_outcome(&mut self, call_id: &str, outcome: &Prepared) {
+        let token = outcome.suspension.as_ref().map(|s| s.0.as_str());
+        self.push(call_id, outcome.status, token);
+    }
+
+    async fn insert(&self, c: &Conn<'_>, now: i64) -> Result<(), StoreError> {
+        if self.call_id.is_empty() {
+            return Ok(());
+        }
+        c.execute(INSERT_FEED, &[&now, &self.call_id, &self.kind, &self.token])
+            .await
+            .map_err(pg_error)
+            .map(drop)
+    }
+}
+
+/// Drops the final feed entries older than `before` (Unix ms) and every entry before them, and
+/// raises the floor under which a cursor is expired.
+async fn prune_feed(c: &Conn<'_>, before: i64) -> Result<u64, StoreError> {
+    let row = c
+        .query_opt(
+            "SELECT xid::text, seq FROM feed \
+             WHERE at < $1 AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+             ORDER BY xid DESC, seq DESC LIMIT 1",
+            &[&before],
+        )
+        .await
+        .map_err(pg_error)?
+        .map(|row| {
+            Ok::<_, tokio_postgres::Error>((
+                row.try_get::<_, String>(0)?,
+                row.try_get::<_, i64>(1)?,
+            ))
+        })
+        .transpose()
+        .map_err(pg_error)?;
+    let Some((xid, seq)) = row else {
+        return Ok(0);
+    };
+    let dropped = c
+        .execute(
+            "DELETE FROM feed WHERE (xid, seq) <= ($1::text::xid8, $2)",
+            &[&xid, &seq],
+        )
+        .await
+        .map_err(pg_error)?;
+    c.execute(
+        "UPDATE feed_state SET floor_xid = $1::text::xid8, floor_seq = $2 \
+         WHERE (floor_xid, floor_seq) < ($1::text::xid8, $2)",
+        &[&xid, &seq],
+    )
+    .await
+    .map_err(pg_error)?;
+    Ok(dropped)
 }

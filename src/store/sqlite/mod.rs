@@ -28,8 +28,9 @@ use tokio::sync::oneshot;
 
 use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Inserted, NewCall, Outcome,
-    Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, FeedCursor, FeedPage, Inserted,
+    NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError,
+    Timestamp,
 };
 use migrations::migrate;
 use recovery::recover;
@@ -60,6 +61,8 @@ struct Inner {
     thread: Option<std::thread::JoinHandle<()>>,
     readers: Mutex<Vec<Connection>>,
     read_slots: tokio::sync::Semaphore,
+    /// Bumped by the writer after each commit that may have grown the feed.
+    feed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Drop for Inner {
@@ -89,9 +92,11 @@ impl SqliteStore {
         let (writer, queue) = mpsc::channel();
         let behind = Arc::new(Mutex::new(Behind::default()));
         let taken = behind.clone();
+        let feed = Arc::new(tokio::sync::watch::Sender::new(0));
+        let fed = feed.clone();
         let thread = std::thread::Builder::new()
             .name("toolgate-sqlite-writer".into())
-            .spawn(move || write_loop(conn, queue, &taken))
+            .spawn(move || write_loop(conn, queue, &taken, &fed))
             .map_err(|e| StoreError::Backend(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -102,6 +107,7 @@ impl SqliteStore {
                 thread: Some(thread),
                 readers: Mutex::new(Vec::new()),
                 read_slots: tokio::sync::Semaphore::new(MAX_READERS),
+                feed,
             }),
         })
     }
@@ -238,6 +244,26 @@ impl Store for SqliteStore {
 
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    async fn feed(&self, after: Option<&FeedCursor>, limit: u32) -> Result<FeedPage, StoreError> {
+        let after = match after {
+            Some(cursor) => Some(reads::parse_cursor(cursor)?),
+            None => None,
+        };
+        self.read(move |conn| reads::feed(conn, after, limit)).await
+    }
+
+    async fn feed_head(&self) -> Result<FeedCursor, StoreError> {
+        self.read(reads::feed_head).await
+    }
+
+    async fn prune_feed(&self, before: Timestamp) -> Result<u64, StoreError> {
+        self.write(WriteOp::PruneFeed(before.0)).await?.pruned()
+    }
+
+    fn feed_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.feed.subscribe()
     }
 
     async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {

@@ -12,10 +12,10 @@ use serde_json::Value;
 
 use super::backend;
 use crate::contract::meta::Effect;
-use crate::store::record::{RawCall, parse_effect, parse_json};
+use crate::store::record::{RawCall, RawFeedEntry, parse_effect, parse_json};
 use crate::store::{
     Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
-    CallSummary, StoreError, Timestamp,
+    CallSummary, FeedCursor, FeedPage, StoreError, Timestamp,
 };
 
 /// The columns `raw_call` reads, with the call's pending suspension joined.
@@ -258,4 +258,87 @@ pub(super) fn approval(
     approval.input_schema = parse_json(&schema)?;
     approval.input = Some(parse_json(&input)?);
     Ok(Some(ApprovalState::Pending(approval)))
+}
+
+/// A feed cursor of this backend: the entry's `seq`.
+pub(super) fn parse_cursor(cursor: &FeedCursor) -> Result<i64, StoreError> {
+    cursor
+        .0
+        .parse::<i64>()
+        .ok()
+        .filter(|seq| *seq >= 0)
+        .ok_or_else(|| StoreError::BadCursor(cursor.0.clone()))
+}
+
+/// Up to `limit` feed entries after `after` (`None`: from the oldest retained).
+pub(super) fn feed(
+    conn: &Connection,
+    after: Option<i64>,
+    limit: u32,
+) -> Result<FeedPage, StoreError> {
+    let floor: i64 = conn
+        .prepare_cached("SELECT floor FROM feed_state")
+        .and_then(|mut st| st.query_row([], |row| row.get(0)))
+        .map_err(backend)?;
+    let after = match after {
+        Some(after) if after < floor => return Err(StoreError::CursorExpired),
+        Some(after) => after,
+        None => floor,
+    };
+    let mut st = conn
+        .prepare_cached(
+            "SELECT f.seq, f.at, f.type, f.call_id, f.attempts, f.token, c.tool, c.effect, \
+             c.caller, c.idempotency_key, c.created_at, s.reason, s.input_schema, s.created_at, \
+             s.expires_at \
+             FROM feed f JOIN calls c ON c.call_id = f.call_id \
+             LEFT JOIN suspensions s ON s.token = f.token \
+             WHERE f.seq > ?1 ORDER BY f.seq LIMIT ?2",
+        )
+        .map_err(backend)?;
+    let rows = st
+        .query_map(params![after, i64::from(limit)], |row| {
+            Ok(RawFeedEntry {
+                cursor: row.get::<_, i64>(0)?.to_string(),
+                at: row.get(1)?,
+                kind: row.get(2)?,
+                call_id: row.get(3)?,
+                attempts: row.get(4)?,
+                token: row.get(5)?,
+                tool: row.get(6)?,
+                effect: row.get(7)?,
+                caller: row.get(8)?,
+                idempotency_key: row.get(9)?,
+                created_at: row.get(10)?,
+                reason: row.get(11)?,
+                input_schema: row.get(12)?,
+                suspended_at: row.get(13)?,
+                expires_at: row.get(14)?,
+            })
+        })
+        .map_err(backend)?;
+    let mut entries = Vec::new();
+    for row in rows {
+        entries.push(row.map_err(backend)?.decode()?);
+    }
+    let cursor = entries
+        .last()
+        .map_or_else(|| FeedCursor(after.to_string()), |e| e.cursor.clone());
+    // One writer commits in order: every committed entry is final.
+    Ok(FeedPage {
+        entries,
+        cursor,
+        settling: false,
+    })
+}
+
+/// The cursor after the newest entry.
+pub(super) fn feed_head(conn: &Connection) -> Result<FeedCursor, StoreError> {
+    let head: i64 = conn
+        .prepare_cached(
+            "SELECT max(coalesce((SELECT max(seq) FROM feed), 0), \
+             (SELECT floor FROM feed_state))",
+        )
+        .and_then(|mut st| st.query_row([], |row| row.get(0)))
+        .map_err(backend)?;
+    Ok(FeedCursor(head.to_string()))
 }

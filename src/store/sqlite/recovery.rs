@@ -10,7 +10,7 @@ use rusqlite::{Connection, TransactionBehavior, params};
 use serde_json::json;
 
 use super::backend;
-use super::writes::append_event;
+use super::writes::{append_event, append_feed};
 use crate::store::{CallStatus, StoreError, Timestamp};
 
 /// Settles calls a previous process left `running`: a read or idempotent call may run again
@@ -50,6 +50,7 @@ pub(super) fn recover(conn: &mut Connection) -> Result<(), StoreError> {
                 None,
                 Some(&json!({"reason": "the server stopped while the call was running"})),
             )?;
+            append_feed(&tx, &call_id, now, status, None)?;
             counts[slot] += 1;
         }
     }

@@ -14,7 +14,7 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use super::backend;
 use super::writes::{
-    INSERT_CALL, execute_insert, insert, reconcile, record_outcome, rerun, resolve,
+    INSERT_CALL, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun, resolve,
 };
 use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
@@ -25,7 +25,12 @@ const MAX_BATCH: usize = 512;
 
 /// The writer thread: batch, apply, commit once, answer. Ends when every sender is gone, after
 /// committing what is left.
-pub(super) fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Msg>, behind: &Mutex<Behind>) {
+pub(super) fn write_loop(
+    mut conn: Connection,
+    queue: mpsc::Receiver<Msg>,
+    behind: &Mutex<Behind>,
+    feed: &tokio::sync::watch::Sender<u64>,
+) {
     let mut open = true;
     while open {
         let mut jobs = Vec::new();
@@ -71,7 +76,12 @@ pub(super) fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Msg>, behin
         }
         let (ops, replies): (Vec<WriteOp>, Vec<_>) =
             jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
+        let fed = ops.iter().any(WriteOp::may_feed);
         let results = apply_batch(&mut conn, ops, records);
+        // Readers of the feed in this process hear of the commit at once.
+        if fed {
+            feed.send_modify(|changes| *changes = changes.wrapping_add(1));
+        }
         for (reply, result) in replies.into_iter().zip(results) {
             // The caller went away: a failure must still be heard.
             if let Err(Err(err)) = reply.send(result) {
@@ -143,6 +153,7 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
             reconcile(conn, &call_id, settlement, actor.as_deref(), now)
                 .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
         }
+        WriteOp::PruneFeed(before) => prune_feed(conn, before).map(Reply::Pruned),
         WriteOp::Ping => Ok(Reply::Done),
     }
 }

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use super::backend;
 use super::reads::{find_call, load_call};
 use crate::store::record::{
-    Prepared, PreparedCall, event_json, events_json, expired_error, json_text, parse_json,
-    settled_columns, to_json,
+    Prepared, PreparedCall, event_json, events_json, expired_error, feed_type, json_text,
+    parse_json, settled_columns, to_json,
 };
 use crate::store::{
     CallError, CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved,
@@ -137,8 +137,12 @@ pub(super) fn insert(
             ))),
         };
     }
-    if let Some(suspension) = outcome.and_then(|o| o.suspension) {
-        insert_suspension(conn, &call.call_id, suspension, now)?;
+    if let Some(outcome) = outcome {
+        let token = outcome.suspension.as_ref().map(|s| s.0.clone());
+        if let Some(suspension) = outcome.suspension {
+            insert_suspension(conn, &call.call_id, suspension, now)?;
+        }
+        append_feed(conn, &call.call_id, now, outcome.status, token.as_deref())?;
     }
     Ok(Inserted::New)
 }
@@ -238,10 +242,30 @@ pub(super) fn record_outcome(
         }
         return load_call(conn, call_id, now).map(Some);
     }
+    let token = outcome.suspension.as_ref().map(|s| s.0.clone());
     if let Some(suspension) = outcome.suspension {
         insert_suspension(conn, call_id, suspension, now)?;
     }
+    append_feed(conn, call_id, now, outcome.status, token.as_deref())?;
     Ok(None)
+}
+
+/// Appends the change of `call_id` into `status` to the change feed, with the call's attempts
+/// as the change left them (so after the call's row is updated).
+pub(super) fn append_feed(
+    conn: &Connection,
+    call_id: &str,
+    at: i64,
+    status: CallStatus,
+    token: Option<&str>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO feed (at, type, call_id, attempts, token) \
+         SELECT ?2, ?3, call_id, attempts, ?4 FROM calls WHERE call_id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![call_id, at, feed_type(status), token]))
+    .map_err(backend)
+    .map(drop)
 }
 
 /// Resolves the suspension `token`, if it is still pending and unexpired.
@@ -311,6 +335,7 @@ pub(super) fn resolve(
                 actor,
                 Some(&json!({"reason": reason})),
             )?;
+            append_feed(conn, &call_id, now, CallStatus::Rejected, None)?;
             Ok(Resolved::Rejected(load_call(conn, &call_id, now)?))
         }
         Resolution::Complete { output } => {
@@ -321,6 +346,7 @@ pub(super) fn resolve(
             .and_then(|mut st| st.execute(params![call_id, json_text(&output), now]))
             .map_err(backend)?;
             append_event(conn, &call_id, now, "completed_externally", actor, None)?;
+            append_feed(conn, &call_id, now, CallStatus::Completed, None)?;
             Ok(Resolved::Completed(load_call(conn, &call_id, now)?))
         }
         Resolution::Expire => unreachable!("handled before the update"),
@@ -357,6 +383,7 @@ fn unresolved(conn: &Connection, token: &str, now: i64) -> Result<Resolved, Stor
     .and_then(|mut st| st.execute(params![call_id, error, now]))
     .map_err(backend)?;
     append_event(conn, &call_id, now, "expired", None, None)?;
+    append_feed(conn, &call_id, now, CallStatus::Expired, None)?;
     Ok(Resolved::Expired(load_call(conn, &call_id, now)?))
 }
 
@@ -393,5 +420,26 @@ pub(super) fn reconcile(
         actor,
         Some(&json!({"status": status.as_str()})),
     )?;
+    append_feed(conn, call_id, now, status, None)?;
     Ok(Reconciled::Settled(load_call(conn, call_id, now)?))
+}
+
+/// Drops the feed entries older than `before` (Unix ms), and every entry before them, and
+/// raises the floor under which a cursor is expired.
+pub(super) fn prune_feed(conn: &Connection, before: i64) -> Result<u64, StoreError> {
+    let last: Option<i64> = conn
+        .prepare_cached("SELECT max(seq) FROM feed WHERE at < ?1")
+        .and_then(|mut st| st.query_row([before], |row| row.get(0)))
+        .map_err(backend)?;
+    let Some(last) = last else {
+        return Ok(0);
+    };
+    let dropped = conn
+        .prepare_cached("DELETE FROM feed WHERE seq <= ?1")
+        .and_then(|mut st| st.execute([last]))
+        .map_err(backend)?;
+    conn.prepare_cached("UPDATE feed_state SET floor = max(floor, ?1)")
+        .and_then(|mut st| st.execute([last]))
+        .map_err(backend)?;
+    Ok(dropped as u64)
 }

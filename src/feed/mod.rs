@@ -1,0 +1,267 @@
+//! The change feed's consumers in this process: requests that wait for a call to change
+//! (long-polls), for a suspension to arrive, and streams of entries.
+//!
+//! One watcher task per process follows the store's feed (see `Store::feed`) from where it was
+//! when the watcher started: woken by the store when the feed may have grown (at once for a
+//! commit of this process; on PostgreSQL by `NOTIFY` from other replicas, and on a timer), it
+//! reads every new entry and wakes the requests waiting for that call, or for any suspension,
+//! and hands each entry to the streams. A waiting request holds no database connection and no
+//! thread: a registration in a map, and a future parked on a channel.
+//!
+//! The watcher starts with the first request that waits, so a server nobody waits on reads
+//! nothing more.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, oneshot, watch};
+
+use crate::store::{FeedEntry, Store, StoreError};
+
+/// The entries read per page.
+const PAGE: u32 = 256;
+
+/// How soon the watcher reads again when the store says newer entries are not final yet.
+const SETTLING: Duration = Duration::from_millis(20);
+
+/// How long the watcher waits before trying again after the store failed.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// The entries a slow stream may fall behind by before it must catch up from the store.
+const STREAM_BUFFER: usize = 1024;
+
+/// The feed's consumers in this process. Cheap to clone.
+#[derive(Clone)]
+pub struct Feed {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    /// Requests waiting for a change of these calls.
+    calls: Mutex<HashMap<String, Vec<oneshot::Sender<()>>>>,
+    /// Bumped for every `call.suspended` entry.
+    suspensions: watch::Sender<u64>,
+    /// Every entry, for streams.
+    entries: broadcast::Sender<Arc<FeedEntry>>,
+    /// Set once the watcher runs.
+    started: OnceLock<()>,
+    /// Changes to `true` when held requests must be answered now (a graceful shutdown).
+    released: watch::Receiver<bool>,
+}
+
+/// What a held request woke up for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    /// What it waited for may have happened: look again.
+    Changed,
+    /// Its time is up.
+    TimedOut,
+    /// The server is shutting down: answer now.
+    Released,
+}
+
+impl Feed {
+    /// The consumers of `store`'s feed; held requests are answered at once when `released`
+    /// turns `true` (see `dispatch::Running::release_held`).
+    pub fn new(store: Arc<dyn Store>, released: watch::Receiver<bool>) -> Self {
+        let (entries, _) = broadcast::channel(STREAM_BUFFER);
+        Feed {
+            inner: Arc::new(Inner {
+                store,
+                calls: Mutex::new(HashMap::new()),
+                suspensions: watch::Sender::new(0),
+                entries,
+                started: OnceLock::new(),
+                released,
+            }),
+        }
+    }
+
+    /// Starts the watcher, once; it ends when the last handle on the feed is dropped.
+    fn start(&self) {
+        self.inner.started.get_or_init(|| {
+            tokio::spawn(follow(
+                Arc::downgrade(&self.inner),
+                self.inner.store.clone(),
+            ));
+        });
+    }
+
+    /// Registers interest in the next change of `call_id`: the returned waiter resolves at the
+    /// next feed entry about it. Register first, then read the call, then wait: a change that
+    /// lands in between is not missed.
+    pub fn watch_call(&self, call_id: &str) -> CallWaiter {
+        self.start();
+        let (tx, rx) = oneshot::channel();
+        let mut calls = lock(&self.inner.calls);
+        let waiters = calls.entry(call_id.to_owned()).or_default();
+        // Requests that gave up (timed out, went away) leave their sender behind until the call
+        // changes; dropped here, so a call polled for days holds only its live waiters.
+        waiters.retain(|waiter| !waiter.is_closed());
+        waiters.push(tx);
+        CallWaiter {
+            rx,
+            released: self.inner.released.clone(),
+        }
+    }
+
+    /// A receiver that changes at every new suspension.
+    pub fn watch_suspensions(&self) -> SuspensionWaiter {
+        self.start();
+        let mut rx = self.inner.suspensions.subscribe();
+        rx.borrow_and_update();
+        SuspensionWaiter {
+            rx,
+            released: self.inner.released.clone(),
+        }
+    }
+
+    /// Every entry from now on (a stream that falls more than [`STREAM_BUFFER`] behind is told
+    /// it lagged, and catches up from the store).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<FeedEntry>> {
+        self.start();
+        self.inner.entries.subscribe()
+    }
+
+    /// The store the feed follows.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Whether held requests are being released.
+    pub fn releasing(&self) -> bool {
+        *self.inner.released.borrow()
+    }
+
+    /// How many requests wait for a call now.
+    pub fn waiting(&self) -> usize {
+        lock(&self.inner.calls).values().map(Vec::len).sum()
+    }
+}
+
+/// A request waiting for a call to change; see [`Feed::watch_call`].
+pub struct CallWaiter {
+    rx: oneshot::Receiver<()>,
+    released: watch::Receiver<bool>,
+}
+
+impl CallWaiter {
+    /// Waits for the change, at most `limit`.
+    pub async fn wait(mut self, limit: Duration) -> Woken {
+        if *self.released.borrow() {
+            return Woken::Released;
+        }
+        tokio::select! {
+            _ = &mut self.rx => Woken::Changed,
+            () = tokio::time::sleep(limit) => Woken::TimedOut,
+            _ = self.released.wait_for(|released| *released) => Woken::Released,
+        }
+    }
+}
+
+/// A request waiting for a suspension; see [`Feed::watch_suspensions`].
+pub struct SuspensionWaiter {
+    rx: watch::Receiver<u64>,
+    released: watch::Receiver<bool>,
+}
+
+impl SuspensionWaiter {
+    /// Waits for the next suspension, at most `limit`.
+    pub async fn wait(&mut self, limit: Duration) -> Woken {
+        if *self.released.borrow() {
+            return Woken::Released;
+        }
+        tokio::select! {
+            changed = self.rx.changed() => match changed {
+                Ok(()) => Woken::Changed,
+                Err(_) => Woken::Released,
+            },
+            () = tokio::time::sleep(limit) => Woken::TimedOut,
+            _ = self.released.wait_for(|released| *released) => Woken::Released,
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The watcher: follows the feed from its head and wakes whoever waits for each entry.
+async fn follow(feed: Weak<Inner>, store: Arc<dyn Store>) {
+    let mut changes = store.feed_changes();
+    let mut cursor = loop {
+        match store.feed_head().await {
+            Ok(head) => break head,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the feed's head; retrying");
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    };
+    loop {
+        changes.borrow_and_update();
+        let mut again = None;
+        loop {
+            match store.feed(Some(&cursor), PAGE).await {
+                Ok(page) => {
+                    let Some(feed) = feed.upgrade() else {
+                        return;
+                    };
+                    let full = page.entries.len() == PAGE as usize;
+                    for entry in page.entries {
+                        feed.dispatch(entry);
+                    }
+                    cursor = page.cursor;
+                    if full {
+                        continue;
+                    }
+                    if page.settling {
+                        again = Some(SETTLING);
+                    }
+                }
+                Err(StoreError::CursorExpired) => {
+                    // Pruned past where this watcher was (it was stopped for longer than the
+                    // retention): go on from now.
+                    if let Ok(head) = store.feed_head().await {
+                        cursor = head;
+                    }
+                    continue;
+                }
+                Err(err) => {
+                    tracing::debug!(error = %err, "cannot read the feed; retrying");
+                    again = Some(RETRY);
+                }
+            }
+            break;
+        }
+        if feed.strong_count() == 0 {
+            return;
+        }
+        let wait = again.unwrap_or(Duration::from_secs(3600));
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+impl Inner {
+    fn dispatch(&self, entry: FeedEntry) {
+        if let Some(waiters) = lock(&self.calls).remove(&entry.call.call_id) {
+            for waiter in waiters {
+                let _ = waiter.send(());
+            }
+        }
+        if entry.kind == "call.suspended" {
+            self.suspensions
+                .send_modify(|count| *count = count.wrapping_add(1));
+        }
+        if self.entries.receiver_count() > 0 {
+            let _ = self.entries.send(Arc::new(entry));
+        }
+    }
+}

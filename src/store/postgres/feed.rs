@@ -1,0 +1,228 @@
+//! The change feed on PostgreSQL: reading it without missing or repeating an entry while
+//! several replicas write at once, and hearing when it grows.
+//!
+//! Entries are ordered by (xid, seq), the id of the transaction that wrote them and their number
+//! in it, and a reader takes only entries whose transaction is older than every transaction
+//! still in flight (`xid < pg_snapshot_xmin(pg_current_snapshot())`). Such an entry is final:
+//! its transaction committed (or aborted, and left nothing), and every transaction still to
+//! commit has a larger xid, so no entry can ever appear before it. Ordering by `seq` alone would
+//! not do: a sequence value is taken before commit, so entry 10 can be visible before entry 9
+//! commits, and a reader that moved past 10 would lose 9 for ever. A cursor is `<xid>-<seq>`.
+//!
+//! Wake-ups: the writer bumps an in-process counter after each commit that may have grown the
+//! feed, and sends `NOTIFY toolgate_feed` in its own small transaction. [`listen`] holds one
+//! connection with `LISTEN toolgate_feed` and bumps the counter on every notification, on every
+//! (re)connection, and on a short timer, since a notification is lost while the connection is
+//! down. A waiting reader holds no connection and no thread: it waits on the counter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::pg_error;
+use super::reads::Conn;
+use crate::store::record::RawFeedEntry;
+use crate::store::{FeedCursor, FeedPage, StoreError};
+
+/// Sent after a commit that may have grown the feed.
+pub(super) const NOTIFY: &str = "SELECT pg_notify('toolgate_feed', '')";
+
+/// How often a replica re-reads the feed even without a notification.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// A cursor of this backend: `<xid>-<seq>`.
+fn parse_cursor(cursor: &FeedCursor) -> Result<(String, i64), StoreError> {
+    let bad = || StoreError::BadCursor(cursor.0.clone());
+    let (xid, seq) = cursor.0.split_once('-').ok_or_else(bad)?;
+    if xid.is_empty() || xid.len() > 20 || !xid.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let seq = seq
+        .parse::<i64>()
+        .ok()
+        .filter(|s| *s >= 0)
+        .ok_or_else(bad)?;
+    Ok((xid.to_owned(), seq))
+}
+
+fn cursor(xid: &str, seq: i64) -> FeedCursor {
+    FeedCursor(format!("{xid}-{seq}"))
+}
+
+/// The final entries after a position, oldest first.
+const FEED: &str = "SELECT f.xid::text, f.seq, f.at, f.type, f.call_id, f.attempts, f.token, \
+     c.tool, c.effect, c.caller, c.idempotency_key, c.created_at, s.reason, s.input_schema, \
+     s.created_at, s.expires_at \
+     FROM feed f JOIN calls c ON c.call_id = f.call_id \
+     LEFT JOIN suspensions s ON s.token = f.token \
+     WHERE (f.xid, f.seq) > ($1::text::xid8, $2) \
+       AND f.xid < pg_snapshot_xmin(pg_current_snapshot()) \
+     ORDER BY f.xid, f.seq LIMIT $3";
+
+/// Up to `limit` final entries after `after` (`None`: from the oldest retained).
+pub(super) async fn read(
+    c: &Conn<'_>,
+    after: Option<&FeedCursor>,
+    limit: u32,
+) -> Result<FeedPage, StoreError> {
+    let floor = c
+        .query_opt("SELECT floor_xid::text, floor_seq FROM feed_state", &[])
+        .await
+        .map_err(pg_error)?
+        .ok_or_else(|| StoreError::Corrupt("feed_state is empty".into()))?;
+    let floor: (String, i64) = (
+        floor.try_get(0).map_err(pg_error)?,
+        floor.try_get(1).map_err(pg_error)?,
+    );
+    let (xid, seq) = match after {
+        Some(after) => {
+            let (xid, seq) = parse_cursor(after)?;
+            let expired: bool = c
+                .query_opt(
+                    "SELECT ($1::text::xid8, $2::bigint) < (floor_xid, floor_seq) FROM feed_state",
+                    &[&xid, &seq],
+                )
+                .await
+                .map_err(pg_error)?
+                .map(|row| row.try_get(0))
+                .transpose()
+                .map_err(pg_error)?
+                .unwrap_or(false);
+            if expired {
+                return Err(StoreError::CursorExpired);
+            }
+            (xid, seq)
+        }
+        None => floor,
+    };
+    let rows = c
+        .query(FEED, &[&xid, &seq, &i64::from(limit)])
+        .await
+        .map_err(pg_error)?;
+    let mut entries = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let xid: String = row.try_get(0).map_err(pg_error)?;
+        let seq: i64 = row.try_get(1).map_err(pg_error)?;
+        let raw = RawFeedEntry {
+            cursor: cursor(&xid, seq).0,
+            at: row.try_get(2).map_err(pg_error)?,
+            kind: row.try_get(3).map_err(pg_error)?,
+            call_id: row.try_get(4).map_err(pg_error)?,
+            attempts: i64::from(row.try_get::<_, i32>(5).map_err(pg_error)?),
+            token: row.try_get(6).map_err(pg_error)?,
+            tool: row.try_get(7).map_err(pg_error)?,
+            effect: row.try_get(8).map_err(pg_error)?,
+            caller: row.try_get(9).map_err(pg_error)?,
+            idempotency_key: row.try_get(10).map_err(pg_error)?,
+            created_at: row.try_get(11).map_err(pg_error)?,
+            reason: row.try_get(12).map_err(pg_error)?,
+            input_schema: row.try_get(13).map_err(pg_error)?,
+            suspended_at: row.try_get(14).map_err(pg_error)?,
+            expires_at: row.try_get(15).map_err(pg_error)?,
+        };
+        entries.push(raw.decode()?);
+    }
+    let full = entries.len() == limit as usize;
+    let cursor = entries
+        .last()
+        .map_or_else(|| cursor(&xid, seq), |e| e.cursor.clone());
+    // Entries past the page that are visible but not final yet: their reader comes back soon
+    // instead of waiting for the next wake-up (their transaction's NOTIFY may come from a
+    // transaction older than theirs that does not notify at all).
+    let settling = !full && {
+        let (xid, seq) = parse_cursor(&cursor)?;
+        c.query_opt(
+            "SELECT 1 FROM feed WHERE (xid, seq) > ($1::text::xid8, $2) \
+             AND xid >= pg_snapshot_xmin(pg_current_snapshot()) LIMIT 1",
+            &[&xid, &seq],
+        )
+        .await
+        .map_err(pg_error)?
+        .is_some()
+    };
+    Ok(FeedPage {
+        entries,
+        cursor,
+        settling,
+    })
+}
+
+/// The cursor after the newest final entry: reading after it returns only entries to come.
+pub(super) async fn head(c: &Conn<'_>) -> Result<FeedCursor, StoreError> {
+    let newest = c
+        .query_opt(
+            "SELECT xid::text, seq FROM feed \
+             WHERE xid < pg_snapshot_xmin(pg_current_snapshot()) \
+             ORDER BY xid DESC, seq DESC LIMIT 1",
+            &[],
+        )
+        .await
+        .map_err(pg_error)?;
+    let row = match newest {
+        Some(row) => row,
+        None => c
+            .query_opt("SELECT floor_xid::text, floor_seq FROM feed_state", &[])
+            .await
+            .map_err(pg_error)?
+            .ok_or_else(|| StoreError::Corrupt("feed_state is empty".into()))?,
+    };
+    Ok(cursor(
+        &row.try_get::<_, String>(0).map_err(pg_error)?,
+        row.try_get(1).map_err(pg_error)?,
+    ))
+}
+
+fn bump(feed: &watch::Sender<u64>) {
+    feed.send_modify(|changes| *changes = changes.wrapping_add(1));
+}
+
+/// The listener task: `LISTEN toolgate_feed` on a connection of its own, reconnecting when it
+/// drops; bumps `feed` on each notification, each (re)connection and every [`RECHECK`]. Ends
+/// when `stop` changes or its sender is dropped.
+pub(super) async fn listen(
+    config: tokio_postgres::Config,
+    feed: Arc<watch::Sender<u64>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        if let Ok((client, mut connection)) = config.connect(NoTls).await {
+            let (heard, mut notifications) = mpsc::unbounded_channel();
+            // The connection is driven here rather than spawned on its own, to see its
+            // notifications.
+            let driver = tokio::spawn(async move {
+                let mut messages =
+                    futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                while let Some(Ok(message)) = messages.next().await {
+                    if matches!(message, AsyncMessage::Notification(_)) && heard.send(()).is_err() {
+                        break;
+                    }
+                }
+            });
+            if client.batch_execute("LISTEN toolgate_feed").await.is_ok() {
+                // Whatever was notified while no connection listened is read now.
+                bump(&feed);
+                loop {
+                    tokio::select! {
+                        heard = notifications.recv() => match heard {
+                            Some(()) => bump(&feed),
+                            None => break,
+                        },
+                        () = tokio::time::sleep(RECHECK) => bump(&feed),
+                        _ = stop.changed() => {
+                            driver.abort();
+                            return;
+                        }
+                    }
+                }
+            }
+            driver.abort();
+        }
+        tokio::select! {
+            () = tokio::time::sleep(RECHECK) => bump(&feed),
+            _ = stop.changed() => return,
+        }
+    }
+}
