@@ -84,7 +84,10 @@ pub(super) async fn list(
 /// caller sees only its own calls.
 #[utoipa::path(
     get, path = "/calls/{call_id}", tag = "calls", operation_id = "getCall",
-    params(("call_id" = String, Path, description = "The call's id.")),
+    params(
+        ("call_id" = String, Path, description = "The call's id."),
+        ("wait" = Option<u32>, Query, minimum = 0, maximum = 55, description = "If the call is `running` or `suspended`, hold the answer until its status changes, at most this many seconds (0 to 55; 0 answers at once). Answered `200` with the call as it is then, either way."),
+    ),
     responses(
         (status = 200, description = "The call, with its events.", body = CallRecord),
         (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
