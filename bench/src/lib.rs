@@ -220,13 +220,14 @@ impl Report {
             "\nPostgreSQL: {} at {}, synchronous_commit {}. Over every round of each scenario \
              (warm-ups included), from the counters of its own database (pg_stat_database) and \
              the cluster's WAL (pg_current_wal_lsn(), pg_stat_wal): the operations, how many \
-             shared a transaction, and per operation the rows, WAL bytes and WAL fsyncs, and the \
-             time its backends spent running statements (busy: CPU, lock and I/O waits, commits \
-             waiting for their fsync) and waiting inside a transaction for the client's next \
-             statement:\n\n\
+             shared a transaction, and per operation the rows, WAL bytes and WAL fsyncs (and \
+             the time the scenario's sessions spent in fsyncs, track_wal_io_timing; the WAL \
+             writer's are not timed), and the time its backends spent running statements (busy: \
+             CPU, waiting for a core, a lock or I/O, commits waiting for their fsync) and \
+             waiting inside a transaction for the client's next statement:\n\n\
              | scenario | operations | operations per transaction | rows inserted | rows updated \
-             | WAL bytes | WAL fsyncs | backend busy | backend idle in transaction |\n\
-             | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+             | WAL bytes | WAL fsyncs | in fsyncs | backend busy | backend idle in transaction |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
             pg.version.split(" on ").next().unwrap_or(&pg.version),
             pg.target,
             pg.synchronous_commit
@@ -235,7 +236,7 @@ impl Report {
             let Some(c) = s.pg else { continue };
             let n = s.operations_all.max(1) as f64;
             out.push_str(&format!(
-                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.0} | {:.3} | {:.1} µs | {:.1} µs |\n",
+                "| {} | {} | {:.1} | {:.2} | {:.2} | {:.0} | {:.3} | {:.1} µs | {:.1} µs | {:.1} µs |\n",
                 s.name,
                 s.operations_all,
                 n / c.transactions.max(1) as f64,
@@ -243,6 +244,7 @@ impl Report {
                 c.updated as f64 / n,
                 c.wal_bytes as f64 / n,
                 c.wal_syncs as f64 / n,
+                c.wal_sync_ms * 1e3 / n,
                 c.active_ms * 1e3 / n,
                 c.idle_in_transaction_ms * 1e3 / n,
             ));
@@ -385,6 +387,42 @@ pub async fn load_once(
     let step = Step {
         scenario,
         target: Target::Http(addrs),
+        pids: Vec::new(),
+        database: None,
+    };
+    let mut results = load::run_rounds(&[step], &options, None).await?;
+    results.pop().ok_or_else(|| "no result".to_owned())
+}
+
+/// PostgreSQL's own single-row commits (the `pg_commits` scenario) on `connections` clients of
+/// the database at `url`, into a table `bench_commits` created there if missing.
+pub async fn commits_once(
+    url: &str,
+    duration: Duration,
+    connections: usize,
+) -> Result<ScenarioResult, String> {
+    let client = postgres::connect(url).await?;
+    client
+        .batch_execute(postgres::CREATE_COMMITS_TABLE)
+        .await
+        .map_err(|e| postgres::pg_error(&e))?;
+    drop(client);
+    let options = Options {
+        toolgate: PathBuf::new(),
+        bare: BareMode::InProcess,
+        data_root: PathBuf::new(),
+        duration,
+        warmup: Duration::ZERO,
+        rounds: 1,
+        connections,
+        peer: false,
+        scale: None,
+        startups: 0,
+        postgres: None,
+    };
+    let step = Step {
+        scenario: Scenario::Commits("commits"),
+        target: Target::Postgres(url.to_owned()),
         pids: Vec::new(),
         database: None,
     };

@@ -33,22 +33,33 @@ fn main() -> ExitCode {
         // `load ADDR[,ADDR...] SCENARIO SECONDS CONNECTIONS`: drive one scenario at a running
         // server (or replicas, connections spread over them), for profiling it
         // (perf record -p <server pid>).
+        // `load DATABASE_URL commits SECONDS CONNECTIONS`: PostgreSQL's own single-row commits.
         let [_, addrs, scenario, seconds, connections] = args.as_slice() else {
             eprintln!(
                 "usage: toolgate-bench load ADDR[,ADDR...] tools|echo|write|suspend_approve \
-                 SECONDS CONNECTIONS"
+                 SECONDS CONNECTIONS\n       toolgate-bench load DATABASE_URL commits SECONDS \
+                 CONNECTIONS"
             );
             return ExitCode::from(2);
         };
-        let result = runtime.block_on(toolgate_bench::load_once(
-            addrs
-                .split(',')
-                .map(|addr| addr.parse().expect("an address"))
-                .collect(),
-            scenario,
-            Duration::from_secs(seconds.parse().expect("seconds")),
-            connections.parse().expect("connections"),
-        ));
+        let duration = Duration::from_secs(seconds.parse().expect("seconds"));
+        let connections = connections.parse().expect("connections");
+        let result = runtime.block_on(async {
+            if scenario == "commits" {
+                toolgate_bench::commits_once(addrs, duration, connections).await
+            } else {
+                toolgate_bench::load_once(
+                    addrs
+                        .split(',')
+                        .map(|addr| addr.parse().expect("an address"))
+                        .collect(),
+                    scenario,
+                    duration,
+                    connections,
+                )
+                .await
+            }
+        });
         match result {
             Ok(result) => {
                 println!("{result:?}");

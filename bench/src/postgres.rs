@@ -242,7 +242,7 @@ impl Admin {
             .query_one(
                 "SELECT d.xact_commit, d.xact_rollback, d.tup_inserted, d.tup_updated, \
                    d.tup_deleted, d.active_time, d.idle_in_transaction_time, \
-                   (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint, w.wal_sync \
+                   (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint, w.wal_sync, w.wal_sync_time \
                  FROM pg_stat_database d, pg_stat_wal w WHERE d.datname = $1",
                 &[&db],
             )
@@ -258,6 +258,7 @@ impl Admin {
             idle_in_transaction_ms: row.get(6),
             wal_bytes: row.get(7),
             wal_syncs: row.get(8),
+            wal_sync_ms: row.get(9),
         })
     }
 
@@ -342,7 +343,16 @@ async fn create_database(admin_url: &str, name: &str) -> Result<(), String> {
             .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE template0"))
             .await
         {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                // The time its sessions spend in WAL fsyncs, in pg_stat_wal (a superuser's
+                // setting: without it, that column stays empty).
+                let _ = client
+                    .batch_execute(&format!(
+                        "ALTER DATABASE {name} SET track_wal_io_timing = on"
+                    ))
+                    .await;
+                return Ok(());
+            }
             Err(_) if tries < 50 => {
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -468,6 +478,9 @@ pub struct Counters {
     pub wal_bytes: i64,
     /// WAL fsyncs by the whole cluster (`pg_stat_wal.wal_sync`).
     pub wal_syncs: i64,
+    /// Time spent in those fsyncs by sessions that time them (`wal_sync_time`, in ms): the
+    /// scenario databases' sessions do (`track_wal_io_timing`), the WAL writer does not.
+    pub wal_sync_ms: f64,
 }
 
 impl Counters {
@@ -483,6 +496,7 @@ impl Counters {
             idle_in_transaction_ms: self.idle_in_transaction_ms - before.idle_in_transaction_ms,
             wal_bytes: self.wal_bytes - before.wal_bytes,
             wal_syncs: self.wal_syncs - before.wal_syncs,
+            wal_sync_ms: self.wal_sync_ms - before.wal_sync_ms,
         }
     }
 
@@ -498,6 +512,7 @@ impl Counters {
             idle_in_transaction_ms: self.idle_in_transaction_ms + other.idle_in_transaction_ms,
             wal_bytes: self.wal_bytes + other.wal_bytes,
             wal_syncs: self.wal_syncs + other.wal_syncs,
+            wal_sync_ms: self.wal_sync_ms + other.wal_sync_ms,
         }
     }
 }
@@ -578,16 +593,18 @@ pub async fn start_replicas(
     Ok(replicas)
 }
 
+/// The commits baseline's table.
+pub const CREATE_COMMITS_TABLE: &str = "CREATE TABLE IF NOT EXISTS bench_commits (\
+     id bigserial PRIMARY KEY, client integer NOT NULL, \
+     at timestamptz NOT NULL DEFAULT clock_timestamp(), payload text NOT NULL)";
+
 /// Creates the commits baseline's table in `db`.
 pub async fn create_commits_table(db: &ScratchDb) -> Result<(), String> {
     let client = connect(&db.url).await?;
     client
-        .batch_execute(
-            "CREATE TABLE bench_commits (id bigserial PRIMARY KEY, client integer NOT NULL, \
-             at timestamptz NOT NULL DEFAULT clock_timestamp(), payload text NOT NULL)",
-        )
+        .batch_execute(CREATE_COMMITS_TABLE)
         .await
-        .map_err(|e| format!("the commits table: {e}"))
+        .map_err(|e| format!("the commits table: {}", pg_error(&e)))
 }
 
 /// The statement of the commits baseline: one row, committed on its own (autocommit), with
