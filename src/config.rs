@@ -52,6 +52,24 @@ pub struct Config {
     pub examples: ExamplesConfig,
     /// Where calls are stored: the embedded SQLite file, or a PostgreSQL shared by replicas.
     pub store: StoreConfig,
+    /// The change feed.
+    pub feed: FeedConfig,
+}
+
+/// `[feed]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeedConfig {
+    /// How long feed entries are kept, in seconds; a cursor older than that is expired.
+    pub retention_s: u64,
+}
+
+impl Default for FeedConfig {
+    fn default() -> Self {
+        FeedConfig {
+            retention_s: 86_400,
+        }
+    }
 }
 
 /// `[store]`.
@@ -195,6 +213,7 @@ impl Default for Config {
             auth: AuthConfig::default(),
             examples: ExamplesConfig::default(),
             store: StoreConfig::default(),
+            feed: FeedConfig::default(),
         }
     }
 }
@@ -396,6 +415,9 @@ impl Config {
                 "must be longer than store.heartbeat_ms, or a live replica's lease would lapse \
                  between two heartbeats",
             ));
+        }
+        if self.feed.retention_s == 0 {
+            return Err(invalid("feed.retention_s", "must be at least 1"));
         }
         for (key, value) in [
             ("store.pool_size", self.store.pool_size),

@@ -186,6 +186,23 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .dispatch_config(dispatch)
         .build_with_running();
 
+    // The feed keeps `retention_s` of history; older entries are dropped every minute.
+    let retention = std::time::Duration::from_secs(config.feed.retention_s);
+    let pruned = store.clone();
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            ticks.tick().await;
+            let keep_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+            let before = toolgate::store::Timestamp(
+                toolgate::store::Timestamp::now().0.saturating_sub(keep_ms),
+            );
+            if let Err(err) = pruned.prune_feed(before).await {
+                tracing::debug!(error = %err, "cannot prune the feed now");
+            }
+        }
+    });
+
     release_startup_memory();
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await

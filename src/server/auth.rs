@@ -149,6 +149,9 @@ pub(super) struct Gate {
     pub(super) keys: Arc<Keys>,
     pub(super) in_flight: Arc<Slots>,
     pub(super) access: Access,
+    /// Whether the route's requests are held (a stream): they share their slot with the
+    /// handler, which gives it back, as a `?wait=` request does.
+    pub(super) holds: bool,
 }
 
 impl Gate {
@@ -230,7 +233,7 @@ where
         match self.gate.admit(&mut request) {
             // A request that may be held shares its slot with the handler, which gives it back
             // when it starts waiting.
-            Ok(slot) if super::wait::asks_to_wait(request.uri().query()) => {
+            Ok(slot) if self.gate.holds || super::wait::asks_to_wait(request.uri().query()) => {
                 let held = super::wait::HeldSlot::new(slot);
                 request.extensions_mut().insert(held.clone());
                 GateFuture::Admitted {

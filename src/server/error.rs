@@ -96,6 +96,8 @@ pub enum ApiError {
     NotReady,
     /// The database cannot be reached now; nothing was lost, retry later.
     StoreUnavailable,
+    /// A feed cursor older than the feed's retention.
+    CursorExpired,
     /// The run that answered no longer owned its call (its replica lost its lease and the call
     /// was settled meanwhile): its outcome was refused and kept in the call's history.
     LeaseLost(Box<CallRecord>),
@@ -129,7 +131,7 @@ impl ApiError {
             ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            ApiError::SuspensionExpired(_) => StatusCode::GONE,
+            ApiError::SuspensionExpired(_) | ApiError::CursorExpired => StatusCode::GONE,
             ApiError::Overloaded(_) | ApiError::NotReady | ApiError::StoreUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -163,6 +165,7 @@ impl ApiError {
             ApiError::NotReconcilable(_) => "not_reconcilable",
             ApiError::NotReady => "not_ready",
             ApiError::StoreUnavailable => "store_unavailable",
+            ApiError::CursorExpired => "cursor_expired",
             ApiError::LeaseLost(_) => "lease_lost",
             ApiError::Internal => "internal",
         }
@@ -259,6 +262,12 @@ impl ApiError {
             ApiError::NotReady => ("The store is not available.".into(), None),
             ApiError::StoreUnavailable => (
                 "The database cannot be reached; retry later. Nothing acknowledged is lost.".into(),
+                None,
+            ),
+            ApiError::CursorExpired => (
+                "The cursor is older than the feed's retention: entries after it were dropped. \
+                 Reconnect without a cursor, and read the calls you need."
+                    .into(),
                 None,
             ),
             ApiError::LeaseLost(call) => (

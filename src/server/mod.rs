@@ -10,6 +10,7 @@ mod approvals;
 pub mod auth;
 mod calls;
 pub mod error;
+mod events;
 mod extract;
 mod health;
 pub mod openapi;
@@ -163,15 +164,17 @@ impl ServerBuilder {
         // and the body limit. One stack per route, boxed once: a layer on the whole router
         // would wrap (and box, and clone per request) every route once more.
         let max_body_bytes = self.max_body_bytes;
-        let gate = |access| {
+        let gate_with = |access, holds| {
             ServiceBuilder::new()
                 .layer(DefaultBodyLimit::max(max_body_bytes))
                 .layer(GateLayer(Arc::new(Gate {
                     keys: keys.clone(),
                     in_flight: in_flight.clone(),
                     access,
+                    holds,
                 })))
         };
+        let gate = |access| gate_with(access, false);
         let router = Router::new()
             .route("/tools", get(tools::list).route_layer(gate(Access::Tools)))
             .route(
@@ -213,6 +216,10 @@ impl ServerBuilder {
             .route(
                 "/approvals/{token}/complete",
                 post(approvals::complete).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/events",
+                get(events::events).route_layer(gate_with(Access::OwnCalls, true)),
             )
             .route(
                 "/openapi.json",

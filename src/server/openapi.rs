@@ -12,7 +12,7 @@ use utoipa::OpenApi;
 
 use super::error::{ErrorEnvelope, ErrorObject};
 use super::responses::{CallCompleted, CallFailed, CallSuspended, SuspensionTicket};
-use super::{approvals, calls, health, tools};
+use super::{approvals, calls, events, health, tools};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
@@ -32,6 +32,7 @@ use crate::store::{
         tools::list, tools::get, tools::call,
         calls::list, calls::get, calls::resolve,
         approvals::list, approvals::get, approvals::approve, approvals::reject, approvals::complete,
+        events::events,
         health::healthz, health::readyz,
         openapi_json,
     ),

@@ -375,7 +375,7 @@ pub fn assert_error(body: &Value, code: &str) -> Value {
 /// A server running inside this test process.
 pub struct TestServer {
     pub api: Api,
-    store: Arc<dyn Store>,
+    pub store: Arc<dyn Store>,
     shutdown: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
