@@ -11,8 +11,12 @@ const TICK_S: f64 = 0.01;
 pub struct Cpu {
     /// The servers of the scenario (every replica).
     pub servers_s: f64,
-    /// The PostgreSQL server, every process of it, when it runs on this machine.
+    /// The PostgreSQL server, every process of it, when it runs on this machine: what the
+    /// scenario made it do, and whatever else it did meanwhile (for other databases too).
     pub postgres_s: Option<f64>,
+    /// The backends of the scenario's own database (toolgate's connections, or the commits
+    /// baseline's clients'), when the server runs on this machine.
+    pub backends_s: Option<f64>,
     /// The harness: the load generator (and its sampling, which is little).
     pub harness_s: f64,
     /// Every core of the machine, busy (anything but idle and iowait).
@@ -32,6 +36,7 @@ impl Cpu {
                 .filter_map(|&pid| stat(pid).map(|s| s.own_s()))
                 .sum(),
             postgres_s: postmaster.and_then(tree_s),
+            backends_s: None,
             harness_s: stat(std::process::id()).map_or(0.0, |s| s.own_s()),
             machine_busy_s,
             machine_total_s,
@@ -43,6 +48,7 @@ impl Cpu {
         Cpu {
             servers_s: self.servers_s - before.servers_s,
             postgres_s: self.postgres_s.zip(before.postgres_s).map(|(a, b)| a - b),
+            backends_s: self.backends_s,
             harness_s: self.harness_s - before.harness_s,
             machine_busy_s: self.machine_busy_s - before.machine_busy_s,
             machine_total_s: self.machine_total_s - before.machine_total_s,
@@ -54,6 +60,7 @@ impl Cpu {
         Cpu {
             servers_s: self.servers_s + other.servers_s,
             postgres_s: self.postgres_s.zip(other.postgres_s).map(|(a, b)| a + b),
+            backends_s: self.backends_s.zip(other.backends_s).map(|(a, b)| a + b),
             harness_s: self.harness_s + other.harness_s,
             machine_busy_s: self.machine_busy_s + other.machine_busy_s,
             machine_total_s: self.machine_total_s + other.machine_total_s,
@@ -89,6 +96,27 @@ fn stat(pid: u32) -> Option<Stat> {
         cutime: field(16)?,
         cstime: field(17)?,
     })
+}
+
+/// The CPU process `pid` has used so far (every thread), in seconds.
+pub fn process_s(pid: u32) -> Option<f64> {
+    stat(pid).map(|s| s.own_s())
+}
+
+/// The CPU a set of processes used between two samples of `(pid, seconds)`: a process in both
+/// counts its difference, one only in `after` (it started meanwhile) all of its time; one only
+/// in `before` (it exited) is lost.
+pub fn used_between(before: &[(u32, f64)], after: &[(u32, f64)]) -> f64 {
+    after
+        .iter()
+        .map(|(pid, now)| {
+            let then = before
+                .iter()
+                .find(|(p, _)| p == pid)
+                .map_or(0.0, |(_, s)| *s);
+            now - then
+        })
+        .sum()
 }
 
 /// The postmaster and every process it started: its own time, the time of its children that

@@ -182,11 +182,14 @@ impl Report {
     fn cpu_markdown(&self) -> String {
         let mut out = String::from(
             "\nCPU per operation, over every round (warm-ups included), from /proc: the \
-             server (every replica), PostgreSQL (all of its processes), the load generator (the \
-             harness); how busy the machine's cores were, and how much of that was these \
-             (the rest is anything else running meanwhile):\n\n\
-             | scenario | server | PostgreSQL | load generator | sum | machine busy | of which these |\n\
-             | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+             server (every replica); the PostgreSQL backends of the scenario's database, and all \
+             of PostgreSQL (with its WAL writer, checkpointer, autovacuum, and whatever other \
+             databases made it do meanwhile); the load generator (the harness); how busy the \
+             machine's cores were, and how much of that was the server, those backends and the \
+             load generator (the rest: anything else running meanwhile):\n\n\
+             | scenario | server | its database's backends | all of PostgreSQL | load generator \
+             | sum | machine busy | of which these |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         );
         let us = |s: f64, n: f64| format!("{:.1} µs", s * 1e6 / n);
         for s in &self.scenarios {
@@ -195,15 +198,16 @@ impl Report {
                 continue;
             }
             let n = s.operations_all.max(1) as f64;
-            let sum = c.servers_s + c.postgres_s.unwrap_or(0.0) + c.harness_s;
+            let sum = c.servers_s + c.backends_s.unwrap_or(0.0) + c.harness_s;
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {:.0} % | {:.0} % |\n",
+                "| {} | {} | {} | {} | {} | {} | {:.0} % | {:.0} % |\n",
                 s.name,
                 if s.name == "pg_commits" {
                     "n/a".to_owned()
                 } else {
                     us(c.servers_s, n)
                 },
+                c.backends_s.map_or("n/a".to_owned(), |p| us(p, n)),
                 c.postgres_s.map_or("n/a".to_owned(), |p| us(p, n)),
                 us(c.harness_s, n),
                 us(sum, n),
@@ -222,7 +226,8 @@ impl Report {
              the cluster's WAL (pg_current_wal_lsn(), pg_stat_wal): the operations, how many \
              shared a transaction, and per operation the rows, WAL bytes and WAL fsyncs (and \
              the time the scenario's sessions spent in fsyncs, track_wal_io_timing; the WAL \
-             writer's are not timed), and the time its backends spent running statements (busy: \
+             writer's are not timed; these three are the whole cluster's, so they are taken from \
+             the round with the least WAL per operation), and the time its backends spent running statements (busy: \
              CPU, waiting for a core, a lock or I/O, commits waiting for their fsync) and \
              waiting inside a transaction for the client's next statement:\n\n\
              | scenario | operations | operations per transaction | rows inserted | rows updated \
@@ -242,9 +247,9 @@ impl Report {
                 n / c.transactions.max(1) as f64,
                 c.inserted as f64 / n,
                 c.updated as f64 / n,
-                c.wal_bytes as f64 / n,
-                c.wal_syncs as f64 / n,
-                c.wal_sync_ms * 1e3 / n,
+                s.wal_per_op.map_or(0.0, |w| w[0]),
+                s.wal_per_op.map_or(0.0, |w| w[1]),
+                s.wal_per_op.map_or(0.0, |w| w[2] * 1e3),
                 c.active_ms * 1e3 / n,
                 c.idle_in_transaction_ms * 1e3 / n,
             ));

@@ -72,6 +72,10 @@ pub struct ScenarioResult {
     pub operations_all: u64,
     /// A PostgreSQL scenario's counters, summed over its rounds.
     pub pg: Option<crate::postgres::Counters>,
+    /// The cluster-wide WAL figures per operation (bytes, fsyncs, ms in fsyncs) of the round
+    /// with the least WAL per operation: anything else writing to the cluster meanwhile only
+    /// adds to them, so the least disturbed round has the least.
+    pub wal_per_op: Option<[f64; 3]>,
     /// CPU time used over every round (warm-ups included), by whom.
     pub cpu: Option<crate::cpu::Cpu>,
     /// Echo on PostgreSQL, in the round kept: whether the records written behind the answers
@@ -268,6 +272,8 @@ struct Tally {
     operations: u64,
     /// Every operation answered as expected, warm-up included.
     ok: u64,
+    /// The commits baseline: the CPU its clients' backends used, read as each client ends.
+    backends_s: f64,
 }
 
 impl Tally {
@@ -292,6 +298,7 @@ impl Tally {
         self.errors += other.errors;
         self.operations += other.operations;
         self.ok += other.ok;
+        self.backends_s += other.backends_s;
     }
 }
 
@@ -387,15 +394,22 @@ async fn drive_commits(url: String, index: usize, from: Instant, until: Instant)
     let mut tally = Tally::default();
     let client_no = i32::try_from(index).unwrap_or(i32::MAX);
     let mut client = None;
+    // Each backend's CPU, read before its client closes (it is gone after).
+    let backend_cpu = |backend: Option<u32>| backend.and_then(crate::cpu::process_s);
     while Instant::now() < until {
         if client.is_none() {
             let connected = async {
-                let c = crate::postgres::connect(&url).await?;
+                let c = crate::postgres::connect_as(&url, crate::postgres::COMMITS_CLIENT).await?;
                 let statement = c
                     .prepare(crate::postgres::COMMIT_ONE_ROW)
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok::<_, String>((c, statement))
+                let backend = c
+                    .query_one("SELECT pg_backend_pid()", &[])
+                    .await
+                    .ok()
+                    .and_then(|row| u32::try_from(row.get::<_, i32>(0)).ok());
+                Ok::<_, String>((c, statement, backend))
             };
             match connected.await {
                 Ok(c) => client = Some(c),
@@ -406,13 +420,17 @@ async fn drive_commits(url: String, index: usize, from: Instant, until: Instant)
                 }
             }
         }
-        let (c, statement) = client.as_ref().expect("connected");
+        let (c, statement, backend) = client.as_ref().expect("connected");
         let started = Instant::now();
         let result = c.execute(statement, &[&client_no, &EMAIL_BODY]).await;
         tally.record(matches!(result, Ok(1)), started, from);
         if result.is_err() {
+            tally.backends_s += backend_cpu(*backend).unwrap_or(0.0);
             client = None;
         }
+    }
+    if let Some((_, _, backend)) = &client {
+        tally.backends_s += backend_cpu(*backend).unwrap_or(0.0);
     }
     tally
 }
@@ -481,6 +499,10 @@ pub async fn run_rounds(
                 None => 0,
             };
             let cpu_before = crate::cpu::Cpu::now(&step.pids, postmaster);
+            let backends_before = match (admin, &step.database) {
+                (Some(admin), Some(db)) if postmaster.is_some() => Some(admin.backends(db).await?),
+                _ => None,
+            };
             let from = Instant::now() + warmup;
             let until = from + duration;
             let edges = async {
@@ -524,7 +546,12 @@ pub async fn run_rounds(
                 _ => None,
             };
             // After the records written behind are in: their work is the calls'.
-            let cpu = crate::cpu::Cpu::now(&step.pids, postmaster).since(cpu_before);
+            let mut cpu = crate::cpu::Cpu::now(&step.pids, postmaster).since(cpu_before);
+            if let (Some(admin), Some(db), Some(before)) = (admin, &step.database, backends_before)
+            {
+                let after = admin.backends(db).await?;
+                cpu.backends_s = Some(crate::cpu::used_between(&before, &after) + tally.backends_s);
+            }
             let operations = tally.operations;
             let pg = match observed {
                 Some((admin, db, before)) => {
@@ -550,6 +577,18 @@ pub async fn run_rounds(
             let slot = &mut best[index];
             // Errors, operations and counters of every round count: a clean best round must
             // not hide a bad one.
+            let wal = pg.map(|c| {
+                let n = operations.max(1) as f64;
+                [
+                    c.wal_bytes as f64 / n,
+                    c.wal_syncs as f64 / n,
+                    c.wal_sync_ms / n,
+                ]
+            });
+            let wal = match (slot.as_ref().and_then(|p| p.wal_per_op), wal) {
+                (Some(a), Some(b)) => Some(if b[0] < a[0] { b } else { a }),
+                (a, b) => a.or(b),
+            };
             let (errors, operations, pg, cpu, peak) = match slot.as_ref() {
                 Some(previous) => (
                     previous.errors + result.errors,
@@ -573,6 +612,7 @@ pub async fn run_rounds(
             kept.errors = errors;
             kept.operations_all = operations;
             kept.pg = pg;
+            kept.wal_per_op = wal;
             kept.cpu = Some(cpu);
             kept.peak_rss_kib = peak;
         }
@@ -605,6 +645,7 @@ fn summarize(
         peak_rss_kib: peak,
         operations_all: 0,
         pg: None,
+        wal_per_op: None,
         cpu: None,
         behind: None,
     }

@@ -95,12 +95,26 @@ pub fn ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
-/// Connects to `url` within 3 s.
+/// The `application_name` of the harness's own connections, which its CPU figures of a
+/// scenario database's backends leave out (its clients of the commits baseline are named
+/// [`COMMITS_CLIENT`] and counted).
+pub const HARNESS_CLIENT: &str = "toolgate-bench";
+
+/// The `application_name` of the commits baseline's clients.
+pub const COMMITS_CLIENT: &str = "toolgate-bench-commits";
+
+/// Connects to `url` within 3 s, as the harness.
 pub async fn connect(url: &str) -> Result<tokio_postgres::Client, String> {
+    connect_as(url, HARNESS_CLIENT).await
+}
+
+/// Connects to `url` within 3 s, with `application_name` `name`.
+pub async fn connect_as(url: &str, name: &str) -> Result<tokio_postgres::Client, String> {
     let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| format!("bad URL {}: {e}", shown(url)))?;
     config.connect_timeout(Duration::from_secs(3));
+    config.application_name(name);
     let (client, connection) = tokio::time::timeout(Duration::from_secs(5), config.connect(NoTls))
         .await
         .map_err(|_| format!("{} did not answer within 5 s", shown(url)))?
@@ -324,6 +338,25 @@ impl Admin {
     /// cleanly, and its statistics wait for its clients).
     pub async fn close_probes(&self) {
         self.probes.lock().await.clear();
+    }
+
+    /// The backends connected to database `db` but the harness's own (its probes), with the
+    /// CPU each has used so far, in seconds (when the server runs on this machine).
+    pub async fn backends(&self, db: &str) -> Result<Vec<(u32, f64)>, String> {
+        let rows = self
+            .client
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE datname = $1 \
+                 AND application_name <> $2",
+                &[&db, &HARNESS_CLIENT],
+            )
+            .await
+            .map_err(|e| format!("backends of {db}: {}", pg_error(&e)))?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| u32::try_from(row.get::<_, i32>(0)).ok())
+            .filter_map(|pid| Some((pid, crate::cpu::process_s(pid)?)))
+            .collect())
     }
 
     /// The URL it connected to.
