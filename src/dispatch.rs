@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use serde_json::{Value, json};
@@ -32,6 +32,7 @@ use crate::contract::outcome::ToolOutcome;
 use crate::contract::registry::{Registered, ToolSet, compile_schema, violations};
 use crate::contract::retry::RetryPolicy;
 use crate::ids;
+use crate::metrics::ToolMetrics;
 use crate::slots::{Slot, Slots};
 use crate::store::{
     ApprovalState, CallError, CallRecord, CallStatus, Inserted, NewCall, Outcome, Reconciled,
@@ -85,11 +86,13 @@ impl Default for DispatchConfig {
     }
 }
 
-/// One tool's settings, with its retry policy adjusted to its effect and its concurrency gate.
+/// One tool's settings, with its retry policy adjusted to its effect, its concurrency gate, and
+/// its metrics.
 struct ToolPolicy {
     settings: ToolSettings,
     retry: RetryPolicy,
     slots: Arc<Slots>,
+    metrics: ToolMetrics,
 }
 
 /// Who asks for a call, and the idempotency key they sent, if any.
@@ -225,6 +228,15 @@ pub enum CallOutcome {
 }
 
 impl CallOutcome {
+    /// The status it leaves the call in.
+    pub fn status(&self) -> CallStatus {
+        match self {
+            CallOutcome::Completed(_) => CallStatus::Completed,
+            CallOutcome::Suspended { .. } => CallStatus::Suspended,
+            CallOutcome::Failed { status, .. } => *status,
+        }
+    }
+
     /// The answer a call's record gives to a repeated request, if it has one (a call still
     /// running, interrupted or waiting for reconciliation has none).
     pub fn from_record(call: &CallRecord) -> Option<CallOutcome> {
@@ -426,6 +438,8 @@ struct Ran {
     attempts: u32,
     /// The input, when the caller asked for it back.
     input: Option<Value>,
+    /// How long the run took, from its first attempt to its outcome.
+    took: Duration,
 }
 
 impl Ran {
@@ -483,6 +497,7 @@ impl Dispatcher {
                     settings,
                     retry: RetryPolicy::for_effect(tool.effect(), config.retry),
                     slots: Slots::new(settings.max_concurrency),
+                    metrics: ToolMetrics::new(tool.name()),
                 };
                 (tool.name().to_owned(), policy)
             })
@@ -593,11 +608,13 @@ impl Dispatcher {
         reason: String,
         actor: Option<&str>,
     ) -> Result<CallRecord, DispatchError> {
-        match self
+        let asked = Timestamp::now();
+        let resolved = self
             .store
             .resolve(token, Resolution::Reject { reason }, actor)
-            .await?
-        {
+            .await?;
+        self.count_resolution(&resolved, asked);
+        match resolved {
             Resolved::Rejected(call) => {
                 tracing::Span::current().record("call_id", call.call_id.as_str());
                 Ok(call)
@@ -623,7 +640,8 @@ impl Dispatcher {
         registered
             .check_output(&output)
             .map_err(DispatchError::OutputSchemaViolation)?;
-        match self
+        let asked = Timestamp::now();
+        let resolved = self
             .store
             .resolve(
                 token,
@@ -632,8 +650,9 @@ impl Dispatcher {
                 },
                 actor,
             )
-            .await?
-        {
+            .await?;
+        self.count_resolution(&resolved, asked);
+        match resolved {
             Resolved::Completed(call) => Ok(CallResult {
                 call_id: call.call_id,
                 tool: call.tool,
@@ -665,7 +684,10 @@ impl Dispatcher {
             }
         }
         match self.store.reconcile(call_id, settlement, actor).await? {
-            Reconciled::Settled(call) => Ok(call),
+            Reconciled::Settled(call) => {
+                self.counted(&call.tool, call.status);
+                Ok(call)
+            }
             Reconciled::NotNeeded(call) => Err(DispatchError::NotReconcilable(Box::new(call))),
             Reconciled::UnknownCall => Err(DispatchError::UnknownCall(call_id.to_owned())),
         }
@@ -778,6 +800,7 @@ impl Dispatcher {
                 }
             }
         }
+        policy.metrics.ran(ran.outcome.status(), ran.took);
         Ok(CallResult {
             call_id,
             tool: dyn_tool.name().to_owned(),
@@ -837,6 +860,7 @@ impl Dispatcher {
                     &ran.recorded(),
                 )
                 .await?;
+                policy.metrics.ran(ran.outcome.status(), ran.took);
                 Ok(CallResult {
                     call_id: call.call_id,
                     tool: call.tool,
@@ -872,9 +896,12 @@ impl Dispatcher {
             }
             ApprovalState::Resolved(call) => Err(DispatchError::AlreadyResolved(Box::new(call))),
             // Write the expiry down (a no-op if it already is), and report it.
-            ApprovalState::Expired(_) => Err(unexpected_resolution(
-                self.store.resolve(token, Resolution::Expire, None).await?,
-            )),
+            ApprovalState::Expired(_) => {
+                let asked = Timestamp::now();
+                let resolved = self.store.resolve(token, Resolution::Expire, None).await?;
+                self.count_resolution(&resolved, asked);
+                Err(unexpected_resolution(resolved))
+            }
         }
     }
 
@@ -897,7 +924,10 @@ impl Dispatcher {
         let resolution = Resolution::Approve {
             resume_input: resume_input.clone(),
         };
-        let call = match self.store.resolve(token, resolution, actor).await? {
+        let asked = Timestamp::now();
+        let resolved = self.store.resolve(token, resolution, actor).await?;
+        self.count_resolution(&resolved, asked);
+        let call = match resolved {
             Resolved::Approved(call) => call,
             other => return Err(unexpected_resolution(other)),
         };
@@ -920,6 +950,7 @@ impl Dispatcher {
             &ran.recorded(),
         )
         .await?;
+        policy.metrics.ran(ran.outcome.status(), ran.took);
         Ok(CallResult {
             call_id: call.call_id,
             tool: call.tool,
@@ -944,6 +975,7 @@ impl Dispatcher {
         keep: bool,
     ) -> Ran {
         let tool = registered.tool.as_ref();
+        let started = Instant::now();
         let mut attempt = first;
         let outcome = loop {
             let made = attempt - first + 1;
@@ -1033,6 +1065,7 @@ impl Dispatcher {
             first,
             attempts: attempt,
             input: keep.then_some(input),
+            took: started.elapsed(),
         }
     }
 
@@ -1192,6 +1225,34 @@ impl Dispatcher {
         });
     }
 
+    /// Counts a call of `tool` recorded in `status` without a run of its tool.
+    fn counted(&self, tool: &str, status: CallStatus) {
+        match self.policies.get(tool) {
+            Some(policy) => policy.metrics.outcome(status),
+            // A tool no longer served, whose suspended calls are still resolved.
+            None => crate::metrics::call_outcome(tool, status),
+        }
+    }
+
+    /// Counts what resolving a suspension, asked for at `asked`, recorded: a person's decision,
+    /// and how long the suspension waited for it; or its expiry. An approval's outcome is
+    /// counted once the tool has run again.
+    fn count_resolution(&self, resolved: &Resolved, asked: Timestamp) {
+        match resolved {
+            Resolved::Approved(call) => decided(call),
+            Resolved::Rejected(call) | Resolved::Completed(call) => {
+                decided(call);
+                self.counted(&call.tool, call.status);
+            }
+            // Written down now, or found already written (by an earlier request, whose record
+            // is older than this one): counted once.
+            Resolved::Expired(call) if call.updated_at >= asked => {
+                self.counted(&call.tool, CallStatus::Expired);
+            }
+            Resolved::Expired(_) | Resolved::AlreadyResolved(_) | Resolved::UnknownToken => {}
+        }
+    }
+
     /// A slot of the global and of the tool's concurrency limit, held until the call's run
     /// ends; `Overloaded` when either is full: refusing at once beats an unbounded queue.
     fn take_slot(&self, policy: &ToolPolicy, tool: &str) -> Result<(Slot, Slot), DispatchError> {
@@ -1199,6 +1260,23 @@ impl Dispatcher {
         let global = self.slots.try_take().ok_or_else(overloaded)?;
         let local = policy.slots.try_take().ok_or_else(overloaded)?;
         Ok((global, local))
+    }
+}
+
+/// Observes how long the suspension a person just resolved waited for them, by the call's
+/// history: from its last `suspended` event to the decision that follows it.
+fn decided(call: &CallRecord) {
+    let mut events = call.events.iter().rev();
+    let decision = events.find(|event| {
+        matches!(
+            event.kind.as_str(),
+            "approved" | "rejected" | "completed_externally"
+        )
+    });
+    let suspended = events.find(|event| event.kind == "suspended");
+    if let (Some(decision), Some(suspended)) = (decision, suspended) {
+        let waited = u64::try_from(decision.at.0.saturating_sub(suspended.at.0)).unwrap_or(0);
+        crate::metrics::approval_decided(Duration::from_millis(waited));
     }
 }
 

@@ -16,6 +16,8 @@
 //!   or a suspension arrives.
 //! - [`server`]: the axum HTTP API. [`ServerBuilder`] turns a tool set and a store into an
 //!   `axum::Router` you can serve alone or mount in your own app.
+//! - `metrics`: what the server does, counted (calls by tool and outcome, requests by route,
+//!   store batches), for `GET /metrics` in the Prometheus text format.
 //! - [`config`]: the binary's configuration (file, environment, flags), read once.
 //! - [`examples`]: demo tools (`echo`, `ask_human`, `issue_refund`, `send_email`), written the
 //!   way a user writes tools.
@@ -32,6 +34,7 @@ pub mod dispatch;
 pub mod examples;
 pub mod feed;
 mod ids;
+mod metrics;
 pub mod server;
 mod slots;
 pub mod store;

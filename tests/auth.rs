@@ -164,6 +164,7 @@ async fn every_route_times_every_role(backend: Backend) {
             None,
             vec![Caller, Approver, Admin],
         ),
+        (Method::GET, "/metrics".into(), None, vec![Admin]),
         (
             Method::GET,
             "/healthz".into(),

@@ -961,6 +961,9 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::ApprovalPage, toolgate::store::StoreError> {
         broken()
     }
+    async fn counts(&self) -> Result<toolgate::store::StoreCounts, toolgate::store::StoreError> {
+        broken()
+    }
     async fn approval(
         &self,
         _token: &str,

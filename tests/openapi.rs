@@ -169,6 +169,7 @@ async fn every_fixed_route_is_documented_with_its_error_envelope() {
         ("/approvals/{token}/reject", "post"),
         ("/approvals/{token}/complete", "post"),
         ("/openapi.json", "get"),
+        ("/metrics", "get"),
         ("/healthz", "get"),
         ("/readyz", "get"),
     ];

@@ -368,6 +368,51 @@ async fn pending_pages_oldest_first(store: Arc<dyn Store>) {
     assert_eq!(tool_of("tp7"), Some(("other_tool".into(), "p7".into())));
 }
 
+async fn counts_show_what_is_pending_now(store: Arc<dyn Store>) {
+    // On a shared database, this store's own lease is live; a store of one process has none.
+    let live = store.replica().map(|_| 1);
+    let counts = store.counts().await.unwrap();
+    assert_eq!(counts.pending_approvals, 0);
+    assert_eq!(counts.live_replicas, live);
+
+    let expired = Outcome::Suspended {
+        token: "tc-expired".into(),
+        reason: "too late".into(),
+        input_schema: json!({"type": "object"}),
+        expires_at: Some(Timestamp(1)),
+    };
+    store
+        .insert_call(new_call("cc0"), Some(suspended("tc0")))
+        .await
+        .unwrap();
+    store
+        .insert_call(new_call("cc1"), Some(suspended("tc1")))
+        .await
+        .unwrap();
+    store
+        .insert_call(new_call("cc2"), Some(expired))
+        .await
+        .unwrap();
+    store.insert_call(new_call("cc3"), None).await.unwrap();
+    store
+        .finish_call("cc3", Some(1), 1, &suspended("tc3"))
+        .await
+        .unwrap();
+    // Pending and unexpired only, as the approvals queue lists them.
+    assert_eq!(store.counts().await.unwrap().pending_approvals, 3);
+    let reject = Resolution::Reject {
+        reason: "no".into(),
+    };
+    store.resolve("tc1", reject, None).await.unwrap();
+    let approve = Resolution::Approve {
+        resume_input: json!({}),
+    };
+    store.resolve("tc3", approve, None).await.unwrap();
+    let counts = store.counts().await.unwrap();
+    assert_eq!(counts.pending_approvals, 1);
+    assert_eq!(counts.live_replicas, live);
+}
+
 async fn many_read_records_written_behind_keep_their_own_fields(store: Arc<dyn Store>) {
     // More than a statement's worth of rows in one commit window, each with its own values, so a
     // row bound in another's place would show.
@@ -863,6 +908,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn finished_in_one_write() {
                 super::finished_in_one_write(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn counts_show_what_is_pending_now() {
+                super::counts_show_what_is_pending_now(store().await.0).await;
             }
             #[tokio::test]
             async fn many_read_records_written_behind_keep_their_own_fields() {

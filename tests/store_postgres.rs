@@ -251,6 +251,29 @@ async fn three_replicas_race_for_one_key_and_one_token() {
 }
 
 #[tokio::test]
+async fn live_replicas_are_counted_by_their_leases() {
+    let db = TestDb::create().await;
+    let first = PostgresStore::open(&db.url, slow()).await.unwrap();
+    let second = PostgresStore::open(&db.url, slow()).await.unwrap();
+    for store in [&first, &second] {
+        assert_eq!(store.counts().await.unwrap().live_replicas, Some(2));
+    }
+    // A replica that left ended its lease; one whose lease ran out is not live either.
+    second.close().await.unwrap();
+    assert_eq!(first.counts().await.unwrap().live_replicas, Some(1));
+    sql(&db)
+        .await
+        .execute(
+            "UPDATE replicas SET lease_expires_at = clock_timestamp() - interval '1 second'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.counts().await.unwrap().live_replicas, Some(0));
+    first.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn replicas_that_start_together_migrate_once() {
     let db = TestDb::create().await;
     let opens: Vec<_> = (0..4)

@@ -6,7 +6,7 @@
 //! - `caller`: the tools (`GET /tools*`, `POST /tools/{name}/call`) and its own calls
 //!   (`GET /calls/{call_id}`); it can never approve, reject, complete or settle anything;
 //! - `approver`: `/approvals*`, `GET /calls*`, `POST /calls/{call_id}/resolve`;
-//! - `admin`: everything.
+//! - `admin`: everything, and alone `GET /metrics`.
 //!
 //! Every role may read `/openapi.json`. With no keys configured, auth is off and every request
 //! acts as an anonymous admin; the binary allows that only on a loopback address. The check is a
@@ -133,6 +133,8 @@ pub(super) enum Access {
     Approvals,
     /// `/openapi.json`: every key.
     Document,
+    /// `/metrics`: admins only.
+    Admin,
 }
 
 /// Whether `role` may use a route giving `access`.
@@ -141,6 +143,7 @@ fn permits(role: Role, access: Access) -> bool {
         (Role::Admin, _) | (_, Access::Document) | (_, Access::OwnCalls) => true,
         (Role::Caller, Access::Tools) | (Role::Approver, Access::Approvals) => true,
         (Role::Caller, Access::Approvals) | (Role::Approver, Access::Tools) => false,
+        (_, Access::Admin) => false,
     }
 }
 
@@ -326,11 +329,14 @@ mod tests {
         assert!(!permits(Role::Caller, Access::Approvals));
         assert!(permits(Role::Approver, Access::Approvals));
         assert!(!permits(Role::Approver, Access::Tools));
+        assert!(!permits(Role::Caller, Access::Admin));
+        assert!(!permits(Role::Approver, Access::Admin));
         for access in [
             Access::Tools,
             Access::OwnCalls,
             Access::Approvals,
             Access::Document,
+            Access::Admin,
         ] {
             assert!(permits(Role::Admin, access));
         }

@@ -13,6 +13,7 @@ pub mod error;
 mod events;
 mod extract;
 mod health;
+mod metrics;
 pub mod openapi;
 mod responses;
 mod tools;
@@ -161,11 +162,13 @@ impl ServerBuilder {
         let keys = Arc::new(Keys::new(self.keys));
         let in_flight = Slots::new(self.max_in_flight);
         // Every route but the health probes has a gate: load shedding, auth, the role check;
-        // and the body limit. One stack per route, boxed once: a layer on the whole router
-        // would wrap (and box, and clone per request) every route once more.
+        // and the body limit; and, outside the gate, the count of its requests by status. One
+        // stack per route, boxed once: a layer on the whole router would wrap (and box, and
+        // clone per request) every route once more.
         let max_body_bytes = self.max_body_bytes;
         let gate_with = |access, holds| {
             ServiceBuilder::new()
+                .layer(metrics::RequestsLayer::default())
                 .layer(DefaultBodyLimit::max(max_body_bytes))
                 .layer(GateLayer(Arc::new(Gate {
                     keys: keys.clone(),
@@ -224,6 +227,10 @@ impl ServerBuilder {
             .route(
                 "/openapi.json",
                 get(serve_openapi).route_layer(gate(Access::Document)),
+            )
+            .route(
+                "/metrics",
+                get(metrics::serve).route_layer(gate(Access::Admin)),
             )
             .route("/healthz", get(health::healthz))
             .route("/readyz", get(health::readyz))

@@ -12,7 +12,7 @@ use utoipa::OpenApi;
 
 use super::error::{ErrorEnvelope, ErrorObject};
 use super::responses::{CallCompleted, CallFailed, CallSuspended, SuspensionTicket};
-use super::{approvals, calls, events, health, tools};
+use super::{approvals, calls, events, health, metrics, tools};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
@@ -34,6 +34,7 @@ use crate::store::{
         approvals::list, approvals::get, approvals::approve, approvals::reject, approvals::complete,
         events::events,
         health::healthz, health::readyz,
+        metrics::serve,
         openapi_json,
     ),
     components(schemas(
@@ -46,6 +47,7 @@ use crate::store::{
         (name = "calls", description = "Records of calls."),
         (name = "approvals", description = "Suspended calls waiting for a person."),
         (name = "health", description = "Liveness and readiness."),
+        (name = "metrics", description = "What the server does, for Prometheus (admins only)."),
         (name = "openapi", description = "This document."),
     )
 )]

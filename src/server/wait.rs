@@ -24,14 +24,19 @@ pub struct Held {
     /// How long to wait at most.
     pub limit: Duration,
     slot: Option<HeldSlot>,
+    /// Counts it in `toolgate_waiters` once it waits, until it is answered.
+    waiting: Option<crate::metrics::Waiting>,
 }
 
 impl Held {
-    /// Gives back the request's slot: from now on it waits, and counts as running nothing.
+    /// Gives back the request's slot: from now on it waits, and counts as running nothing (but
+    /// as a waiter, until it is dropped).
     pub fn release_slot(&mut self) {
         if let Some(slot) = self.slot.take() {
             slot.release();
         }
+        self.waiting
+            .get_or_insert_with(crate::metrics::Waiting::start);
     }
 }
 
@@ -78,6 +83,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Wait {
         Ok(Wait(Some(Held {
             limit: Duration::from_secs(u64::from(seconds)),
             slot: parts.extensions.get::<HeldSlot>().cloned(),
+            waiting: None,
         })))
     }
 }

@@ -334,6 +334,17 @@ pub struct ApprovalPage {
     pub next_cursor: Option<i64>,
 }
 
+/// What the store holds now, counted: `GET /metrics` reads it at each scrape, so that every
+/// replica on a shared database shows the same figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreCounts {
+    /// Pending, unexpired suspensions: what [`Store::pending_approvals`] would list.
+    pub pending_approvals: u64,
+    /// On a database shared by several processes, the replicas whose lease is live (this one's
+    /// included); `None` on a backend of one process.
+    pub live_replicas: Option<u64>,
+}
+
 /// What a token currently stands for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApprovalState {
@@ -603,6 +614,11 @@ pub trait Store: Send + Sync + 'static {
         after: Option<i64>,
         limit: u32,
     ) -> Result<ApprovalPage, StoreError>;
+
+    /// The pending, unexpired suspensions counted, and on a shared database the live replicas:
+    /// one cheap read (a count over the index of pending suspensions), for each scrape of
+    /// `GET /metrics`.
+    async fn counts(&self) -> Result<StoreCounts, StoreError>;
 
     /// What `token` stands for, if it ever existed.
     async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError>;

@@ -32,8 +32,8 @@ use tokio_postgres::NoTls;
 use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, FeedCursor, FeedPage, Inserted,
-    NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError,
-    Timestamp,
+    NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts,
+    StoreError, Timestamp,
 };
 use leases::Lease;
 use reads::Conn;
@@ -393,6 +393,14 @@ impl Store for PostgresStore {
         bounded(async {
             let conn = self.reader().await?;
             reads::pending_approvals(&Conn::Client(&conn), after, limit).await
+        })
+        .await
+    }
+
+    async fn counts(&self) -> Result<StoreCounts, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            reads::counts(&Conn::Client(&conn)).await
         })
         .await
     }

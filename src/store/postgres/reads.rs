@@ -8,7 +8,7 @@ use tokio_postgres::{Error as PgError, Row};
 use super::super::record::{RawCall, parse_effect, parse_json};
 use super::super::{
     Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
-    CallSummary, StoreError,
+    CallSummary, StoreCounts, StoreError,
 };
 use super::pg_error;
 use crate::store::Timestamp;
@@ -240,6 +240,32 @@ pub(super) async fn pending_approvals(
     Ok(ApprovalPage {
         approvals,
         next_cursor: if more { next_cursor } else { None },
+    })
+}
+
+/// The pending, unexpired suspensions (over the index of pending ones) and the replicas whose
+/// lease is live now, by the database's clock as leases are kept, in one round trip.
+pub(super) async fn counts(conn: &Conn<'_>) -> Result<StoreCounts, StoreError> {
+    let row = conn
+        .query(
+            "SELECT (SELECT count(*) FROM suspensions WHERE status = 'pending' \
+               AND (expires_at IS NULL OR expires_at > $1)), \
+             (SELECT count(*) FROM replicas WHERE lease_expires_at > clock_timestamp())",
+            &[&Timestamp::now().0],
+        )
+        .await
+        .map_err(pg_error)?;
+    let row = row
+        .first()
+        .ok_or_else(|| StoreError::Backend("a count returned no row".into()))?;
+    let count = |index: usize| {
+        row.try_get::<_, i64>(index)
+            .map(|n| u64::try_from(n).unwrap_or(0))
+            .map_err(pg_error)
+    };
+    Ok(StoreCounts {
+        pending_approvals: count(0)?,
+        live_replicas: Some(count(1)?),
     })
 }
 

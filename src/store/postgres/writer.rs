@@ -131,7 +131,9 @@ impl Writer {
             let (ops, replies): (Vec<WriteOp>, Vec<_>) =
                 jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
             let fed = ops.iter().any(WriteOp::may_feed);
+            let (writes, started) = (ops.len() + records.len(), tokio::time::Instant::now());
             let results = self.commit(&ops, records, &behind).await;
+            crate::metrics::store_batch(writes, started.elapsed());
             let committed = results.iter().any(Result::is_ok);
             // Readers of the feed in this process hear of the commit at once.
             if fed && committed {

@@ -29,8 +29,8 @@ use tokio::sync::oneshot;
 use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, FeedCursor, FeedPage, Inserted,
-    NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreError,
-    Timestamp,
+    NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts,
+    StoreError, Timestamp,
 };
 use migrations::migrate;
 use recovery::recover;
@@ -315,6 +315,10 @@ impl Store for SqliteStore {
     ) -> Result<ApprovalPage, StoreError> {
         self.read(move |conn| reads::pending_approvals(conn, after, limit))
             .await
+    }
+
+    async fn counts(&self) -> Result<StoreCounts, StoreError> {
+        self.read(reads::counts).await
     }
 
     async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {

@@ -15,7 +15,7 @@ use crate::contract::meta::Effect;
 use crate::store::record::{RawCall, RawFeedEntry, parse_effect, parse_json};
 use crate::store::{
     Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
-    CallSummary, FeedCursor, FeedPage, StoreError, Timestamp,
+    CallSummary, FeedCursor, FeedPage, StoreCounts, StoreError, Timestamp,
 };
 
 /// The columns `raw_call` reads, with the call's pending suspension joined.
@@ -205,6 +205,21 @@ pub(super) fn pending_approvals(
     Ok(ApprovalPage {
         approvals,
         next_cursor: if more { next_cursor } else { None },
+    })
+}
+
+/// The pending, unexpired suspensions counted, over the index of pending ones.
+pub(super) fn counts(conn: &Connection) -> Result<StoreCounts, StoreError> {
+    let pending: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM suspensions WHERE status = 'pending' \
+             AND (expires_at IS NULL OR expires_at > ?1)",
+        )
+        .and_then(|mut st| st.query_row([Timestamp::now().0], |row| row.get(0)))
+        .map_err(backend)?;
+    Ok(StoreCounts {
+        pending_approvals: u64::try_from(pending).unwrap_or(0),
+        live_replicas: None,
     })
 }
 

@@ -22,16 +22,17 @@ pub(super) fn recover(conn: &mut Connection) -> Result<(), StoreError> {
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(backend)?;
     let mut counts = [0usize; 2];
+    let mut settled = Vec::new();
     {
         let mut running = tx
-            .prepare("SELECT call_id, effect FROM calls WHERE status = 'running'")
+            .prepare("SELECT call_id, effect, tool FROM calls WHERE status = 'running'")
             .map_err(backend)?;
-        let rows: Vec<(String, String)> = running
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        let rows: Vec<(String, String, String)> = running
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
             .map_err(backend)?
             .collect::<Result<_, _>>()
             .map_err(backend)?;
-        for (call_id, effect) in rows {
+        for (call_id, effect, tool) in rows {
             let (status, slot) = if effect == "write" {
                 (CallStatus::NeedsReconciliation, 1)
             } else {
@@ -52,9 +53,13 @@ pub(super) fn recover(conn: &mut Connection) -> Result<(), StoreError> {
             )?;
             append_feed(&tx, &call_id, now, status, None)?;
             counts[slot] += 1;
+            settled.push((tool, status));
         }
     }
     tx.commit().map_err(backend)?;
+    for (tool, status) in settled {
+        crate::metrics::call_outcome(&tool, status);
+    }
     if counts != [0, 0] {
         tracing::warn!(
             interrupted = counts[0],

@@ -77,7 +77,9 @@ pub(super) fn write_loop(
         let (ops, replies): (Vec<WriteOp>, Vec<_>) =
             jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
         let fed = ops.iter().any(WriteOp::may_feed);
+        let (writes, started) = (ops.len() + records.len(), std::time::Instant::now());
         let results = apply_batch(&mut conn, ops, records);
+        crate::metrics::store_batch(writes, started.elapsed());
         // Readers of the feed in this process hear of the commit at once.
         if fed {
             feed.send_modify(|changes| *changes = changes.wrapping_add(1));

@@ -1,0 +1,401 @@
+//! The process's metrics, in the Prometheus text format: what `GET /metrics` serves.
+//!
+//! One registry per process, like every Prometheus client's default registry: the call
+//! lifecycle, the routes and the stores' batching writers record into it without being handed
+//! anything (a store is opened before, and apart from, the router it serves). A process serving
+//! several routers shows their sum. What is shared between replicas (the approvals pending, the
+//! live replicas) is not kept here: `server/metrics.rs` reads it from the store at each scrape and
+//! hands it to [`render`], so every replica shows the same, current figure.
+//!
+//! The hot path pays a few atomic increments and one uncontended lock (a histogram's) per call:
+//! each tool's series are resolved once, when the dispatcher is built ([`ToolMetrics`]), and each
+//! route's at its first requests ([`RouteRequests`]). Nothing is looked up, formatted or
+//! allocated per call.
+
+use std::sync::{LazyLock, OnceLock};
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::store::{CallStatus, StoreCounts};
+
+/// The `Content-Type` of what [`render`] writes: the Prometheus text format, version 0.0.4.
+pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+// The names, as registered; the text format adds `_total` to a counter's.
+const CALLS: &str = "toolgate_calls";
+const CALL_DURATION: &str = "toolgate_call_duration_seconds";
+const APPROVALS_PENDING: &str = "toolgate_approvals_pending";
+const APPROVAL_DECISION: &str = "toolgate_approval_decision_seconds";
+const HTTP_REQUESTS: &str = "toolgate_http_requests";
+const STORE_BATCH_SIZE: &str = "toolgate_store_batch_size";
+const STORE_COMMIT: &str = "toolgate_store_commit_seconds";
+const WEBHOOK_DELIVERIES: &str = "toolgate_webhook_deliveries";
+const WAITERS: &str = "toolgate_waiters";
+const REPLICAS_LIVE: &str = "toolgate_replicas_live";
+
+/// A run, from echo's microseconds to a slow tool's minutes (retries included).
+const CALL_DURATION_BUCKETS: [f64; 18] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 120.0,
+];
+
+/// A person's decision, from seconds to a week.
+const APPROVAL_DECISION_BUCKETS: [f64; 14] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 28800.0, 86400.0, 259200.0,
+    604800.0,
+];
+
+/// Writes per batch, up to the writers' largest (512 waited for, 2048 written behind).
+const BATCH_SIZE_BUCKETS: [f64; 12] = [
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
+];
+
+/// A batch's transaction, from an fsync on a fast disk to the writers' 10 s bound.
+const COMMIT_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0,
+];
+
+/// The statuses an outcome leaves a call in: all but `running`.
+const OUTCOMES: [CallStatus; 7] = [
+    CallStatus::Suspended,
+    CallStatus::Completed,
+    CallStatus::Failed,
+    CallStatus::Rejected,
+    CallStatus::Interrupted,
+    CallStatus::NeedsReconciliation,
+    CallStatus::Expired,
+];
+
+/// Where `status` is in [`OUTCOMES`]; `None` for `running`, which is no outcome.
+fn outcome_slot(status: CallStatus) -> Option<usize> {
+    OUTCOMES.iter().position(|s| *s == status)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    tool: String,
+    status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabel {
+    tool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
+}
+
+type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
+
+/// Every metric kept in the process, and the registry that renders them.
+struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    call_duration: HistogramFamily<ToolLabel>,
+    approval_decision: Histogram,
+    http_requests: Family<RequestLabels, Counter>,
+    store_batch_size: Histogram,
+    store_commit: Histogram,
+    webhook_deliveries: Family<ResultLabel, Counter>,
+    waiters: Gauge,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+impl Metrics {
+    fn new() -> Self {
+        let metrics = Metrics {
+            registry: Registry::default(),
+            calls: Family::default(),
+            call_duration: Family::new_with_constructor(|| Histogram::new(CALL_DURATION_BUCKETS)),
+            approval_decision: Histogram::new(APPROVAL_DECISION_BUCKETS),
+            http_requests: Family::default(),
+            store_batch_size: Histogram::new(BATCH_SIZE_BUCKETS),
+            store_commit: Histogram::new(COMMIT_BUCKETS),
+            webhook_deliveries: Family::default(),
+            waiters: Gauge::default(),
+        };
+        let mut registry = Registry::default();
+        registry.register(
+            CALLS,
+            "Calls that reached a recorded outcome, by tool and the status it left them in",
+            metrics.calls.clone(),
+        );
+        registry.register(
+            CALL_DURATION,
+            "How long a run of a tool took, from its first attempt to its outcome (retries and \
+             their waits included)",
+            metrics.call_duration.clone(),
+        );
+        registry.register(
+            APPROVAL_DECISION,
+            "How long a suspension waited for a person's approval, rejection or completion",
+            metrics.approval_decision.clone(),
+        );
+        registry.register(
+            HTTP_REQUESTS,
+            "Requests answered, by route template (never the path itself) and status code",
+            metrics.http_requests.clone(),
+        );
+        registry.register(
+            STORE_BATCH_SIZE,
+            "Writes committed together in one transaction of the store's batching writer \
+             (records written behind their answer included)",
+            metrics.store_batch_size.clone(),
+        );
+        registry.register(
+            STORE_COMMIT,
+            "How long one transaction of the store's batching writer took, from its start to \
+             its commit",
+            metrics.store_commit.clone(),
+        );
+        registry.register(
+            WEBHOOK_DELIVERIES,
+            "Webhook delivery attempts, by what they came to",
+            metrics.webhook_deliveries.clone(),
+        );
+        registry.register(
+            WAITERS,
+            "Requests held now by ?wait= until what they wait for changes",
+            metrics.waiters.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+}
+
+/// The process's metrics, followed by the store's figures as they are now (`counts`): the
+/// approvals pending and, on a shared database, the replicas whose lease is live.
+pub(crate) fn render(counts: &StoreCounts) -> Result<String, std::fmt::Error> {
+    let mut text = String::with_capacity(16 * 1024);
+    prometheus_text::encode(&mut text, &METRICS.registry)?;
+    // Read at this scrape, so registered in a registry of its own: the process-wide one is
+    // shared by every router of the process, each with its own store.
+    let mut now = Registry::default();
+    let gauge = |value: u64| {
+        let gauge: Gauge = Gauge::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        gauge
+    };
+    now.register(
+        APPROVALS_PENDING,
+        "Suspensions waiting for a person now (pending and unexpired), as the store holds them",
+        gauge(counts.pending_approvals),
+    );
+    if let Some(live) = counts.live_replicas {
+        now.register(
+            REPLICAS_LIVE,
+            "Replicas on the shared database whose lease is live now",
+            gauge(live),
+        );
+    }
+    prometheus_text::encode(&mut text, &now)?;
+    Ok(text)
+}
+
+/// One tool's series, resolved once: counting an outcome is an atomic increment, timing a run
+/// one histogram observation.
+pub(crate) struct ToolMetrics {
+    outcomes: [Counter; OUTCOMES.len()],
+    duration: Histogram,
+}
+
+impl ToolMetrics {
+    /// The series of `tool`, each outcome's at 0 until counted.
+    pub(crate) fn new(tool: &str) -> Self {
+        let metrics = &*METRICS;
+        ToolMetrics {
+            outcomes: OUTCOMES.map(|status| {
+                metrics.calls.get_or_create_owned(&CallLabels {
+                    tool: tool.to_owned(),
+                    status: status.as_str(),
+                })
+            }),
+            duration: metrics.call_duration.get_or_create_owned(&ToolLabel {
+                tool: tool.to_owned(),
+            }),
+        }
+    }
+
+    /// A call of the tool recorded in `status`, without a run (a rejection, an external
+    /// completion, an expiry, a settlement).
+    pub(crate) fn outcome(&self, status: CallStatus) {
+        if let Some(slot) = outcome_slot(status) {
+            self.outcomes[slot].inc();
+        }
+    }
+
+    /// A run of the tool that took `took` and whose outcome, `status`, is recorded.
+    pub(crate) fn ran(&self, status: CallStatus, took: Duration) {
+        self.outcome(status);
+        self.duration.observe(took.as_secs_f64());
+    }
+}
+
+/// A call of `tool` recorded in `status`, counted by looking its series up: for what is not on a
+/// request's path (the calls of a dead replica or a previous process, settled; a tool no longer
+/// served).
+pub(crate) fn call_outcome(tool: &str, status: CallStatus) {
+    if outcome_slot(status).is_some() {
+        METRICS
+            .calls
+            .get_or_create(&CallLabels {
+                tool: tool.to_owned(),
+                status: status.as_str(),
+            })
+            .inc();
+    }
+}
+
+/// A person decided on a suspension `waited` after it was made.
+pub(crate) fn approval_decided(waited: Duration) {
+    METRICS.approval_decision.observe(waited.as_secs_f64());
+}
+
+/// A batch of `writes` committed (or failed) by a store's writer in `took`.
+pub(crate) fn store_batch(writes: usize, took: Duration) {
+    METRICS.store_batch_size.observe(writes as f64);
+    METRICS.store_commit.observe(took.as_secs_f64());
+}
+
+/// Counts one webhook delivery attempt that came to `result`: a short word from a fixed set
+/// (such as `delivered`, `retried`, `failed`), never a URL or an error message, since every
+/// distinct value is a series kept for the life of the process.
+#[allow(
+    dead_code,
+    reason = "called by webhook delivery, which is being written in another branch"
+)]
+pub(crate) fn webhook_delivery(result: &str) {
+    METRICS
+        .webhook_deliveries
+        .get_or_create(&ResultLabel {
+            result: result.to_owned(),
+        })
+        .inc();
+}
+
+/// A request held by `?wait=`: counted in `toolgate_waiters` from its creation until it is
+/// dropped.
+pub(crate) struct Waiting(());
+
+impl Waiting {
+    /// Counts a request that starts to wait.
+    pub(crate) fn start() -> Self {
+        METRICS.waiters.inc();
+        Waiting(())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        METRICS.waiters.dec();
+    }
+}
+
+/// The status codes a route answers often enough to keep their counter at hand.
+const COMMON_STATUSES: [u16; 16] = [
+    200, 202, 400, 401, 403, 404, 405, 409, 410, 413, 415, 422, 500, 503, 504, 429,
+];
+
+/// One route's request counters by status, resolved at its first request with each status: a
+/// request then costs a comparison of the route template and an atomic increment.
+#[derive(Default)]
+pub(crate) struct RouteRequests {
+    /// The route template this route's requests are counted under, from its first request.
+    route: OnceLock<Box<str>>,
+    by_status: [OnceLock<Counter>; COMMON_STATUSES.len()],
+}
+
+impl RouteRequests {
+    /// Counts a request for `route` (its template) answered with `status`.
+    pub(crate) fn count(&self, route: &str, status: u16) {
+        let own = self.route.get_or_init(|| route.into());
+        let slot = COMMON_STATUSES.iter().position(|s| *s == status);
+        match slot {
+            // Another template through the same route (a router nested under two prefixes), or
+            // a rare status: looked up.
+            Some(slot) if **own == *route => self.by_status[slot]
+                .get_or_init(|| http_requests(route, status))
+                .inc(),
+            _ => http_requests(route, status).inc(),
+        };
+    }
+}
+
+fn http_requests(route: &str, status: u16) -> Counter {
+    METRICS.http_requests.get_or_create_owned(&RequestLabels {
+        route: route.to_owned(),
+        status,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_rendered_with_its_help_and_type() {
+        // A family is rendered once it has a series.
+        ToolMetrics::new("echo").ran(CallStatus::Completed, Duration::from_micros(20));
+        webhook_delivery("delivered");
+        RouteRequests::default().count("/tools/{name}", 404);
+        let text = render(&StoreCounts {
+            pending_approvals: 3,
+            live_replicas: Some(2),
+        })
+        .unwrap();
+        for (name, kind) in [
+            ("toolgate_calls_total", "counter"),
+            ("toolgate_call_duration_seconds", "histogram"),
+            ("toolgate_approvals_pending", "gauge"),
+            ("toolgate_approval_decision_seconds", "histogram"),
+            ("toolgate_http_requests_total", "counter"),
+            ("toolgate_store_batch_size", "histogram"),
+            ("toolgate_store_commit_seconds", "histogram"),
+            ("toolgate_webhook_deliveries_total", "counter"),
+            ("toolgate_waiters", "gauge"),
+            ("toolgate_replicas_live", "gauge"),
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {name} {kind}\n")),
+                "{name} {kind} in {text}"
+            );
+        }
+        assert!(text.contains("toolgate_webhook_deliveries_total{result=\"delivered\"} "));
+        assert!(
+            text.contains("toolgate_http_requests_total{route=\"/tools/{name}\",status=\"404\"} ")
+        );
+        assert!(text.contains("toolgate_approvals_pending 3\n"));
+        assert!(text.contains("toolgate_replicas_live 2\n"));
+        let single = render(&StoreCounts {
+            pending_approvals: 0,
+            live_replicas: None,
+        })
+        .unwrap();
+        assert!(!single.contains("toolgate_replicas_live"));
+    }
+
+    #[test]
+    fn only_outcomes_are_counted() {
+        assert_eq!(outcome_slot(CallStatus::Running), None);
+        for status in OUTCOMES {
+            assert!(outcome_slot(status).is_some());
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! `GET /metrics` (admin): the process's metrics in the Prometheus text format, with the store's
+//! figures read at the scrape; and the layer that counts each request by route and status.
+//!
+//! The layer is on every gated route (see `ServerBuilder::build`), outside the gate, so that the
+//! gate's refusals (`401`, `403`, `503 overloaded`) are counted too. A route is named by its
+//! template (axum's `MatchedPath`, such as `/approvals/{token}/approve`), never by its path:
+//! paths carry suspension tokens, which are secrets.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use tower::{Layer, Service};
+
+use super::AppState;
+use super::error::{ApiError, ErrorEnvelope};
+use crate::metrics::RouteRequests;
+
+/// The process's metrics, and the store's as they are now.
+#[utoipa::path(
+    get, path = "/metrics", tag = "metrics", operation_id = "metrics",
+    responses(
+        (status = 200, description = "The Prometheus text format, version 0.0.4 (`text/plain; version=0.0.4`): `toolgate_calls_total{tool,status}`, `toolgate_call_duration_seconds{tool}`, `toolgate_approvals_pending`, `toolgate_approval_decision_seconds`, `toolgate_http_requests_total{route,status}`, `toolgate_store_batch_size`, `toolgate_store_commit_seconds`, `toolgate_webhook_deliveries_total{result}`, `toolgate_waiters`, and on PostgreSQL `toolgate_replicas_live`.", content_type = "text/plain", body = String),
+        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+    )
+)]
+pub(super) async fn serve(State(app): State<AppState>) -> Result<Response, ApiError> {
+    let counts = app.dispatcher.store().counts().await?;
+    let text = crate::metrics::render(&counts).map_err(|err| {
+        tracing::error!(error = %err, "cannot render the metrics");
+        ApiError::Internal
+    })?;
+    Ok(([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+}
+
+/// Counts the requests of one route by template and status; each route has its own (so its
+/// counters are resolved once, at its first requests).
+#[derive(Clone, Default)]
+pub(super) struct RequestsLayer(Arc<RouteRequests>);
+
+impl<S> Layer<S> for RequestsLayer {
+    type Service = Requests<S>;
+
+    fn layer(&self, inner: S) -> Requests<S> {
+        Requests {
+            inner,
+            counts: self.0.clone(),
+        }
+    }
+}
+
+/// See [`RequestsLayer`].
+#[derive(Clone)]
+pub(super) struct Requests<S> {
+    inner: S,
+    counts: Arc<RouteRequests>,
+}
+
+impl<S> Service<Request> for Requests<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Counted<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        // Always there on a matched route; the router puts it in before calling the route.
+        let route = request.extensions().get::<MatchedPath>().cloned();
+        Counted {
+            future: self.inner.call(request),
+            route: route.map(|route| (route, self.counts.clone())),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The route's answer, counted when it is ready.
+    pub(super) struct Counted<F> {
+        #[pin]
+        future: F,
+        route: Option<(MatchedPath, Arc<RouteRequests>)>,
+    }
+}
+
+impl<F> Future for Counted<F>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let answer = std::task::ready!(this.future.poll(cx));
+        if let (Some((route, counts)), Ok(response)) = (this.route.take(), &answer) {
+            counts.count(route.as_str(), response.status().as_u16());
+        }
+        Poll::Ready(answer)
+    }
+}
