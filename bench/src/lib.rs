@@ -286,13 +286,14 @@ impl Report {
             out.push_str(
                 "\nTables at the end of the run (pg_stat_user_tables):\n\n\
                  | scenario | table | rows | inserted | updated | of which HOT | indexes | \
-                 bytes per row (heap) | bytes per row (with indexes) |\n\
-                 | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+                 bytes per row (heap) | bytes per row (with indexes) | index scans | whole-table \
+                 scans | rows they read |\n\
+                 | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
             );
             for t in &pg.tables {
                 let rows = t.rows.max(1) as f64;
                 out.push_str(&format!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} |\n",
                     t.scenario,
                     t.table,
                     t.rows,
@@ -302,6 +303,9 @@ impl Report {
                     t.indexes,
                     t.heap_bytes as f64 / rows,
                     t.total_bytes as f64 / rows,
+                    t.index_scans,
+                    t.seq_scans,
+                    t.seq_rows_read,
                 ));
             }
         }

@@ -440,7 +440,8 @@ impl ScratchDb {
             .query_one(
                 "SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd, \
                    pg_total_relation_size(relid), pg_relation_size(relid), \
-                   (SELECT count(*) FROM pg_index i WHERE i.indrelid = s.relid) \
+                   (SELECT count(*) FROM pg_index i WHERE i.indrelid = s.relid), \
+                   seq_scan, seq_tup_read, coalesce(idx_scan, 0) \
                  FROM pg_stat_user_tables s WHERE relname = $1",
                 &[&table],
             )
@@ -461,6 +462,9 @@ impl ScratchDb {
             total_bytes: row.get(3),
             heap_bytes: row.get(4),
             indexes: row.get(5),
+            seq_scans: row.get(6),
+            seq_rows_read: row.get(7),
+            index_scans: row.get(8),
         })
     }
 }
@@ -571,6 +575,12 @@ pub struct TableStats {
     pub heap_bytes: i64,
     /// Its indexes.
     pub indexes: i64,
+    /// `seq_scan`: scans of the whole table.
+    pub seq_scans: i64,
+    /// `seq_tup_read`: rows those scans read.
+    pub seq_rows_read: i64,
+    /// `idx_scan`.
+    pub index_scans: i64,
 }
 
 /// What the PostgreSQL scenarios found besides their rates.
