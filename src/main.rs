@@ -162,6 +162,8 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     if let Some(name) = config.tools.keys().find(|name| tools.get(name).is_none()) {
         return Err(format!("config key `tools.{name}`: no tool is named `{name}`").into());
     }
+    let webhooks = config.webhooks()?;
+    webhooks.check_targets().await?;
     let tool_count = tools.len();
     let dispatch = config.dispatch_config();
     // Calls still running when the server stops get as long as the slowest tool may take, its
@@ -184,6 +186,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .max_in_flight(config.max_in_flight)
         .api_keys(keys)
         .dispatch_config(dispatch)
+        .webhooks(webhooks)
         .build_with_running();
 
     // The feed keeps `retention_s` of history; older entries are dropped every minute.

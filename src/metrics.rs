@@ -277,10 +277,6 @@ pub(crate) fn store_batch(writes: usize, took: Duration) {
 /// Counts one webhook delivery attempt that came to `result`: a short word from a fixed set
 /// (such as `delivered`, `retried`, `failed`), never a URL or an error message, since every
 /// distinct value is a series kept for the life of the process.
-#[allow(
-    dead_code,
-    reason = "called by webhook delivery, which is being written in another branch"
-)]
 pub(crate) fn webhook_delivery(result: &str) {
     METRICS
         .webhook_deliveries

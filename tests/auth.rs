@@ -167,6 +167,25 @@ async fn every_route_times_every_role(backend: Backend) {
         (Method::GET, "/metrics".into(), None, vec![Admin]),
         (
             Method::GET,
+            "/webhooks/deliveries".into(),
+            None,
+            vec![Admin],
+        ),
+        (
+            Method::POST,
+            "/webhooks/deliveries/1/retry".into(),
+            Some(json!({})),
+            vec![Admin],
+        ),
+        // A stream for whoever may read calls (answered 400 here: the cursor is not one).
+        (
+            Method::GET,
+            "/events?after=nonsense".into(),
+            None,
+            vec![Caller, Approver, Admin],
+        ),
+        (
+            Method::GET,
             "/healthz".into(),
             None,
             vec![Nobody, Caller, Approver, Admin],

@@ -884,6 +884,7 @@ async fn a_call_whose_client_hangs_up_still_runs_to_its_recorded_outcome(backend
         ..Default::default()
     };
     let server = TestServer::examples_with(&location, config).await;
+    common::tls();
     let impatient = reqwest::Client::builder()
         .timeout(std::time::Duration::from_millis(50))
         .build()
@@ -1007,6 +1008,50 @@ impl toolgate::store::Store for BrokenStore {
     }
     fn feed_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         tokio::sync::watch::channel(0).1
+    }
+    async fn webhook_cursor(
+        &self,
+    ) -> Result<Option<toolgate::store::FeedCursor>, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn enqueue_deliveries(
+        &self,
+        _from: Option<&toolgate::store::FeedCursor>,
+        _to: &toolgate::store::FeedCursor,
+        _deliveries: Vec<toolgate::store::NewDelivery>,
+    ) -> Result<bool, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn claim_deliveries(
+        &self,
+        _limit: u32,
+        _lease: std::time::Duration,
+    ) -> Result<Vec<toolgate::store::Delivery>, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn settle_delivery(
+        &self,
+        _id: i64,
+        _result: toolgate::store::DeliveryResult,
+    ) -> Result<(), toolgate::store::StoreError> {
+        broken()
+    }
+    async fn list_deliveries(
+        &self,
+        _status: Option<toolgate::store::DeliveryStatus>,
+        _after: Option<i64>,
+        _limit: u32,
+    ) -> Result<toolgate::store::DeliveryPage, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn retry_delivery(
+        &self,
+        _id: i64,
+    ) -> Result<Option<toolgate::store::Delivery>, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn disabled_webhooks(&self) -> Result<Vec<String>, toolgate::store::StoreError> {
+        broken()
     }
     fn backend(&self) -> &'static str {
         "broken"

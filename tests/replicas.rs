@@ -180,6 +180,7 @@ impl Drop for Replica {
 }
 
 fn client(headers: reqwest::header::HeaderMap) -> reqwest::Client {
+    common::tls();
     reqwest::Client::builder()
         .timeout(REQUEST_TIMEOUT)
         .default_headers(headers)

@@ -13,8 +13,8 @@ use serde_json::json;
 use tokio_postgres::NoTls;
 use toolgate::Effect;
 use toolgate::store::{
-    CallStatus, Inserted, NewCall, Outcome, PostgresOptions, PostgresStore, Resolution, Resolved,
-    Store, StoreError, Timestamp,
+    CallStatus, FeedCursor, Inserted, NewCall, NewDelivery, Outcome, PostgresOptions,
+    PostgresStore, Resolution, Resolved, Store, StoreError, Timestamp,
 };
 
 fn keyed(id: &str, key: Option<&str>, effect: Effect) -> NewCall {
@@ -131,17 +131,23 @@ async fn a_replica_that_lost_its_lease_cannot_overwrite_what_happened_since() {
         .await
         .unwrap();
     // The replica stops renewing (paused, cut off): its lease lapses, by the database's clock.
-    sql(&db)
-        .await
-        .execute(
-            "UPDATE replicas SET lease_expires_at = clock_timestamp() - interval '1 second' \
-             WHERE replica_id = $1",
-            &[&paused.replica_id()],
-        )
-        .await
-        .unwrap();
+    // It is lapsed again until the sweep comes, since the replica's first heartbeat, which runs
+    // at its start, may land after the first time (on a busy machine it does).
+    let client = sql(&db).await;
     let sweeper = PostgresStore::open(&db.url, quick()).await.unwrap();
-    wait_for_status(&sweeper, "p", CallStatus::NeedsReconciliation).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sweeper.call("p").await.unwrap().unwrap().status != CallStatus::NeedsReconciliation {
+        assert!(Instant::now() < deadline, "p was never swept");
+        client
+            .execute(
+                "UPDATE replicas SET lease_expires_at = clock_timestamp() - interval '1 second' \
+                 WHERE replica_id = $1",
+                &[&paused.replica_id()],
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 
     // It wakes up and reports its outcome: refused, and kept as evidence.
     let err = paused
@@ -292,7 +298,7 @@ async fn replicas_that_start_together_migrate_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 2, "each of the two migrations applied once");
+    assert_eq!(versions, 3, "each of the three migrations applied once");
     let leases: i64 = client
         .query_one("SELECT count(*) FROM replicas", &[])
         .await
@@ -434,4 +440,139 @@ async fn a_commit_on_one_replica_wakes_the_feed_readers_of_another() {
         .unwrap();
     // NOTIFY, not the once-a-second re-check (a loose bound: the machine is shared).
     eprintln!("woken {} ms after the commit", start.elapsed().as_millis());
+}
+
+/// `count` replicas on `db`, with long leases.
+async fn replicas(db: &TestDb, count: usize) -> Vec<Arc<dyn Store>> {
+    let mut replicas: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..count {
+        replicas.push(Arc::new(
+            PostgresStore::open(&db.url, slow()).await.unwrap(),
+        ));
+    }
+    replicas
+}
+
+fn delivery(n: usize) -> NewDelivery {
+    NewDelivery {
+        webhook: "https://receiver".into(),
+        message_id: format!("msg_{n}"),
+        kind: "call.completed".into(),
+        call_id: format!("c{n}"),
+        body: format!("{{\"n\":{n}}}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_never_claim_the_same_delivery() {
+    let db = TestDb::create().await;
+    let replicas = replicas(&db, 2).await;
+    let total = 120;
+    assert!(
+        replicas[0]
+            .enqueue_deliveries(
+                None,
+                &FeedCursor("1".into()),
+                (0..total).map(delivery).collect(),
+            )
+            .await
+            .unwrap()
+    );
+    // Four claimants on each replica, until every delivery is claimed. A claim may come back
+    // empty while another replica's claim is in flight (its rows are skipped, not waited for).
+    let claimed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let claimants: Vec<_> = (0..8)
+        .map(|i| {
+            let store = replicas[i % 2].clone();
+            let claimed = claimed.clone();
+            tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let mut mine = Vec::new();
+                while claimed.load(std::sync::atomic::Ordering::SeqCst) < total {
+                    assert!(Instant::now() < deadline, "claims stalled");
+                    let got = store
+                        .claim_deliveries(4, Duration::from_secs(600))
+                        .await
+                        .unwrap();
+                    claimed.fetch_add(got.len(), std::sync::atomic::Ordering::SeqCst);
+                    mine.extend(got.into_iter().map(|d| d.id));
+                    tokio::task::yield_now().await;
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut per_replica = [0; 2];
+    for (i, claimant) in claimants.into_iter().enumerate() {
+        let mine = claimant.await.unwrap();
+        per_replica[i % 2] += mine.len();
+        all.extend(mine);
+    }
+    let unique: std::collections::HashSet<_> = all.iter().collect();
+    assert_eq!(unique.len(), all.len(), "no delivery claimed twice");
+    assert_eq!(all.len(), total, "every delivery claimed");
+    eprintln!("claimed per replica: {per_replica:?}");
+    for d in replicas[1]
+        .list_deliveries(None, None, 1000)
+        .await
+        .unwrap()
+        .deliveries
+    {
+        assert_eq!(d.attempts, 1, "delivery {} counted once", d.id);
+    }
+    assert!(
+        replicas[1]
+            .claim_deliveries(10, Duration::from_secs(600))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_racing_to_move_the_outbox_cursor_have_one_winner() {
+    let db = TestDb::create().await;
+    let replicas = replicas(&db, 2).await;
+    // Round 0 races for the first move (no cursor yet), every later one for a move from the
+    // cursor the round before left. Each contender brings a delivery of its own.
+    let mut from: Option<FeedCursor> = None;
+    for round in 0..10 {
+        let contenders: Vec<_> = (0..6)
+            .map(|i| {
+                let store = replicas[i % 2].clone();
+                let from = from.clone();
+                let n = round * 100 + i;
+                tokio::spawn(async move {
+                    let to = FeedCursor(format!("{round}-{i}"));
+                    let moved = store
+                        .enqueue_deliveries(from.as_ref(), &to, vec![delivery(n)])
+                        .await
+                        .unwrap();
+                    (moved, to, n)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for contender in contenders {
+            let (moved, to, n) = contender.await.unwrap();
+            if moved {
+                winners.push((to, n));
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let (to, n) = winners.pop().unwrap();
+        for replica in &replicas {
+            assert_eq!(replica.webhook_cursor().await.unwrap(), Some(to.clone()));
+        }
+        // Only the winner's delivery was created.
+        let newest = replicas[0]
+            .list_deliveries(None, None, 1000)
+            .await
+            .unwrap()
+            .deliveries;
+        assert_eq!(newest.len(), round + 1, "round {round}");
+        assert_eq!(newest[0].message_id, format!("msg_{n}"));
+        from = Some(to);
+    }
 }

@@ -17,7 +17,34 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, oneshot, watch};
 
+use serde_json::{Value, json};
+
 use crate::store::{FeedEntry, Store, StoreError};
+
+pub mod webhooks;
+
+/// An entry as the event stream and webhooks show it: `{"type", "at", "call", "suspension"?}`,
+/// the suspension's token only `with_token` (for those who may decide).
+pub fn entry_data(entry: &FeedEntry, with_token: bool) -> Value {
+    let mut data = json!({
+        "type": entry.kind,
+        "at": entry.at,
+        "call": entry.call,
+    });
+    if let Some(suspension) = &entry.suspension {
+        let mut shown = json!({
+            "reason": suspension.reason,
+            "input_schema": suspension.input_schema,
+            "expires_at": suspension.expires_at,
+        });
+        // Holding the token is what lets someone decide.
+        if with_token {
+            shown["token"] = Value::String(suspension.token.clone());
+        }
+        data["suspension"] = shown;
+    }
+    data
+}
 
 /// The entries read per page.
 const PAGE: u32 = 256;

@@ -133,7 +133,7 @@ pub(super) enum Access {
     Approvals,
     /// `/openapi.json`: every key.
     Document,
-    /// `/metrics`: admins only.
+    /// `/metrics`, `/webhooks/*`: admins only.
     Admin,
 }
 

@@ -98,6 +98,10 @@ pub enum ApiError {
     StoreUnavailable,
     /// A feed cursor older than the feed's retention.
     CursorExpired,
+    /// No webhook delivery has this id.
+    UnknownDelivery(i64),
+    /// A webhook delivery that was delivered cannot be sent again.
+    NotRetryable(Box<crate::store::Delivery>),
     /// The run that answered no longer owned its call (its replica lost its lease and the call
     /// was settled meanwhile): its outcome was refused and kept in the call's history.
     LeaseLost(Box<CallRecord>),
@@ -115,7 +119,8 @@ impl ApiError {
             ApiError::RouteNotFound
             | ApiError::UnknownTool(_)
             | ApiError::UnknownCall(_)
-            | ApiError::UnknownToken => StatusCode::NOT_FOUND,
+            | ApiError::UnknownToken
+            | ApiError::UnknownDelivery(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::InvalidInput { .. } | ApiError::InvalidResumeInput(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
@@ -125,7 +130,8 @@ impl ApiError {
             | ApiError::NeedsReconciliation { .. }
             | ApiError::CompletionNotAllowed(_)
             | ApiError::NotReconcilable(_)
-            | ApiError::LeaseLost(_) => StatusCode::CONFLICT,
+            | ApiError::LeaseLost(_)
+            | ApiError::NotRetryable(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
@@ -166,6 +172,8 @@ impl ApiError {
             ApiError::NotReady => "not_ready",
             ApiError::StoreUnavailable => "store_unavailable",
             ApiError::CursorExpired => "cursor_expired",
+            ApiError::UnknownDelivery(_) => "not_found",
+            ApiError::NotRetryable(_) => "not_retryable",
             ApiError::LeaseLost(_) => "lease_lost",
             ApiError::Internal => "internal",
         }
@@ -263,6 +271,17 @@ impl ApiError {
             ApiError::StoreUnavailable => (
                 "The database cannot be reached; retry later. Nothing acknowledged is lost.".into(),
                 None,
+            ),
+            ApiError::UnknownDelivery(id) => (
+                format!("No webhook delivery has the id {id}."),
+                Some(json!({ "id": id })),
+            ),
+            ApiError::NotRetryable(delivery) => (
+                format!(
+                    "Delivery {} was delivered; only a failed one is sent again.",
+                    delivery.id
+                ),
+                serde_json::to_value(delivery).ok(),
             ),
             ApiError::CursorExpired => (
                 "The cursor is older than the feed's retention: entries after it were dropped. \

@@ -17,15 +17,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::AppState;
 use super::auth::Principal;
 use super::error::ApiError;
 use super::extract::QueryParams;
 use super::wait::HeldSlot;
-use crate::store::{CallStatus, CallSummary, FeedCursor, FeedEntry, Store, StoreError, Timestamp};
+use crate::store::{CallStatus, FeedCursor, FeedEntry, Store, StoreError};
 
 /// How often an idle stream sends a comment, so that proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -59,23 +58,6 @@ const TYPES: [CallStatus; 7] = [
     CallStatus::Interrupted,
     CallStatus::NeedsReconciliation,
 ];
-
-/// An event's `data`.
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct FeedEvent<'a> {
-    /// `call.<status>`.
-    #[serde(rename = "type")]
-    pub kind: &'a str,
-    /// When the change happened.
-    #[schema(value_type = String, format = DateTime)]
-    pub at: Timestamp,
-    /// The call as the change left it.
-    pub call: &'a CallSummary,
-    /// For `call.suspended`: what the approver is asked (the token only for approvers).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub suspension: Option<Value>,
-}
 
 /// Streams the change feed.
 #[utoipa::path(
@@ -229,24 +211,7 @@ impl Follow {
         if self.tool.as_ref().is_some_and(|t| *t != entry.call.tool) {
             return None;
         }
-        let suspension = entry.suspension.as_ref().map(|s| {
-            let mut shown = serde_json::json!({
-                "reason": s.reason,
-                "input_schema": s.input_schema,
-                "expires_at": s.expires_at,
-            });
-            // Holding the token is what lets someone decide: only for those who may.
-            if self.principal.sees_all_calls() {
-                shown["token"] = Value::String(s.token.clone());
-            }
-            shown
-        });
-        let data = FeedEvent {
-            kind: &entry.kind,
-            at: entry.at,
-            call: &entry.call,
-            suspension,
-        };
+        let data = crate::feed::entry_data(entry, self.principal.sees_all_calls());
         let data = serde_json::to_string(&data).ok()?;
         Some(
             Event::default()

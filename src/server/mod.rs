@@ -18,6 +18,7 @@ pub mod openapi;
 mod responses;
 mod tools;
 mod wait;
+mod webhooks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,6 +63,7 @@ pub struct ServerBuilder {
     max_in_flight: usize,
     keys: Vec<ApiKey>,
     dispatch: DispatchConfig,
+    webhooks: crate::feed::webhooks::Webhooks,
 }
 
 /// What every handler shares: one `Arc`, so each request clones one pointer.
@@ -72,6 +74,8 @@ pub(crate) struct Shared {
     dispatcher: Dispatcher,
     /// Requests held until a call changes or a suspension arrives.
     feed: crate::feed::Feed,
+    /// Wakes the webhook sender (an admin's retry).
+    webhooks: crate::feed::webhooks::Nudge,
     catalog: Catalog,
     max_json_depth: usize,
 }
@@ -107,6 +111,7 @@ impl ServerBuilder {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             keys: Vec::new(),
             dispatch: DispatchConfig::default(),
+            webhooks: crate::feed::webhooks::Webhooks::none(),
         }
     }
 
@@ -140,6 +145,13 @@ impl ServerBuilder {
         self
     }
 
+    /// The webhooks to deliver the change feed to (`Config::webhooks`); they start when the
+    /// router is built, which must then happen inside a tokio runtime.
+    pub fn webhooks(mut self, webhooks: crate::feed::webhooks::Webhooks) -> Self {
+        self.webhooks = webhooks;
+        self
+    }
+
     /// The router, with every route and layer in place.
     pub fn build(self) -> Router {
         self.build_with_running().0
@@ -153,9 +165,13 @@ impl ServerBuilder {
         let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch);
         let running = dispatcher.running().clone();
         let feed = crate::feed::Feed::new(dispatcher.store().clone(), running.released());
+        let webhooks = self
+            .webhooks
+            .start(dispatcher.store().clone(), running.released());
         let state = AppState(Arc::new(Shared {
             dispatcher,
             feed,
+            webhooks,
             catalog,
             max_json_depth: self.max_json_depth,
         }));
@@ -219,6 +235,14 @@ impl ServerBuilder {
             .route(
                 "/approvals/{token}/complete",
                 post(approvals::complete).route_layer(gate(Access::Approvals)),
+            )
+            .route(
+                "/webhooks/deliveries",
+                get(webhooks::list).route_layer(gate(Access::Admin)),
+            )
+            .route(
+                "/webhooks/deliveries/{id}/retry",
+                post(webhooks::retry).route_layer(gate(Access::Admin)),
             )
             .route(
                 "/events",

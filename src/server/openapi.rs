@@ -12,7 +12,7 @@ use utoipa::OpenApi;
 
 use super::error::{ErrorEnvelope, ErrorObject};
 use super::responses::{CallCompleted, CallFailed, CallSuspended, SuspensionTicket};
-use super::{approvals, calls, events, health, metrics, tools};
+use super::{approvals, calls, events, health, metrics, tools, webhooks};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
@@ -33,6 +33,7 @@ use crate::store::{
         calls::list, calls::get, calls::resolve,
         approvals::list, approvals::get, approvals::approve, approvals::reject, approvals::complete,
         events::events,
+        webhooks::list, webhooks::retry,
         health::healthz, health::readyz,
         metrics::serve,
         openapi_json,
@@ -40,7 +41,8 @@ use crate::store::{
     components(schemas(
         ErrorEnvelope, ErrorObject, ToolDescriptor, Effect, CallCompleted, CallSuspended,
         CallFailed, SuspensionTicket, CallRecord, CallStatus, CallError, SuspensionView, Approval,
-        CallEvent, CallSummary,
+        CallEvent, CallSummary, crate::store::Delivery, crate::store::DeliveryStatus,
+        webhooks::DeliveryList,
     )),
     tags(
         (name = "tools", description = "Tool schemas, and calling tools."),
@@ -48,6 +50,7 @@ use crate::store::{
         (name = "approvals", description = "Suspended calls waiting for a person."),
         (name = "health", description = "Liveness and readiness."),
         (name = "metrics", description = "What the server does, for Prometheus (admins only)."),
+        (name = "webhooks", description = "Deliveries of the change feed to webhooks (admin)."),
         (name = "openapi", description = "This document."),
     )
 )]

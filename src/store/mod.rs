@@ -27,6 +27,8 @@
 //! - the reads: `sqlite/reads.rs`;
 //! - crash recovery at open: `sqlite/recovery.rs`, safe because `sqlite/mod.rs` (`lock`) makes
 //!   one server the file's only owner;
+//! - the webhook outbox (its cursor moved together with the deliveries it creates, claims,
+//!   settlements): `sqlite/webhooks.rs`, its writes run by the writer like every other;
 //! - migrations: `sqlite/migrations.rs`, the SQL in `migrations/sqlite/`.
 //!
 //! What is not SQLite's, turning calls and outcomes into rows and rows back into records, is in
@@ -510,6 +512,128 @@ pub struct FeedPage {
     pub settling: bool,
 }
 
+/// A webhook delivery to create: one message for one webhook.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDelivery {
+    /// The webhook, by its URL (its identity in the store).
+    pub webhook: String,
+    /// The message id, the same on every attempt (`webhook-id`).
+    pub message_id: String,
+    /// The feed entry type it carries (`call.suspended`, ...).
+    pub kind: String,
+    /// The call it is about.
+    pub call_id: String,
+    /// The request body, exactly as it is signed and sent on every attempt.
+    pub body: String,
+}
+
+/// Where a delivery stands.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryStatus {
+    /// Not delivered yet; it will be (again) at `next_attempt_at`.
+    Pending,
+    /// The receiver answered 2xx.
+    Delivered,
+    /// Given up: attempts ran out, the receiver refused it for good, or the webhook is
+    /// disabled. An admin may send it again.
+    Failed,
+}
+
+impl DeliveryStatus {
+    /// The name stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryStatus::Pending => "pending",
+            DeliveryStatus::Delivered => "delivered",
+            DeliveryStatus::Failed => "failed",
+        }
+    }
+
+    /// The status named `s`, if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => DeliveryStatus::Pending,
+            "delivered" => DeliveryStatus::Delivered,
+            "failed" => DeliveryStatus::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// A webhook delivery, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Delivery {
+    /// Its id.
+    pub id: i64,
+    /// The webhook's URL.
+    pub webhook: String,
+    /// The message id (`webhook-id`), the same on every attempt.
+    pub message_id: String,
+    /// The feed entry type it carries.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The call it is about.
+    pub call_id: String,
+    /// Where it stands.
+    pub status: DeliveryStatus,
+    /// Attempts made.
+    pub attempts: u32,
+    /// The HTTP status of the last attempt, when the receiver answered.
+    pub last_status: Option<u16>,
+    /// Why the last attempt failed, when it did.
+    pub last_error: Option<String>,
+    /// When it is tried next, while pending.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub next_attempt_at: Option<Timestamp>,
+    /// When it was created.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// When it last changed.
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+    /// The request body (not shown in lists).
+    #[serde(skip)]
+    pub body: String,
+}
+
+/// How an attempt to deliver ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeliveryResult {
+    /// The receiver answered 2xx with this status.
+    Delivered {
+        /// The HTTP status.
+        status: u16,
+    },
+    /// Try again at `at`.
+    Retry {
+        /// When.
+        at: Timestamp,
+        /// The receiver's status, when it answered.
+        status: Option<u16>,
+        /// Why it failed.
+        error: String,
+    },
+    /// Give up.
+    Failed {
+        /// The receiver's status, when it answered.
+        status: Option<u16>,
+        /// Why.
+        error: String,
+    },
+}
+
+/// A page of deliveries, newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryPage {
+    /// The deliveries.
+    pub deliveries: Vec<Delivery>,
+    /// Where the next page starts, when there is one.
+    pub next_cursor: Option<i64>,
+}
+
 /// Which calls to list.
 #[derive(Debug, Clone, Default)]
 pub struct CallFilter {
@@ -658,6 +782,48 @@ pub trait Store: Send + Sync + 'static {
     /// a shared database when another process says so (or on a short timer, in case that
     /// message was lost). Wake-ups may be spurious; read the feed to know.
     fn feed_changes(&self) -> tokio::sync::watch::Receiver<u64>;
+
+    /// Where the webhook outbox has read the feed up to; `None` before its first start.
+    async fn webhook_cursor(&self) -> Result<Option<FeedCursor>, StoreError>;
+
+    /// Creates `deliveries` and moves the webhook outbox's cursor from `from` to `to`, in one
+    /// transaction, if the cursor is still `from` (of several processes, one moves it; the
+    /// others get `false` and read again). Feed entries are durable before they are read, so
+    /// a process killed after a change committed still delivers it: whoever moves the cursor
+    /// next creates its deliveries.
+    async fn enqueue_deliveries(
+        &self,
+        from: Option<&FeedCursor>,
+        to: &FeedCursor,
+        deliveries: Vec<NewDelivery>,
+    ) -> Result<bool, StoreError>;
+
+    /// Claims up to `limit` pending deliveries due now for `lease` (on a shared database, each
+    /// by one process: a claimed delivery is not claimed again until its lease runs out, so a
+    /// process killed mid-delivery loses none); counts the attempt.
+    async fn claim_deliveries(
+        &self,
+        limit: u32,
+        lease: std::time::Duration,
+    ) -> Result<Vec<Delivery>, StoreError>;
+
+    /// Records how an attempt of the delivery `id` ended.
+    async fn settle_delivery(&self, id: i64, result: DeliveryResult) -> Result<(), StoreError>;
+
+    /// Deliveries, newest first, in `status` if given, after the cursor `after`.
+    async fn list_deliveries(
+        &self,
+        status: Option<DeliveryStatus>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, StoreError>;
+
+    /// Makes the failed delivery `id` pending again, due now; `None` when no delivery has this
+    /// id, the delivery as it is when it is not failed.
+    async fn retry_delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError>;
+
+    /// The webhooks whose receiver answered `410 Gone` to their last attempt: disabled.
+    async fn disabled_webhooks(&self) -> Result<Vec<String>, StoreError>;
 
     /// The backend's name, as `/readyz` shows it: `sqlite`, `postgres`.
     fn backend(&self) -> &'static str;

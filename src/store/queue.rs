@@ -12,7 +12,8 @@ use tokio::sync::oneshot;
 
 use super::record::{Prepared, PreparedCall};
 use super::{
-    Inserted, NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
+    Delivery, DeliveryResult, FeedCursor, Inserted, NewCall, NewDelivery, Outcome, Reconciled,
+    Rerun, Resolution, Resolved, Settlement, StoreError,
 };
 
 /// How long records written behind the answer wait for company before the writer commits them
@@ -90,6 +91,21 @@ pub(crate) enum WriteOp {
     Reconcile(String, Settlement, Option<String>),
     /// Drops the feed entries older than this time (Unix ms).
     PruneFeed(i64),
+    /// Creates deliveries and moves the webhook outbox's cursor, if it is still `from`.
+    EnqueueDeliveries {
+        from: Option<String>,
+        to: String,
+        deliveries: Vec<NewDelivery>,
+    },
+    /// Claims up to `limit` due deliveries for `lease_ms` milliseconds.
+    ClaimDeliveries {
+        limit: u32,
+        lease_ms: i64,
+    },
+    /// Records how an attempt of the delivery ended.
+    SettleDelivery(i64, DeliveryResult),
+    /// Makes the failed delivery pending again.
+    RetryDelivery(i64),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -106,6 +122,12 @@ pub(crate) enum Reply {
     Reconciled(Box<Reconciled>),
     /// How many feed entries were dropped.
     Pruned(u64),
+    /// Whether the webhook outbox's cursor moved (and the deliveries were created).
+    Enqueued(bool),
+    /// The deliveries claimed, oldest first.
+    Claimed(Vec<Delivery>),
+    /// The delivery as it is now, if it exists.
+    Delivery(Option<Box<Delivery>>),
 }
 
 impl WriteOp {
@@ -115,7 +137,13 @@ impl WriteOp {
         match self {
             WriteOp::Insert(_, outcome) => outcome.is_some(),
             WriteOp::Finish { .. } | WriteOp::Resolve(..) | WriteOp::Reconcile(..) => true,
-            WriteOp::Rerun(_) | WriteOp::PruneFeed(_) | WriteOp::Ping => false,
+            WriteOp::Rerun(_)
+            | WriteOp::PruneFeed(_)
+            | WriteOp::EnqueueDeliveries { .. }
+            | WriteOp::ClaimDeliveries { .. }
+            | WriteOp::SettleDelivery(..)
+            | WriteOp::RetryDelivery(_)
+            | WriteOp::Ping => false,
         }
     }
 
@@ -148,6 +176,27 @@ impl WriteOp {
     /// Settling the call `call_id`.
     pub(crate) fn reconcile(call_id: &str, settlement: Settlement, actor: Option<&str>) -> Self {
         WriteOp::Reconcile(call_id.to_owned(), settlement, actor.map(str::to_owned))
+    }
+
+    /// Creating `deliveries` and moving the webhook outbox's cursor from `from` to `to`.
+    pub(crate) fn enqueue_deliveries(
+        from: Option<&FeedCursor>,
+        to: &FeedCursor,
+        deliveries: Vec<NewDelivery>,
+    ) -> Self {
+        WriteOp::EnqueueDeliveries {
+            from: from.map(|cursor| cursor.0.clone()),
+            to: to.0.clone(),
+            deliveries,
+        }
+    }
+
+    /// Claiming up to `limit` due deliveries for `lease`.
+    pub(crate) fn claim_deliveries(limit: u32, lease: Duration) -> Self {
+        WriteOp::ClaimDeliveries {
+            limit,
+            lease_ms: i64::try_from(lease.as_millis()).unwrap_or(i64::MAX),
+        }
     }
 }
 
@@ -201,6 +250,34 @@ impl Reply {
     pub(crate) fn reconciled(self) -> Result<Reconciled, StoreError> {
         match self {
             Reply::Reconciled(reconciled) => Ok(*reconciled),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn enqueued(self) -> Result<bool, StoreError> {
+        match self {
+            Reply::Enqueued(moved) => Ok(moved),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn claimed(self) -> Result<Vec<Delivery>, StoreError> {
+        match self {
+            Reply::Claimed(deliveries) => Ok(deliveries),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn settled(self) -> Result<(), StoreError> {
+        match self {
+            Reply::Done => Ok(()),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub(crate) fn delivery(self) -> Result<Option<Delivery>, StoreError> {
+        match self {
+            Reply::Delivery(delivery) => Ok(delivery.map(|d| *d)),
             _ => Err(unexpected()),
         }
     }

@@ -1,4 +1,5 @@
-//! Calls and outcomes as the rows a SQL backend stores, and those rows back as records.
+//! Calls and outcomes (and webhook deliveries) as the rows a SQL backend stores, and those rows
+//! back as records.
 //!
 //! Nothing here is particular to one database. The JSON is serialized and the events encoded
 //! here, on the caller's task, so that a backend's statements bind only text and numbers; and
@@ -461,5 +462,86 @@ impl RawFeedEntry {
             },
             suspension,
         })
+    }
+}
+
+/// A delivery's columns but for its body, in the order every backend reads them into a
+/// [`RawDelivery`] (the body follows them).
+pub(crate) const DELIVERY_COLUMNS: &str = "id, webhook, message_id, type, call_id, status, \
+     attempts, last_status, last_error, next_attempt_at, created_at, updated_at";
+
+/// A webhook delivery row as stored, before its status is parsed.
+pub(crate) struct RawDelivery {
+    pub(crate) id: i64,
+    pub(crate) webhook: String,
+    pub(crate) message_id: String,
+    pub(crate) kind: String,
+    pub(crate) call_id: String,
+    pub(crate) status: String,
+    pub(crate) attempts: i64,
+    pub(crate) last_status: Option<i64>,
+    pub(crate) last_error: Option<String>,
+    pub(crate) next_attempt_at: Option<i64>,
+    pub(crate) created_at: i64,
+    pub(crate) updated_at: i64,
+    /// Empty in lists, which leave it out.
+    pub(crate) body: String,
+}
+
+impl RawDelivery {
+    pub(crate) fn decode(self) -> Result<super::Delivery, StoreError> {
+        let status = super::DeliveryStatus::parse(&self.status).ok_or_else(|| {
+            StoreError::Corrupt(format!("unknown delivery status {}", self.status))
+        })?;
+        let last_status = self
+            .last_status
+            .map(|s| {
+                u16::try_from(s)
+                    .map_err(|_| StoreError::Corrupt(format!("HTTP status {s} out of range")))
+            })
+            .transpose()?;
+        Ok(super::Delivery {
+            id: self.id,
+            webhook: self.webhook,
+            message_id: self.message_id,
+            kind: self.kind,
+            call_id: self.call_id,
+            status,
+            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            last_status,
+            last_error: self.last_error,
+            next_attempt_at: self.next_attempt_at.map(Timestamp),
+            created_at: Timestamp(self.created_at),
+            updated_at: Timestamp(self.updated_at),
+            body: self.body,
+        })
+    }
+}
+
+/// The columns settling a delivery with `result` writes: its status, `last_status`,
+/// `last_error` and `next_attempt_at` (its claim is released whatever the result).
+pub(crate) fn settled_delivery(
+    result: &super::DeliveryResult,
+) -> (&'static str, Option<i64>, Option<&str>, Option<i64>) {
+    use super::{DeliveryResult, DeliveryStatus};
+    match result {
+        DeliveryResult::Delivered { status } => (
+            DeliveryStatus::Delivered.as_str(),
+            Some(i64::from(*status)),
+            None,
+            None,
+        ),
+        DeliveryResult::Retry { at, status, error } => (
+            DeliveryStatus::Pending.as_str(),
+            status.map(i64::from),
+            Some(error.as_str()),
+            Some(at.0),
+        ),
+        DeliveryResult::Failed { status, error } => (
+            DeliveryStatus::Failed.as_str(),
+            status.map(i64::from),
+            Some(error.as_str()),
+            None,
+        ),
     }
 }

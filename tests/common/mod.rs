@@ -230,6 +230,12 @@ pub async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>
     }
 }
 
+/// Installs the TLS crypto provider reqwest needs (toolgate builds it with
+/// `rustls-no-provider`), before any client is made.
+pub fn tls() {
+    toolgate::feed::webhooks::install_crypto();
+}
+
 /// A JSON client bound to one server's base URL.
 #[derive(Clone)]
 pub struct Api {
@@ -239,6 +245,7 @@ pub struct Api {
 
 impl Api {
     pub fn new(addr: SocketAddr) -> Self {
+        tls();
         Api {
             base: format!("http://{addr}"),
             client: reqwest::Client::new(),

@@ -10,6 +10,7 @@ use crate::store::StoreError;
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_schema.sql"),
     include_str!("../migrations/postgres/0002_feed.sql"),
+    include_str!("../migrations/postgres/0003_webhooks.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

@@ -8,7 +8,9 @@
 //!   owns the call (`late_outcome` otherwise): the SQL in [`writer`];
 //! - replicas, leases, and settling the calls of a dead replica: [`leases`];
 //! - schema versions under an advisory lock: [`migrations`];
-//! - reading records back: [`reads`].
+//! - reading records back: [`reads`];
+//! - the webhook outbox, one cursor mover and one claimant per delivery across replicas:
+//!   [`webhooks`].
 //!
 //! Reads run on a pool of `pool_size` connections; the writer and the heartbeat have their own.
 //! A database that cannot be reached makes every store call fail fast with
@@ -19,6 +21,7 @@ mod feed;
 mod leases;
 mod migrations;
 mod reads;
+mod webhooks;
 mod writer;
 
 use std::sync::{Arc, Mutex};
@@ -31,9 +34,9 @@ use tokio_postgres::NoTls;
 
 use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, FeedCursor, FeedPage, Inserted,
-    NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts,
-    StoreError, Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
+    DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, Inserted, NewCall, NewDelivery, Outcome,
+    Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts, StoreError, Timestamp,
 };
 use leases::Lease;
 use reads::Conn;
@@ -470,6 +473,64 @@ impl Store for PostgresStore {
 
     fn feed_changes(&self) -> watch::Receiver<u64> {
         self.inner.feed.subscribe()
+    }
+
+    async fn webhook_cursor(&self) -> Result<Option<FeedCursor>, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            webhooks::cursor(&Conn::Client(&conn)).await
+        })
+        .await
+    }
+
+    async fn enqueue_deliveries(
+        &self,
+        from: Option<&FeedCursor>,
+        to: &FeedCursor,
+        deliveries: Vec<NewDelivery>,
+    ) -> Result<bool, StoreError> {
+        let op = WriteOp::enqueue_deliveries(from, to, deliveries);
+        self.write(op).await?.enqueued()
+    }
+
+    async fn claim_deliveries(
+        &self,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let op = WriteOp::claim_deliveries(limit, lease);
+        self.write(op).await?.claimed()
+    }
+
+    async fn settle_delivery(&self, id: i64, result: DeliveryResult) -> Result<(), StoreError> {
+        self.write(WriteOp::SettleDelivery(id, result))
+            .await?
+            .settled()
+    }
+
+    async fn list_deliveries(
+        &self,
+        status: Option<DeliveryStatus>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            webhooks::list(&Conn::Client(&conn), status, after, limit).await
+        })
+        .await
+    }
+
+    async fn retry_delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {
+        self.write(WriteOp::RetryDelivery(id)).await?.delivery()
+    }
+
+    async fn disabled_webhooks(&self) -> Result<Vec<String>, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            webhooks::disabled_webhooks(&Conn::Client(&conn)).await
+        })
+        .await
     }
 
     fn replica(&self) -> Option<&str> {

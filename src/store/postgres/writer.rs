@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::reads::{Conn, find_call, load_call};
-use super::{pg_error, pool_error};
+use super::{pg_error, pool_error, webhooks};
 use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{
     DERIVED_EVENTS, Prepared, PreparedCall, event_json, events_json, expired_error, feed_type,
@@ -506,6 +506,24 @@ async fn apply(
                     .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
             }
             WriteOp::PruneFeed(before) => prune_feed(&c, *before).await.map(Reply::Pruned),
+            WriteOp::EnqueueDeliveries {
+                from,
+                to,
+                deliveries,
+            } => webhooks::enqueue(&c, from.as_deref(), to, deliveries, now)
+                .await
+                .map(Reply::Enqueued),
+            WriteOp::ClaimDeliveries { limit, lease_ms } => {
+                webhooks::claim(&c, *limit, *lease_ms, now)
+                    .await
+                    .map(Reply::Claimed)
+            }
+            WriteOp::SettleDelivery(id, result) => webhooks::settle(&c, *id, result, now)
+                .await
+                .map(|()| Reply::Done),
+            WriteOp::RetryDelivery(id) => webhooks::retry(&c, *id, now)
+                .await
+                .map(|delivery| Reply::Delivery(delivery.map(Box::new))),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.

@@ -15,6 +15,7 @@
 mod migrations;
 mod reads;
 mod recovery;
+mod webhooks;
 mod writer;
 mod writes;
 
@@ -28,9 +29,9 @@ use tokio::sync::oneshot;
 
 use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, FeedCursor, FeedPage, Inserted,
-    NewCall, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts,
-    StoreError, Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
+    DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, Inserted, NewCall, NewDelivery, Outcome,
+    Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts, StoreError, Timestamp,
 };
 use migrations::migrate;
 use recovery::recover;
@@ -264,6 +265,53 @@ impl Store for SqliteStore {
 
     fn feed_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.feed.subscribe()
+    }
+
+    async fn webhook_cursor(&self) -> Result<Option<FeedCursor>, StoreError> {
+        self.read(webhooks::cursor).await
+    }
+
+    async fn enqueue_deliveries(
+        &self,
+        from: Option<&FeedCursor>,
+        to: &FeedCursor,
+        deliveries: Vec<NewDelivery>,
+    ) -> Result<bool, StoreError> {
+        let op = WriteOp::enqueue_deliveries(from, to, deliveries);
+        self.write(op).await?.enqueued()
+    }
+
+    async fn claim_deliveries(
+        &self,
+        limit: u32,
+        lease: Duration,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let op = WriteOp::claim_deliveries(limit, lease);
+        self.write(op).await?.claimed()
+    }
+
+    async fn settle_delivery(&self, id: i64, result: DeliveryResult) -> Result<(), StoreError> {
+        self.write(WriteOp::SettleDelivery(id, result))
+            .await?
+            .settled()
+    }
+
+    async fn list_deliveries(
+        &self,
+        status: Option<DeliveryStatus>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, StoreError> {
+        self.read(move |conn| webhooks::list(conn, status, after, limit))
+            .await
+    }
+
+    async fn retry_delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {
+        self.write(WriteOp::RetryDelivery(id)).await?.delivery()
+    }
+
+    async fn disabled_webhooks(&self) -> Result<Vec<String>, StoreError> {
+        self.read(webhooks::disabled_webhooks).await
     }
 
     async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {

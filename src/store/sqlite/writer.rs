@@ -12,10 +12,10 @@ use std::sync::{Mutex, mpsc};
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::backend;
 use super::writes::{
     INSERT_CALL, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun, resolve,
 };
+use super::{backend, webhooks};
 use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
 use crate::store::{CallStatus, StoreError, Timestamp};
@@ -156,6 +156,20 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
                 .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
         }
         WriteOp::PruneFeed(before) => prune_feed(conn, before).map(Reply::Pruned),
+        WriteOp::EnqueueDeliveries {
+            from,
+            to,
+            deliveries,
+        } => webhooks::enqueue(conn, from.as_deref(), &to, &deliveries, now).map(Reply::Enqueued),
+        WriteOp::ClaimDeliveries { limit, lease_ms } => {
+            webhooks::claim(conn, limit, lease_ms, now).map(Reply::Claimed)
+        }
+        WriteOp::SettleDelivery(id, result) => {
+            webhooks::settle(conn, id, &result, now).map(|()| Reply::Done)
+        }
+        WriteOp::RetryDelivery(id) => {
+            webhooks::retry(conn, id, now).map(|delivery| Reply::Delivery(delivery.map(Box::new)))
+        }
         WriteOp::Ping => Ok(Reply::Done),
     }
 }
