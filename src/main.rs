@@ -164,6 +164,10 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     }
     let webhooks = config.webhooks()?;
     webhooks.check_targets().await?;
+    webhooks
+        .initialize(store.as_ref())
+        .await
+        .map_err(|e| format!("cannot start the webhooks' outbox: {e}"))?;
     let tool_count = tools.len();
     let dispatch = config.dispatch_config();
     // Calls still running when the server stops get as long as the slowest tool may take, its

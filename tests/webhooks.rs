@@ -47,6 +47,18 @@ struct Receiver {
 
 impl Receiver {
     async fn start(script: &[u16]) -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Receiver::serve(listener, script).await
+    }
+
+    /// A receiver on `addr`, answering from `script`; 0 in the script holds the request for
+    /// 30 s (a receiver that hangs), then answers 200.
+    async fn start_on(addr: SocketAddr, script: &[u16]) -> Receiver {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        Receiver::serve(listener, script).await
+    }
+
+    async fn serve(listener: tokio::net::TcpListener, script: &[u16]) -> Receiver {
         let got = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(script.iter().copied().collect::<VecDeque<_>>()));
         let (g, s) = (got.clone(), script.clone());
@@ -69,11 +81,14 @@ impl Receiver {
                         body,
                     });
                     let status = script.lock().unwrap().pop_front().unwrap_or(200);
+                    if status == 0 {
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        return AxumStatus::OK;
+                    }
                     AxumStatus::from_u16(status).unwrap()
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Receiver { addr, got }
@@ -282,6 +297,7 @@ crate::on_each_backend! {
     #[tokio::test] async fn a_receiver_that_fails_three_times_gets_the_message_with_one_id;
     #[tokio::test] async fn a_410_disables_the_webhook;
     #[tokio::test] async fn a_failed_delivery_is_sent_again_on_an_admins_retry;
+    #[test] fn a_kill_right_after_the_commit_still_delivers;
 }
 
 #[test]
@@ -330,4 +346,94 @@ async fn a_name_that_resolves_to_a_private_address_is_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("private"), "{err}");
+}
+
+/// A config file for the binary with one webhook to `url`.
+fn config_file(dir: &std::path::Path, url: &str, timeout_ms: u64) -> std::path::PathBuf {
+    let path = dir.join("webhooks.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[webhooks]]\nurl = \"{url}\"\nsecret = \"{SECRET}\"\nallow_private = true\n\
+             [webhook_delivery]\ninitial_backoff_ms = 50\nmax_backoff_ms = 300\n\
+             timeout_ms = {timeout_ms}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `kill -9` right after a suspension is committed, before anything could be delivered (the
+/// receiver is not even listening yet): after the restart, it is delivered.
+fn a_kill_right_after_the_commit_still_delivers(backend: Backend) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let location = runtime.block_on(Location::new(backend));
+    let files = common::temp_dir();
+    // A port nobody listens on yet: every attempt before the kill is refused.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let config = config_file(files.path(), &format!("http://{addr}/hook"), 2000);
+    let config = config.to_str().unwrap();
+    let server = common::Binary::start_with(&location, &["--config", config], &[]);
+    let asked = runtime.block_on(async {
+        let (status, body) = server
+            .api
+            .call("ask_human", json!({"question": "Survive?"}))
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        body
+    });
+    server.kill();
+    let receiver = runtime.block_on(Receiver::start_on(addr, &[]));
+    let _server = common::Binary::start_with(&location, &["--config", config], &[]);
+    runtime.block_on(async {
+        let got = common::eventually("the suspension delivered after the restart", async || {
+            receiver
+                .got()
+                .into_iter()
+                .find(|m| m.json()["data"]["call"]["call_id"] == asked["call_id"])
+        })
+        .await;
+        assert!(verifies(SECRET, &got));
+        assert_eq!(got.json()["type"], "call.suspended");
+    });
+}
+
+/// Two replicas: the one sending a delivery is killed while the receiver holds the request; the
+/// other sends it once the claim's lease runs out, with the same message id.
+#[test]
+fn a_replica_killed_mid_delivery_does_not_lose_the_message() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let location = runtime.block_on(Location::new(Backend::Postgres));
+    let files = common::temp_dir();
+    // The first request hangs; the next is answered 200.
+    let receiver = runtime.block_on(Receiver::start(&[0]));
+    let config = config_file(files.path(), &receiver.url(), 1000);
+    let config = config.to_str().unwrap();
+    let a = common::Binary::start_with(&location, &["--config", config], &[]);
+    let asked = runtime.block_on(async {
+        let (status, body) = a
+            .api
+            .call("ask_human", json!({"question": "Mid-delivery?"}))
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        body
+    });
+    // A is sending it, held by the receiver: kill it there.
+    let first = runtime.block_on(receiver.wait_for(1))[0].clone();
+    a.kill();
+    let b = common::Binary::start_with(&location, &["--config", config], &[]);
+    runtime.block_on(async {
+        let got = receiver.wait_for(2).await;
+        assert_eq!(got[1].id, first.id, "the same message");
+        assert_eq!(got[1].json()["data"]["call"]["call_id"], asked["call_id"]);
+        assert!(verifies(SECRET, &got[1]));
+        common::eventually("B records it delivered", async || {
+            let (_, list) = b.api.get("/webhooks/deliveries?status=delivered").await;
+            (list["deliveries"].as_array().unwrap().len() == 1).then_some(())
+        })
+        .await;
+    });
 }

@@ -292,6 +292,20 @@ impl Webhooks {
         Ok(())
     }
 
+    /// Starts the outbox's cursor at the feed's head if it has none (the first start with
+    /// webhooks configured on this store), so that what happens from now on is delivered even
+    /// if this process dies before its outbox runs. Call it before serving requests; the binary
+    /// does.
+    pub async fn initialize(&self, store: &dyn Store) -> Result<(), StoreError> {
+        if self.hooks.is_empty() || store.webhook_cursor().await?.is_some() {
+            return Ok(());
+        }
+        let head = store.feed_head().await?;
+        // Another replica starting at the same time may win: then its cursor stands.
+        store.enqueue_deliveries(None, &head, Vec::new()).await?;
+        Ok(())
+    }
+
     /// `hooks`, delivered with `settings`.
     pub fn new(hooks: Vec<Webhook>, settings: DeliverySettings) -> Self {
         Webhooks { hooks, settings }
