@@ -390,6 +390,10 @@ impl Config {
             let Some(key) = name.strip_prefix(ENV_PREFIX) else {
                 continue;
             };
+            // `TOOLGATE_TEST_*` belongs to the test suite (its PostgreSQL), not to the server.
+            if key.starts_with("TEST_") {
+                continue;
+            }
             let path: Vec<String> = key.split("__").map(str::to_ascii_lowercase).collect();
             if path.iter().any(String::is_empty) {
                 return Err(ConfigError::BadEnv { name });
@@ -708,6 +712,11 @@ mod tests {
                 ("TOOLGATE_EXAMPLES__ENABLED", "false"),
                 ("TOOLGATE_LOG", "debug,hyper=warn"),
                 ("TOOLGATE_DATA_DIR", "2024"),
+                // The test suite's, not a config key: ignored, not refused.
+                (
+                    "TOOLGATE_TEST_DATABASE_URL",
+                    "postgres://postgres@127.0.0.1/postgres",
+                ),
                 ("PATH", "/usr/bin"),
             ]),
             Overrides {

@@ -25,6 +25,9 @@ pub(crate) const BEHIND_WINDOW: Duration = Duration::from_millis(10);
 /// Records written behind that make the writer commit at once instead of waiting out the window.
 pub(crate) const BEHIND_FULL: usize = 2048;
 
+/// Records written behind that may wait at most before callers wait for the writer.
+pub(crate) const BEHIND_MAX: usize = 4 * BEHIND_FULL;
+
 /// What a backend's writer is sent.
 #[allow(
     clippy::large_enum_variant,
@@ -51,16 +54,27 @@ impl Behind {
     /// Adds a record written behind, and says what the writer must be told, if anything: that
     /// records wait (once per window), or that they are [`BEHIND_FULL`].
     pub(crate) fn push(this: &Mutex<Behind>, record: (PreparedCall, Prepared)) -> Option<Msg> {
+        Behind::push_counted(this, record).0
+    }
+
+    /// [`Behind::push`], and whether more than [`BEHIND_MAX`] records now wait: a writer that
+    /// falls that far behind makes its callers wait for it (see the PostgreSQL store).
+    pub(crate) fn push_counted(
+        this: &Mutex<Behind>,
+        record: (PreparedCall, Prepared),
+    ) -> (Option<Msg>, bool) {
         let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         behind.records.push(record);
-        if behind.records.len() == BEHIND_FULL {
+        let over = behind.records.len() > BEHIND_MAX;
+        let msg = if behind.records.len() == BEHIND_FULL {
             Some(Msg::BehindFull)
         } else if !behind.signalled {
             behind.signalled = true;
             Some(Msg::BehindWaiting)
         } else {
             None
-        }
+        };
+        (msg, over)
     }
 
     pub(crate) fn take(this: &Mutex<Behind>) -> Vec<(PreparedCall, Prepared)> {

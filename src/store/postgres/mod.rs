@@ -339,8 +339,17 @@ impl Store for PostgresStore {
     }
 
     async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
-        // Not awaited: the writer commits it with the next batch, or within the window.
-        match Behind::push(&self.inner.behind, queue::behind(call, outcome)?) {
+        // Not awaited: the writer commits it with the next batch, or within the window. But
+        // when the database takes records more slowly than they come, the caller waits for the
+        // next commit: the queue, and what a crash would lose, stay bounded. (A database that
+        // cannot be reached does not fail the call: its records are kept, up to a limit.)
+        let (msg, over) = Behind::push_counted(&self.inner.behind, queue::behind(call, outcome)?);
+        if over {
+            self.send(Msg::BehindFull)?;
+            let _ = self.write(WriteOp::Ping).await;
+            return Ok(());
+        }
+        match msg {
             Some(msg) => self.send(msg),
             None => Ok(()),
         }
