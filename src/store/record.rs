@@ -360,21 +360,13 @@ impl RawCall {
         let mut status = CallStatus::parse(&self.status)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown call status {}", self.status)))?;
         let mut error = self.error.as_deref().map(parse_json).transpose()?;
-        let mut suspension = match (
+        let mut suspension = suspension_view(
             self.token,
             self.reason,
             self.input_schema,
             self.suspended_at,
-        ) {
-            (Some(token), Some(reason), Some(schema), Some(at)) => Some(SuspensionView {
-                token,
-                reason,
-                input_schema: parse_json(&schema)?,
-                created_at: Timestamp(at),
-                expires_at: self.expires_at.map(Timestamp),
-            }),
-            _ => None,
-        };
+            self.expires_at,
+        )?;
         if status == CallStatus::Suspended && self.expires_at.is_some_and(|at| at <= now) {
             status = CallStatus::Expired;
             suspension = None;
@@ -397,6 +389,26 @@ impl RawCall {
             events,
         })
     }
+}
+
+/// A suspension from its joined columns, when the row has one.
+fn suspension_view(
+    token: Option<String>,
+    reason: Option<String>,
+    input_schema: Option<String>,
+    suspended_at: Option<i64>,
+    expires_at: Option<i64>,
+) -> Result<Option<SuspensionView>, StoreError> {
+    Ok(match (token, reason, input_schema, suspended_at) {
+        (Some(token), Some(reason), Some(schema), Some(at)) => Some(SuspensionView {
+            token,
+            reason,
+            input_schema: parse_json(&schema)?,
+            created_at: Timestamp(at),
+            expires_at: expires_at.map(Timestamp),
+        }),
+        _ => None,
+    })
 }
 
 /// The feed entry type of a change into `status`.
@@ -430,21 +442,13 @@ impl RawFeedEntry {
             .strip_prefix("call.")
             .and_then(CallStatus::parse)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown feed entry type {}", self.kind)))?;
-        let suspension = match (
+        let suspension = suspension_view(
             self.token,
             self.reason,
             self.input_schema,
             self.suspended_at,
-        ) {
-            (Some(token), Some(reason), Some(schema), Some(at)) => Some(SuspensionView {
-                token,
-                reason,
-                input_schema: parse_json(&schema)?,
-                created_at: Timestamp(at),
-                expires_at: self.expires_at.map(Timestamp),
-            }),
-            _ => None,
-        };
+            self.expires_at,
+        )?;
         Ok(super::FeedEntry {
             cursor: super::FeedCursor(self.cursor),
             kind: self.kind,
