@@ -580,15 +580,7 @@ impl Config {
             };
             let secret =
                 parse_secret(&secret).map_err(|err| invalid(key("secret"), err.to_string()))?;
-            let known = [
-                "call.suspended",
-                "call.completed",
-                "call.failed",
-                "call.rejected",
-                "call.expired",
-                "call.interrupted",
-                "call.needs_reconciliation",
-            ];
+            let known = crate::store::FEED_TYPES;
             if let Some(kind) = hook
                 .events
                 .iter()

@@ -438,7 +438,9 @@ async fn a_commit_on_one_replica_wakes_the_feed_readers_of_another() {
         .await
         .expect("woken")
         .unwrap();
-    // NOTIFY, not the once-a-second re-check (a loose bound: the machine is shared).
+    // Woken by NOTIFY or, were it lost, by the once-a-second re-check: either way a waiter on one
+    // replica hears of a commit on another. The latency is shown, not asserted (the machine is
+    // shared); BENCHMARKS.md is where it is measured.
     eprintln!("woken {} ms after the commit", start.elapsed().as_millis());
 }
 

@@ -1,11 +1,11 @@
 //! The change feed's consumers in this process: requests that wait for a call to change
-//! (long-polls), for a suspension to arrive, and streams of entries.
+//! (long-polls) or for a suspension to arrive. (`GET /events` streams and the webhooks' outbox
+//! read the store's feed themselves, each from its own cursor.)
 //!
 //! One watcher task per process follows the store's feed (see `Store::feed`) from where it was
 //! when the watcher started: woken by the store when the feed may have grown (at once for a
 //! commit of this process; on PostgreSQL by `NOTIFY` from other replicas, and on a timer), it
-//! reads every new entry and wakes the requests waiting for that call, or for any suspension,
-//! and hands each entry to the streams. A waiting request holds no database connection and no
+//! reads every new entry and wakes the requests waiting for that call, or for any suspension. A waiting request holds no database connection and no
 //! thread: a registration in a map, and a future parked on a channel.
 //!
 //! The watcher starts with the first request that waits, so a server nobody waits on reads
@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use serde_json::{Value, json};
 
@@ -55,9 +55,6 @@ const SETTLING: Duration = Duration::from_millis(20);
 /// How long the watcher waits before trying again after the store failed.
 const RETRY: Duration = Duration::from_millis(500);
 
-/// The entries a slow stream may fall behind by before it must catch up from the store.
-const STREAM_BUFFER: usize = 1024;
-
 /// The feed's consumers in this process. Cheap to clone.
 #[derive(Clone)]
 pub struct Feed {
@@ -70,8 +67,6 @@ struct Inner {
     calls: Mutex<HashMap<String, Vec<oneshot::Sender<()>>>>,
     /// Bumped for every `call.suspended` entry.
     suspensions: watch::Sender<u64>,
-    /// Every entry, for streams.
-    entries: broadcast::Sender<Arc<FeedEntry>>,
     /// Set once the watcher runs.
     started: OnceLock<()>,
     /// Changes to `true` when held requests must be answered now (a graceful shutdown).
@@ -93,13 +88,11 @@ impl Feed {
     /// The consumers of `store`'s feed; held requests are answered at once when `released`
     /// turns `true` (see `dispatch::Running::release_held`).
     pub fn new(store: Arc<dyn Store>, released: watch::Receiver<bool>) -> Self {
-        let (entries, _) = broadcast::channel(STREAM_BUFFER);
         Feed {
             inner: Arc::new(Inner {
                 store,
                 calls: Mutex::new(HashMap::new()),
                 suspensions: watch::Sender::new(0),
-                entries,
                 started: OnceLock::new(),
                 released,
             }),
@@ -143,28 +136,6 @@ impl Feed {
             rx,
             released: self.inner.released.clone(),
         }
-    }
-
-    /// Every entry from now on (a stream that falls more than [`STREAM_BUFFER`] behind is told
-    /// it lagged, and catches up from the store).
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<FeedEntry>> {
-        self.start();
-        self.inner.entries.subscribe()
-    }
-
-    /// The store the feed follows.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.inner.store
-    }
-
-    /// Whether held requests are being released.
-    pub fn releasing(&self) -> bool {
-        *self.inner.released.borrow()
-    }
-
-    /// How many requests wait for a call now.
-    pub fn waiting(&self) -> usize {
-        lock(&self.inner.calls).values().map(Vec::len).sum()
     }
 }
 
@@ -286,9 +257,6 @@ impl Inner {
         if entry.kind == "call.suspended" {
             self.suspensions
                 .send_modify(|count| *count = count.wrapping_add(1));
-        }
-        if self.entries.receiver_count() > 0 {
-            let _ = self.entries.send(Arc::new(entry));
         }
     }
 }

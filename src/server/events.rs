@@ -24,7 +24,7 @@ use super::auth::Principal;
 use super::error::ApiError;
 use super::extract::QueryParams;
 use super::wait::HeldSlot;
-use crate::store::{CallStatus, FeedCursor, FeedEntry, Store, StoreError};
+use crate::store::{FEED_TYPES, FeedCursor, FeedEntry, Store, StoreError};
 
 /// How often an idle stream sends a comment, so that proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -47,17 +47,6 @@ pub struct EventsQuery {
     /// Resume after this entry (an event's `id`); the `Last-Event-ID` header wins.
     pub after: Option<String>,
 }
-
-/// The feed entry types.
-const TYPES: [CallStatus; 7] = [
-    CallStatus::Suspended,
-    CallStatus::Completed,
-    CallStatus::Failed,
-    CallStatus::Rejected,
-    CallStatus::Expired,
-    CallStatus::Interrupted,
-    CallStatus::NeedsReconciliation,
-];
 
 /// Streams the change feed.
 #[utoipa::path(
@@ -82,16 +71,12 @@ pub(super) async fn events(
     let types = match &query.types {
         None => None,
         Some(list) => {
-            let known: Vec<String> = TYPES
-                .iter()
-                .map(|s| format!("call.{}", s.as_str()))
-                .collect();
             let mut wanted = HashSet::new();
             for kind in list.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-                if !known.iter().any(|k| k == kind) {
+                if !FEED_TYPES.contains(&kind) {
                     return Err(ApiError::BadRequest(format!(
                         "Unknown event type `{kind}`; the types are {}.",
-                        known.join(", ")
+                        FEED_TYPES.join(", ")
                     )));
                 }
                 wanted.insert(kind.to_owned());
@@ -127,7 +112,6 @@ pub(super) async fn events(
         principal,
         types,
         tool: query.tool,
-        settling: false,
     };
     let stream = futures_util::stream::unfold(follow, |mut follow| async move {
         let event = follow.next().await?;
@@ -156,7 +140,6 @@ struct Follow {
     principal: Principal,
     types: Option<HashSet<String>>,
     tool: Option<String>,
-    settling: bool,
 }
 
 impl Follow {
@@ -173,7 +156,7 @@ impl Follow {
             self.changes.borrow_and_update();
             let page = self.store.feed(Some(&self.cursor), PAGE).await.ok()?;
             let full = page.entries.len() == PAGE as usize;
-            self.settling = page.settling;
+            let settling = page.settling;
             self.cursor = page.cursor;
             for entry in page.entries {
                 if let Some(event) = self.event(&entry) {
@@ -183,7 +166,7 @@ impl Follow {
             if full || !self.ready.is_empty() {
                 continue;
             }
-            let wait = if self.settling {
+            let wait = if settling {
                 SETTLING
             } else {
                 Duration::from_secs(3600)

@@ -500,6 +500,17 @@ pub struct FeedEntry {
     pub suspension: Option<SuspensionView>,
 }
 
+/// The types of feed entries, as `FeedEntry::kind` names them.
+pub const FEED_TYPES: [&str; 7] = [
+    "call.suspended",
+    "call.completed",
+    "call.failed",
+    "call.rejected",
+    "call.expired",
+    "call.interrupted",
+    "call.needs_reconciliation",
+];
+
 /// A page of the change feed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeedPage {

@@ -412,8 +412,18 @@ fn suspension_view(
 }
 
 /// The feed entry type of a change into `status`.
-pub(crate) fn feed_type(status: CallStatus) -> String {
-    format!("call.{}", status.as_str())
+pub(crate) fn feed_type(status: CallStatus) -> &'static str {
+    match status {
+        CallStatus::Suspended => "call.suspended",
+        CallStatus::Completed => "call.completed",
+        CallStatus::Failed => "call.failed",
+        CallStatus::Rejected => "call.rejected",
+        CallStatus::Expired => "call.expired",
+        CallStatus::Interrupted => "call.interrupted",
+        CallStatus::NeedsReconciliation => "call.needs_reconciliation",
+        // No entry is made for a change into `running`.
+        CallStatus::Running => "call.running",
+    }
 }
 
 /// A feed entry as stored, with its call's unchanging columns joined, before parsing.

@@ -900,7 +900,7 @@ const INSERT_FEED: &str = "INSERT INTO feed (at, type, call_id, attempts, token)
 #[derive(Default)]
 pub(super) struct FeedRows {
     call_id: Vec<String>,
-    kind: Vec<String>,
+    kind: Vec<&'static str>,
     token: Vec<Option<String>>,
     /// The call's attempts as the change left them.
     attempts: Vec<i32>,
