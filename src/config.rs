@@ -58,6 +58,37 @@ pub struct Config {
     pub webhooks: Vec<WebhookConfig>,
     /// How webhooks are delivered.
     pub webhook_delivery: WebhookDeliveryConfig,
+    /// `/mcp`.
+    pub mcp: McpConfig,
+}
+
+/// `[mcp]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// Whether `/mcp` is served.
+    pub enabled: bool,
+    /// `Host` names accepted besides the bound address (and `localhost` on a loopback one).
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        McpConfig {
+            enabled: true,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+impl McpConfig {
+    /// The door's options for a server bound to `bind`.
+    pub fn options(&self, bind: std::net::IpAddr) -> crate::mcp::McpOptions {
+        crate::mcp::McpOptions {
+            enabled: self.enabled,
+            allowed_hosts: crate::mcp::McpOptions::hosts_for(bind, &self.allowed_hosts),
+        }
+    }
 }
 
 /// One `[[webhooks]]` entry.
@@ -282,6 +313,7 @@ impl Default for Config {
             feed: FeedConfig::default(),
             webhooks: Vec::new(),
             webhook_delivery: WebhookDeliveryConfig::default(),
+            mcp: McpConfig::default(),
         }
     }
 }

@@ -147,6 +147,16 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
             "auth is off: no [[auth.keys]] configured, every request acts as admin"
         );
     }
+    if config.mcp.enabled
+        && config.bind.ip().is_unspecified()
+        && config.mcp.allowed_hosts.is_empty()
+    {
+        tracing::warn!(
+            bind = %config.bind,
+            "/mcp accepts no Host name yet: list the names clients reach this server by in \
+             [mcp] allowed_hosts"
+        );
+    }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
         format!(
             "cannot create the data directory {}: {e}",
@@ -191,6 +201,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .api_keys(keys)
         .dispatch_config(dispatch)
         .webhooks(webhooks)
+        .mcp(config.mcp.options(config.bind.ip()))
         .build_with_running();
 
     // The feed keeps `retention_s` of history; older entries are dropped every minute.

@@ -153,9 +153,33 @@ async fn each_tool_has_an_operation_carrying_its_own_schemas() {
     }
 }
 
+/// The document of the example tools, served with one API key (so auth is on).
+async fn keyed_document() -> Value {
+    let dir = temp_dir();
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), dir.path()).unwrap();
+    let key = toolgate::server::auth::ApiKey {
+        name: "root".into(),
+        role: toolgate::server::auth::Role::Admin,
+        token_sha256: toolgate::server::auth::token_sha256("openapi-test-token"),
+    };
+    let server = TestServer::start_with(tools, dir.path(), |b| b.api_keys(vec![key])).await;
+    let response = server
+        .api
+        .client
+        .get(format!("{}/openapi.json", server.api.base))
+        .bearer_auth("openapi-test-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let doc = response.json().await.unwrap();
+    server.stop().await;
+    doc
+}
+
 #[tokio::test]
 async fn every_fixed_route_is_documented_with_its_error_envelope() {
-    let (doc, _) = document().await;
     let expected = [
         ("/tools", "get"),
         ("/tools/{name}", "get"),
@@ -173,32 +197,54 @@ async fn every_fixed_route_is_documented_with_its_error_envelope() {
         ("/healthz", "get"),
         ("/readyz", "get"),
     ];
+    let (open_doc, _) = document().await;
+    let keyed_doc = keyed_document().await;
+    validate(&keyed_doc).unwrap_or_else(|err| panic!("the keyed document is rejected:\n{err}"));
+    // With keys: a bearer scheme, required by each protected operation. Without: no security
+    // at all, since the server accepts every request (a fuzzer driven by the document must not
+    // expect a 401 that never comes).
     assert_eq!(
-        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        keyed_doc["components"]["securitySchemes"]["bearer"]["scheme"],
         "bearer"
     );
-    assert_eq!(doc["security"], json!([{"bearer": []}]));
-    for (path, method) in expected {
-        let op = &doc["paths"][path][method];
-        assert!(op.is_object(), "{method} {path} is documented");
-        let health = path == "/healthz" || path == "/readyz";
-        for code in ["401", "403", "503"] {
+    assert!(open_doc["components"].get("securitySchemes").is_none());
+    for doc in [&open_doc, &keyed_doc] {
+        assert!(
+            doc.get("security").is_none(),
+            "no document-wide requirement"
+        );
+    }
+    for (doc, auth) in [(&open_doc, false), (&keyed_doc, true)] {
+        for (path, method) in expected {
+            let op = &doc["paths"][path][method];
+            assert!(op.is_object(), "{method} {path} is documented");
+            let health = path == "/healthz" || path == "/readyz";
+            let protected = auth && !health;
             assert_eq!(
-                op["responses"].get(code).is_some(),
-                !health || code == "503" && path == "/readyz",
-                "{method} {path} documents {code} exactly when it can answer it"
+                op.get("security").cloned(),
+                protected.then(|| json!([{"bearer": []}])),
+                "{method} {path}, auth {auth}: a bearer token exactly when one is required"
             );
-        }
-        if health {
-            assert_eq!(op["security"], json!([]), "{path} is open");
-        }
-        for (code, response) in op["responses"].as_object().unwrap() {
-            if code.starts_with('4') || code.starts_with('5') {
-                let schema = &response["content"]["application/json"]["schema"];
+            for code in ["401", "403"] {
                 assert_eq!(
-                    schema["$ref"], "#/components/schemas/ErrorEnvelope",
-                    "{method} {path} {code}"
+                    op["responses"].get(code).is_some(),
+                    protected,
+                    "{method} {path} documents {code} exactly when it can answer it (auth {auth})"
                 );
+            }
+            assert_eq!(
+                op["responses"].get("503").is_some(),
+                !health || path == "/readyz",
+                "{method} {path} documents 503 exactly when it can answer it"
+            );
+            for (code, response) in op["responses"].as_object().unwrap() {
+                if code.starts_with('4') || code.starts_with('5') {
+                    let schema = &response["content"]["application/json"]["schema"];
+                    assert_eq!(
+                        schema["$ref"], "#/components/schemas/ErrorEnvelope",
+                        "{method} {path} {code}"
+                    );
+                }
             }
         }
     }

@@ -11,13 +11,13 @@ pub mod auth;
 mod calls;
 pub mod error;
 mod events;
-mod extract;
+pub(crate) mod extract;
 mod health;
 mod metrics;
 pub mod openapi;
 mod responses;
 mod tools;
-mod wait;
+pub(crate) mod wait;
 mod webhooks;
 
 use std::collections::HashMap;
@@ -37,6 +37,7 @@ use crate::slots::Slots;
 use crate::store::Store;
 use auth::{Access, ApiKey, Gate, GateLayer, Keys};
 use error::ApiError;
+pub(crate) use tools::check_idempotency_key;
 
 /// The default largest request body, in bytes (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -64,6 +65,7 @@ pub struct ServerBuilder {
     keys: Vec<ApiKey>,
     dispatch: DispatchConfig,
     webhooks: crate::feed::webhooks::Webhooks,
+    mcp: crate::mcp::McpOptions,
 }
 
 /// What every handler shares: one `Arc`, so each request clones one pointer.
@@ -112,6 +114,7 @@ impl ServerBuilder {
             keys: Vec::new(),
             dispatch: DispatchConfig::default(),
             webhooks: crate::feed::webhooks::Webhooks::none(),
+            mcp: crate::mcp::McpOptions::default(),
         }
     }
 
@@ -152,6 +155,13 @@ impl ServerBuilder {
         self
     }
 
+    /// `/mcp`: whether it is served, and the `Host` values it accepts (by default, loopback
+    /// names only: a server reached under another name must list it).
+    pub fn mcp(mut self, options: crate::mcp::McpOptions) -> Self {
+        self.mcp = options;
+        self
+    }
+
     /// The router, with every route and layer in place.
     pub fn build(self) -> Router {
         self.build_with_running().0
@@ -161,13 +171,26 @@ impl ServerBuilder {
     /// [`Running::idle`] after the server stops accepting, so no tool is cut off half-way
     /// (calls run on even when their client hangs up).
     pub fn build_with_running(self) -> (Router, Running) {
-        let catalog = Catalog::new(&self.tools);
+        let catalog = Catalog::new(&self.tools, !self.keys.is_empty());
+        let mcp_catalog = self
+            .mcp
+            .enabled
+            .then(|| crate::mcp::catalog::McpCatalog::new(&self.tools));
         let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch);
         let running = dispatcher.running().clone();
         let feed = crate::feed::Feed::new(dispatcher.store().clone(), running.released());
         let webhooks = self
             .webhooks
             .start(dispatcher.store().clone(), running.released());
+        let mcp = mcp_catalog.map(|catalog| {
+            let door = crate::mcp::Door::new(
+                dispatcher.clone(),
+                feed.clone(),
+                catalog,
+                self.max_json_depth,
+            );
+            crate::mcp::service(door, &self.mcp, self.max_body_bytes)
+        });
         let state = AppState(Arc::new(Shared {
             dispatcher,
             feed,
@@ -257,7 +280,17 @@ impl ServerBuilder {
                 get(metrics::serve).route_layer(gate(Access::Admin)),
             )
             .route("/healthz", get(health::healthz))
-            .route("/readyz", get(health::readyz))
+            .route("/readyz", get(health::readyz));
+        // MCP: the same gate as the tools (a caller may list and call; held requests of
+        // `toolgate_await_call` give their slot back while they wait).
+        let router = match mcp {
+            Some(mcp) => router.route(
+                "/mcp",
+                axum::routing::any_service(mcp).layer(gate_with(Access::Tools, true)),
+            ),
+            None => router,
+        };
+        let router = router
             .fallback(|| async { ApiError::RouteNotFound })
             .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
             .with_state(state);
@@ -295,14 +328,14 @@ impl ServerBuilder {
 }
 
 impl Catalog {
-    fn new(tools: &ToolSet) -> Self {
+    fn new(tools: &ToolSet, auth: bool) -> Self {
         let descriptors = tools.descriptors();
         let descriptor_json = descriptors
             .iter()
             .map(|d| (d.name.clone(), to_json_bytes(d)))
             .collect();
         let tools_json = to_json_bytes(&tools::ToolList { tools: descriptors });
-        let openapi_json = to_json_bytes(&openapi::document(tools));
+        let openapi_json = to_json_bytes(&openapi::document(tools, auth));
         Catalog {
             tools_json,
             descriptor_json,

@@ -64,8 +64,9 @@ struct ApiDoc;
 #[allow(dead_code)] // Only documents the route; the router serves pre-built bytes.
 fn openapi_json() {}
 
-/// The full document for a server serving `tools`.
-pub fn document(tools: &ToolSet) -> Value {
+/// The full document for a server serving `tools`; `auth`: whether it has API keys (without,
+/// it declares no security at all, since every request is accepted).
+pub fn document(tools: &ToolSet, auth: bool) -> Value {
     let mut doc =
         serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes to JSON");
     let template = doc["paths"]["/tools/{name}/call"]["post"].clone();
@@ -130,22 +131,24 @@ pub fn document(tools: &ToolSet) -> Value {
     if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
         schemas.extend(components);
     }
-    add_auth_and_shedding(&mut doc);
+    add_auth_and_shedding(&mut doc, auth);
     doc
 }
 
-/// Every operation but the health probes needs a bearer token (`401`), may be refused to the
-/// key's role (`403`), and may be shed under load (`503`): documented once here rather than on
-/// each handler.
-fn add_auth_and_shedding(doc: &mut Value) {
-    doc["components"]["securitySchemes"] = json!({
-        "bearer": {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "An API key's token. With no keys configured, auth is off.",
-        }
-    });
-    doc["security"] = json!([{ "bearer": [] }]);
+/// With API keys, every operation but the health probes needs a bearer token (`401`) and may be
+/// refused to the key's role (`403`); without, the document declares no security, as the server
+/// asks for none. Every gated operation may be shed under load (`503`). Documented once here
+/// rather than on each handler.
+fn add_auth_and_shedding(doc: &mut Value, auth: bool) {
+    if auth {
+        doc["components"]["securitySchemes"] = json!({
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "An API key's token.",
+            }
+        });
+    }
     let envelope = |description: &str, header: bool| {
         let mut response = json!({
             "description": description,
@@ -169,23 +172,17 @@ fn add_auth_and_shedding(doc: &mut Value) {
         };
         for operation in operations.values_mut() {
             if open {
-                operation["security"] = json!([]);
                 continue;
+            }
+            if auth {
+                operation["security"] = json!([{ "bearer": [] }]);
             }
             let Some(responses) = operation["responses"].as_object_mut() else {
                 continue;
             };
-            responses.entry("401").or_insert_with(|| {
-                let mut response = envelope("`unauthorized`: no valid bearer token.", false);
-                response["headers"] = json!({"WWW-Authenticate": {
-                    "description": "`Bearer`.",
-                    "schema": {"type": "string"},
-                }});
-                response
-            });
-            responses.entry("403").or_insert_with(|| {
-                envelope("`forbidden`: the key's role may not use this route.", false)
-            });
+            if auth {
+                add_auth_responses(responses, &envelope);
+            }
             let unavailable = "`store_unavailable` (with `Retry-After`): the database cannot be \
                  reached (a shared PostgreSQL that is down or restarting); nothing acknowledged \
                  is lost, retry later.";
@@ -209,6 +206,21 @@ fn add_auth_and_shedding(doc: &mut Value) {
             }
         }
     }
+}
+
+/// `401` and `403`, on an operation of a server with API keys.
+fn add_auth_responses(responses: &mut Map<String, Value>, envelope: &dyn Fn(&str, bool) -> Value) {
+    responses.entry("401").or_insert_with(|| {
+        let mut response = envelope("`unauthorized`: no valid bearer token.", false);
+        response["headers"] = json!({"WWW-Authenticate": {
+            "description": "`Bearer`.",
+            "schema": {"type": "string"},
+        }});
+        response
+    });
+    responses
+        .entry("403")
+        .or_insert_with(|| envelope("`forbidden`: the key's role may not use this route.", false));
 }
 
 /// Registers `schema` as the component `prefix` (its `$defs` as `prefix.<def>`), rewriting its

@@ -52,19 +52,25 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let bad = || {
-        ApiError::BadRequest(format!(
-            "`Idempotency-Key` must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters."
-        ))
-    };
-    let key = value.to_str().map_err(|_| bad())?.trim();
+    let value = value.to_str().unwrap_or("\u{0}");
+    check_idempotency_key(value)
+        .map(Some)
+        .map_err(|message| ApiError::BadRequest(format!("`Idempotency-Key` {message}")))
+}
+
+/// An idempotency key as a client sent it (the REST header, or MCP's `_meta`), trimmed: 1 to
+/// 255 visible ASCII characters; else what it must be.
+pub(crate) fn check_idempotency_key(key: &str) -> Result<String, String> {
+    let key = key.trim();
     if key.is_empty()
         || key.len() > MAX_IDEMPOTENCY_KEY_LEN
         || !key.bytes().all(|b| b.is_ascii_graphic())
     {
-        return Err(bad());
+        return Err(format!(
+            "must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters."
+        ));
     }
-    Ok(Some(key.to_owned()))
+    Ok(key.to_owned())
 }
 
 /// Answers with JSON serialized once at start-up.

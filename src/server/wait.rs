@@ -29,6 +29,16 @@ pub struct Held {
 }
 
 impl Held {
+    /// A request held up to `limit`, with its slot of `max_in_flight` (if the gate shares one)
+    /// to give back when it starts to wait.
+    pub(crate) fn new(limit: Duration, slot: Option<HeldSlot>) -> Self {
+        Held {
+            limit,
+            slot,
+            waiting: None,
+        }
+    }
+
     /// Gives back the request's slot: from now on it waits, and counts as running nothing (but
     /// as a waiter, until it is dropped).
     pub fn release_slot(&mut self) {
@@ -80,11 +90,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Wait {
         if seconds == 0 {
             return Ok(Wait(None));
         }
-        Ok(Wait(Some(Held {
-            limit: Duration::from_secs(u64::from(seconds)),
-            slot: parts.extensions.get::<HeldSlot>().cloned(),
-            waiting: None,
-        })))
+        Ok(Wait(Some(Held::new(
+            Duration::from_secs(u64::from(seconds)),
+            parts.extensions.get::<HeldSlot>().cloned(),
+        ))))
     }
 }
 
@@ -92,7 +101,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Wait {
 /// back when the answer is ready, as for any request) and the handler (which gives it back
 /// when it starts to wait), whichever comes first.
 #[derive(Clone)]
-pub(super) struct HeldSlot(Arc<Mutex<Option<Slot>>>);
+pub(crate) struct HeldSlot(Arc<Mutex<Option<Slot>>>);
 
 impl HeldSlot {
     pub(super) fn new(slot: Slot) -> Self {
@@ -118,7 +127,7 @@ pub(super) fn asks_to_wait(query: Option<&str>) -> bool {
 /// more will come in time, or the server shuts down: `ready` is asked once the request is
 /// registered (so a change in between is not missed), then after every change of the call.
 /// `None`: the time is up (or the server is stopping) without an answer.
-pub(super) async fn hold_until<T, F, Fut>(
+pub(crate) async fn hold_until<T, F, Fut>(
     feed: &crate::feed::Feed,
     mut held: Held,
     call_id: &str,

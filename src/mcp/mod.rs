@@ -1,0 +1,426 @@
+//! The MCP door: `/mcp` serves the same tools over the Model Context Protocol (Streamable HTTP),
+//! with the official Rust SDK (`rmcp`) doing the protocol and this module only translating.
+//!
+//! One endpoint serves both eras without sessions: 2026-07-28 (per-request `_meta`, no
+//! handshake, `server/discover`) and 2025-11-25 (`initialize`), each request answered with JSON.
+//! The door is one hand-written [`ServerHandler`] over the tool set: `tools/list` answers the
+//! catalog built at start-up ([`catalog`]), and `tools/call` runs the one call lifecycle
+//! (`crate::dispatch`) exactly as `POST /tools/{name}/call` does: the same records, idempotency,
+//! effects, retries, timeouts and limits. What differs is only how answers look ([`answers`]).
+//!
+//! Two promises are kept here rather than by the SDK:
+//! - an approver's token never reaches an MCP client: a suspended call is answered as pending
+//!   (or, to a client that declared the tasks extension, as a task), and `toolgate_await_call`
+//!   or `tasks/get` tell its outcome once a person decided;
+//! - auth happens before any MCP processing: the route's gate (the same bearer keys and roles
+//!   as REST) answers `401` first, and the principal it admitted travels to the handler in the
+//!   HTTP request's extensions, which the SDK hands over with each request.
+
+mod answers;
+pub(crate) mod catalog;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::request::Parts;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    UpdateTaskParams,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::Value;
+
+use crate::dispatch::{CallOptions, CallOutcome, Dispatcher};
+use crate::feed::Feed;
+use crate::server::auth::Principal;
+use crate::server::error::ApiError;
+use crate::server::wait::{Held, HeldSlot, hold_until};
+use crate::store::{CallRecord, CallStatus};
+use catalog::{AWAIT_TOOL, McpCatalog};
+
+/// The key of `_meta` that carries a call's idempotency key over MCP (the REST door's
+/// `Idempotency-Key` header), scoped to the tool and the caller the same way.
+pub const IDEMPOTENCY_KEY_META: &str = "dev.toolgate/idempotencyKey";
+
+/// How often a client holding a task is told to ask `tasks/get`, in milliseconds.
+const POLL_INTERVAL_MS: u64 = 2_000;
+
+/// The longest `toolgate_await_call` holds a request, in seconds.
+pub const MAX_AWAIT_S: u64 = 50;
+
+/// `/mcp`'s settings (`[mcp]` in the binary's configuration).
+#[derive(Debug, Clone)]
+pub struct McpOptions {
+    /// Whether `/mcp` is served at all.
+    pub enabled: bool,
+    /// The `Host` values accepted (names or addresses, without a port: any port is accepted),
+    /// against DNS rebinding. A request whose `Origin` names another host is refused too.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for McpOptions {
+    /// Enabled, for a server reached on a loopback address.
+    fn default() -> Self {
+        McpOptions {
+            enabled: true,
+            allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+        }
+    }
+}
+
+impl McpOptions {
+    /// The hosts to accept for a server bound to `bind`: its address, `localhost` when that is
+    /// a loopback address, and `extra` (`[mcp] allowed_hosts`).
+    pub fn hosts_for(bind: std::net::IpAddr, extra: &[String]) -> Vec<String> {
+        let mut hosts = vec![bind.to_string()];
+        if bind.is_loopback() {
+            hosts.push("localhost".into());
+        }
+        hosts.extend(extra.iter().cloned());
+        hosts.dedup();
+        hosts
+    }
+}
+
+/// The `/mcp` service: the SDK's Streamable HTTP transport, stateless and answering JSON, over
+/// one [`Door`].
+pub(crate) fn service(
+    door: Door,
+    options: &McpOptions,
+    max_body_bytes: usize,
+) -> StreamableHttpService<Door, NeverSessionManager> {
+    // An Origin must name an allowed host (any scheme and port); a request without one (every
+    // client that is not a browser) passes, as the transport's rules say.
+    let origins = options.allowed_hosts.iter().flat_map(|host| {
+        let host = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host.clone()
+        };
+        [format!("http://{host}:*"), format!("https://{host}:*")]
+    });
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_allowed_hosts(options.allowed_hosts.clone())
+        .with_allowed_origins(origins.collect::<Vec<_>>())
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(max_body_bytes);
+    StreamableHttpService::new(
+        move || Ok(door.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    )
+}
+
+/// The MCP handler: what it needs of the server, shared by every request (the SDK makes one
+/// handler per request, so this is one pointer to clone).
+#[derive(Clone)]
+pub(crate) struct Door(Arc<Shared>);
+
+struct Shared {
+    dispatcher: Dispatcher,
+    feed: Feed,
+    catalog: McpCatalog,
+    max_json_depth: usize,
+}
+
+impl Door {
+    pub(crate) fn new(
+        dispatcher: Dispatcher,
+        feed: Feed,
+        catalog: McpCatalog,
+        max_json_depth: usize,
+    ) -> Self {
+        Door(Arc::new(Shared {
+            dispatcher,
+            feed,
+            catalog,
+            max_json_depth,
+        }))
+    }
+}
+
+/// The HTTP request the SDK hands over with each MCP request (what the gate put there).
+fn http_parts(context: &RequestContext<RoleServer>) -> Result<&Parts, McpError> {
+    context
+        .extensions
+        .get::<Parts>()
+        .ok_or_else(|| internal("an MCP request without its HTTP request"))
+}
+
+/// Who is asking, as the route's gate admitted them.
+fn principal(context: &RequestContext<RoleServer>) -> Result<Principal, McpError> {
+    http_parts(context)?
+        .extensions
+        .get::<Principal>()
+        .cloned()
+        .ok_or_else(|| internal("an MCP request that passed no gate"))
+}
+
+/// A failure of the server itself: logged, and answered `-32603` without its cause.
+fn internal(what: &str) -> McpError {
+    tracing::error!(error = what, "MCP request failed");
+    McpError::internal_error("The server failed to handle this request.", None)
+}
+
+/// Whether the request speaks 2026-07-28 or later (per-request `_meta`), rather than the
+/// `initialize` era.
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// Whether the request declared the tasks extension.
+fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .is_some_and(|caps| caps.supports_tasks())
+}
+
+/// The call's idempotency key from `_meta`, checked as the REST header is.
+fn idempotency_key(context: &RequestContext<RoleServer>) -> Result<Option<String>, McpError> {
+    let Some(value) = context.meta.get(IDEMPOTENCY_KEY_META) else {
+        return Ok(None);
+    };
+    crate::server::check_idempotency_key(value.as_str().unwrap_or_default())
+        .map(Some)
+        .map_err(|message| {
+            McpError::invalid_params(format!("`_meta.{IDEMPOTENCY_KEY_META}`: {message}"), None)
+        })
+}
+
+impl Door {
+    /// Reads a call the principal may see (a caller sees only its own), as REST does.
+    async fn visible_call(
+        &self,
+        principal: &Principal,
+        call_id: &str,
+    ) -> Result<Option<CallRecord>, ApiError> {
+        Ok(self
+            .0
+            .dispatcher
+            .store()
+            .call(call_id)
+            .await?
+            .filter(|call| principal.sees_all_calls() || call.caller == principal.name))
+    }
+
+    /// `toolgate_await_call`: holds until the call leaves `running` or `suspended` (or the
+    /// time is up), then answers its outcome as the call itself would have.
+    async fn await_call(
+        &self,
+        arguments: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        let principal = principal(context)?;
+        let asked = match catalog::AwaitInput::parse(arguments) {
+            Ok(asked) => asked,
+            Err(violations) => return Ok(answers::invalid_await_input(&violations)),
+        };
+        let read = || async {
+            self.visible_call(&principal, &asked.call_id)
+                .await?
+                .ok_or_else(|| ApiError::UnknownCall(asked.call_id.clone()))
+        };
+        let waiting =
+            |call: &CallRecord| matches!(call.status, CallStatus::Running | CallStatus::Suspended);
+        let call = match read().await {
+            Ok(call) => call,
+            Err(err) => return answers::api_error(err),
+        };
+        let call = if waiting(&call) && asked.wait_seconds > 0 {
+            let slot = http_parts(context)?.extensions.get::<HeldSlot>().cloned();
+            let held = Held::new(Duration::from_secs(asked.wait_seconds), slot);
+            let first = call.status;
+            let changed = hold_until(&self.0.feed, held, &asked.call_id, || async {
+                let now = read().await?;
+                Ok((now.status != first).then_some(now))
+            })
+            .await;
+            match changed {
+                Ok(Some(now)) => now,
+                Ok(None) => match read().await {
+                    Ok(now) => now,
+                    Err(err) => return answers::api_error(err),
+                },
+                Err(err) => return answers::api_error(err),
+            }
+        } else {
+            call
+        };
+        Ok(answers::from_record(&call))
+    }
+
+    /// A task's state, from its call's record.
+    async fn task(
+        &self,
+        task_id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallRecord, McpError> {
+        let principal = principal(context)?;
+        match self.visible_call(&principal, task_id).await {
+            Ok(Some(call)) => Ok(call),
+            Ok(None) => Err(McpError::invalid_params(
+                format!("No task has the id `{task_id}`."),
+                None,
+            )),
+            Err(err) => Err(answers::protocol_error(err)),
+        }
+    }
+}
+
+impl ServerHandler for Door {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
+        .with_server_info(Implementation::new("toolgate", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Tools served by toolgate. Some calls wait for a person's approval: such a call \
+             answers that it is pending, with its call_id; do not call it again, but call \
+             toolgate_await_call with that call_id to learn its outcome.",
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = if is_modern(&context) {
+            &self.0.catalog.tools
+        } else {
+            &self.0.catalog.legacy_tools
+        };
+        Ok(ListToolsResult::with_all_items(tools.to_vec()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.0.catalog.get(name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        if crate::server::extract::check_depth(&arguments, self.0.max_json_depth).is_err() {
+            return Err(McpError::invalid_params(
+                format!(
+                    "The arguments are nested deeper than {} levels.",
+                    self.0.max_json_depth
+                ),
+                None,
+            ));
+        }
+        if request.name == AWAIT_TOOL {
+            return self.await_call(arguments, &context).await.map(Into::into);
+        }
+        if self.0.catalog.get(&request.name).is_none() {
+            return Err(McpError::invalid_params(
+                format!("No tool is named `{}`.", request.name),
+                None,
+            ));
+        }
+        let principal = principal(&context)?;
+        let options = CallOptions {
+            caller: principal.name.clone(),
+            idempotency_key: idempotency_key(&context)?,
+        };
+        let result = match self
+            .0
+            .dispatcher
+            .call(&request.name, arguments, options)
+            .await
+        {
+            Ok(result) => result,
+            Err(err) => return answers::dispatch_error(err, &principal).map(Into::into),
+        };
+        if matches!(result.outcome, CallOutcome::Suspended { .. }) && declares_tasks(&context) {
+            // The task's times are the call's: a replayed call's task is as old as the call.
+            let call = match self.0.dispatcher.store().call(&result.call_id).await {
+                Ok(Some(call)) => call,
+                Ok(None) => return Err(internal("a suspended call without its record")),
+                Err(err) => return Err(answers::protocol_error(err.into())),
+            };
+            let task = answers::task_of(&call, POLL_INTERVAL_MS);
+            return Ok(CreateTaskResult::new(task.task).into());
+        }
+        Ok(answers::from_result(&result).into())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let call = self.task(&request.task_id, &context).await?;
+        Ok(GetTaskResult::new(answers::task_of(
+            &call,
+            POLL_INTERVAL_MS,
+        )))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let call = self.task(&request.task_id, &context).await?;
+        match call.status {
+            CallStatus::Suspended => Err(McpError::invalid_request(
+                format!(
+                    "Call `{}` waits for a person's decision and cannot be cancelled here: only \
+                     an approver decides (they may reject it).",
+                    call.call_id
+                ),
+                None,
+            )),
+            CallStatus::Running | CallStatus::NeedsReconciliation => {
+                Err(McpError::invalid_request(
+                    format!(
+                        "Call `{}` is {} and cannot be cancelled: a tool is never cut off \
+                         half-way.",
+                        call.call_id,
+                        call.status.as_str()
+                    ),
+                    None,
+                ))
+            }
+            // Already over: cancelling it is acknowledged and changes nothing.
+            _ => Ok(()),
+        }
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let call = self.task(&request.task_id, &context).await?;
+        Err(McpError::invalid_params(
+            format!(
+                "Task `{}` asks for no input: its call waits for an approver, not for this client.",
+                call.call_id
+            ),
+            None,
+        ))
+    }
+}
+
+/// A text block.
+fn text(text: impl Into<String>) -> ContentBlock {
+    ContentBlock::text(text.into())
+}

@@ -1,0 +1,594 @@
+//! `/mcp`: the same tools over MCP, driven by MCP clients nobody here wrote (the official Python
+//! SDK in both eras, the official TypeScript SDK), and by hand where a rule is about the bytes:
+//! auth before MCP, Host and Origin, idempotency across doors, whose calls a caller may await,
+//! held awaits and the request limit. No MCP answer may carry a suspension's token.
+//!
+//! The SDKs are installed by `.ci/test-deps`: the Python one into `.ci/venv`, the TypeScript
+//! one into `.ci/node`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{Api, Backend, Location, Site, TestServer, assert_error, outbox, repo_root};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use toolgate::ToolSet;
+use toolgate::server::auth::{ApiKey, Role, token_sha256};
+
+const CALLER: &str = "mcp-caller-token-1b7e";
+const OTHER_CALLER: &str = "mcp-other-caller-token-5c20";
+const APPROVER: &str = "mcp-approver-token-90fd";
+const ADMIN: &str = "mcp-admin-token-e6a4";
+
+fn key(name: &str, role: Role, token: &str) -> ApiKey {
+    ApiKey {
+        name: name.into(),
+        role,
+        token_sha256: token_sha256(token),
+    }
+}
+
+fn examples(location: &Location) -> ToolSet {
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
+    tools
+}
+
+/// The example tools, with a caller, another caller, an approver and an admin.
+async fn server_with(
+    location: &Location,
+    configure: impl FnOnce(toolgate::ServerBuilder) -> toolgate::ServerBuilder,
+) -> TestServer {
+    let keys = vec![
+        key("agent", Role::Caller, CALLER),
+        key("other-agent", Role::Caller, OTHER_CALLER),
+        key("finance-ops", Role::Approver, APPROVER),
+        key("root", Role::Admin, ADMIN),
+    ];
+    TestServer::start_with(examples(location), location, |builder| {
+        configure(builder.api_keys(keys))
+    })
+    .await
+}
+
+async fn server(location: &Location) -> TestServer {
+    server_with(location, |builder| builder).await
+}
+
+fn python() -> PathBuf {
+    let venv = repo_root().join(".ci/venv/bin/python");
+    assert!(
+        venv.exists(),
+        "the MCP Python SDK is not installed: run `bash .ci/test-deps`"
+    );
+    venv
+}
+
+/// Runs a client script to its end (off the runtime that serves it); its last line of output
+/// is what it saw, as JSON.
+async fn run_client(mut command: Command, what: &str) -> Value {
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{what} runs: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{what} failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{what} printed no JSON ({e}): {stdout}"))
+}
+
+/// Asserts that no MCP answer the client saw holds the token it got over REST.
+fn assert_no_token(seen: &Value) {
+    let token = seen["token"].as_str().expect("the client approved a call");
+    assert!(token.starts_with("sus_"), "a token: {token}");
+    for part in ["answers", "tools"] {
+        let text = seen[part].to_string();
+        assert!(
+            !text.contains(token),
+            "an MCP answer carries the token: {text}"
+        );
+        assert!(
+            !text.contains("sus_"),
+            "an MCP answer carries a token: {text}"
+        );
+    }
+}
+
+/// A JSON-RPC request to `/mcp` in the `initialize` era, as `token`; the status and the body
+/// (JSON-RPC when the MCP layer answered, toolgate's envelope when the gate did).
+async fn rpc(api: &Api, token: Option<&str>, method: &str, params: Value) -> (StatusCode, Value) {
+    let headers = [("mcp-protocol-version", "2025-11-25")];
+    post_mcp(
+        api,
+        token,
+        &headers,
+        json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+    )
+    .await
+}
+
+/// The same in the 2026-07-28 era: per-request `_meta`, and the standard headers.
+async fn rpc_modern(
+    api: &Api,
+    token: Option<&str>,
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+    tasks: bool,
+) -> (StatusCode, Value) {
+    let extensions = if tasks {
+        json!({"io.modelcontextprotocol/tasks": {}})
+    } else {
+        json!({})
+    };
+    let meta = params["_meta"].as_object().cloned().unwrap_or_default();
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": extensions},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "1"},
+    });
+    for (k, v) in meta {
+        params["_meta"][k] = v;
+    }
+    let mut headers = vec![
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", method),
+    ];
+    if let Some(name) = name {
+        headers.push(("mcp-name", name));
+    }
+    post_mcp(
+        api,
+        token,
+        &headers,
+        json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}),
+    )
+    .await
+}
+
+async fn post_mcp(
+    api: &Api,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Value,
+) -> (StatusCode, Value) {
+    let mut request = api
+        .client
+        .post(format!("{}/mcp", api.base))
+        .header("accept", "application/json, text/event-stream")
+        .json(&body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.expect("request sent");
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// A `tools/call` in the `initialize` era; its result (a JSON-RPC error fails the test).
+async fn call(api: &Api, token: &str, tool: &str, arguments: Value, meta: Value) -> Value {
+    let (status, body) = rpc(
+        api,
+        Some(token),
+        "tools/call",
+        json!({"name": tool, "arguments": arguments, "_meta": meta}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("a result: {body}"))
+}
+
+/// The Python SDK, in the era `mode`, lists, calls, gets a pending answer, awaits the approval's
+/// outcome and (in 2026-07-28) drives a task; the calls are recorded as its key's.
+async fn the_python_sdk_lists_calls_and_awaits(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = server(&location).await;
+    for mode in ["legacy", "2026-07-28"] {
+        let mut command = Command::new(python());
+        command
+            .arg(repo_root().join("tests/mcp/python_client.py"))
+            .args([&server.api.base, mode, CALLER, APPROVER]);
+        let seen = run_client(command, &format!("the Python SDK ({mode})")).await;
+        assert_no_token(&seen);
+        let call_id = seen["pending_call_id"].as_str().unwrap();
+        let call = server.store.call(call_id).await.unwrap().expect("recorded");
+        assert_eq!(call.caller.as_deref(), Some("agent"));
+        assert_eq!(call.status.as_str(), "completed");
+        assert_eq!(call.output, Some(json!({"answer": "Yes, ship it."})));
+        if mode != "legacy" {
+            let task = server
+                .store
+                .call(seen["task_id"].as_str().unwrap())
+                .await
+                .unwrap();
+            assert_eq!(task.unwrap().output, Some(json!({"answer": "Deployed."})));
+        }
+    }
+    server.stop().await;
+}
+
+crate::on_each_backend! {
+    #[tokio::test] async fn the_python_sdk_lists_calls_and_awaits;
+}
+
+#[tokio::test]
+async fn the_typescript_sdk_lists_calls_and_awaits() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location).await;
+    let node_dir = repo_root().join(".ci/node");
+    assert!(
+        node_dir
+            .join("node_modules/@modelcontextprotocol/sdk")
+            .exists(),
+        "the MCP TypeScript SDK is not installed: run `bash .ci/test-deps`"
+    );
+    let script = std::fs::read_to_string(repo_root().join("tests/mcp/ts_client.mjs")).unwrap();
+    let mut command = Command::new("node");
+    // Run where the SDK is installed, so its imports resolve.
+    command
+        .current_dir(&node_dir)
+        .args(["--input-type=module", "-e", &script])
+        .env("MCP_BASE", &server.api.base)
+        .env("MCP_CALLER", CALLER)
+        .env("MCP_APPROVER", APPROVER);
+    let seen = run_client(command, "the TypeScript SDK").await;
+    assert_no_token(&seen);
+    // Its send_email ran once, as its key's.
+    let sent = outbox(&location);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_without_a_valid_key_is_refused_before_mcp() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location).await;
+    for token in [None, Some("not-a-key")] {
+        let response = server
+            .api
+            .client
+            .post(format!("{}/mcp", server.api.base))
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .bearer_auth(token.unwrap_or(""))
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        let body: Value = response.json().await.unwrap();
+        assert_error(&body, "unauthorized");
+    }
+    // An approver decides; it does not call tools, over MCP either.
+    let (status, body) = rpc(&server.api, Some(APPROVER), "tools/list", json!({})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_error(&body, "forbidden");
+    // A caller may list: every tool in name order, the await tool among them, each annotated
+    // from its effect.
+    let (status, body) = rpc(&server.api, Some(CALLER), "tools/list", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let tools = body["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "ask_human",
+            "echo",
+            "issue_refund",
+            "send_email",
+            "toolgate_await_call"
+        ]
+    );
+    let annotations =
+        |name: &str| tools.iter().find(|t| t["name"] == name).unwrap()["annotations"].clone();
+    assert_eq!(
+        annotations("echo"),
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true})
+    );
+    assert_eq!(annotations("send_email")["readOnlyHint"], false);
+    assert_eq!(annotations("send_email")["idempotentHint"], false);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_foreign_host_or_origin_is_refused() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location).await;
+    let port = server.api.base.rsplit(':').next().unwrap().to_owned();
+    let send = |host: Option<String>, origin: Option<String>| {
+        let api = server.api.clone();
+        async move {
+            let mut request = api
+                .client
+                .post(format!("{}/mcp", api.base))
+                .bearer_auth(CALLER)
+                .header("accept", "application/json, text/event-stream")
+                .header("mcp-protocol-version", "2025-11-25")
+                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+            if let Some(host) = host {
+                request = request.header("host", host);
+            }
+            if let Some(origin) = origin {
+                request = request.header("origin", origin);
+            }
+            request.send().await.unwrap().status()
+        }
+    };
+    // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1.
+    assert_eq!(
+        send(Some(format!("evil.example:{port}")), None).await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        send(None, Some("http://evil.example".into())).await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        send(Some(format!("localhost:{port}")), None).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(None, Some(format!("http://localhost:{port}"))).await,
+        StatusCode::OK
+    );
+    assert_eq!(send(None, None).await, StatusCode::OK);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn one_idempotency_key_over_mcp_and_rest_runs_once() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location).await;
+    let email = json!({"to": "ops@example.com", "subject": "Once", "body": "Only once."});
+    let meta = json!({"dev.toolgate/idempotencyKey": "mail-42"});
+    let first = call(
+        &server.api,
+        CALLER,
+        "send_email",
+        email.clone(),
+        meta.clone(),
+    )
+    .await;
+    assert_eq!(first["isError"], false, "{first}");
+    let call_id = first["_meta"]["dev.toolgate/callId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The same key over REST (the header) is the same call: replayed, not sent again.
+    let response = server
+        .api
+        .client
+        .post(format!("{}/tools/send_email/call", server.api.base))
+        .bearer_auth(CALLER)
+        .header("idempotency-key", "mail-42")
+        .json(&json!({"input": email}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["idempotent-replayed"], "true");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["call_id"], call_id.as_str());
+    assert_eq!(body["output"], first["structuredContent"]);
+    // And over MCP again.
+    let again = call(&server.api, CALLER, "send_email", email.clone(), meta).await;
+    assert_eq!(again["_meta"]["dev.toolgate/replayed"], true, "{again}");
+    assert_eq!(again["_meta"]["dev.toolgate/callId"], call_id.as_str());
+    assert_eq!(outbox(&location).len(), 1, "one email");
+    // A key that cannot be one is malformed params.
+    for bad in [json!(""), json!(7), json!("has space")] {
+        let (status, body) = rpc(
+            &server.api,
+            Some(CALLER),
+            "tools/call",
+            json!({"name": "send_email", "arguments": email, "_meta": {"dev.toolgate/idempotencyKey": bad}}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["error"]["code"], -32602, "{body}");
+    }
+    assert_eq!(outbox(&location).len(), 1, "still one email");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_caller_awaits_and_polls_only_its_own_calls() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location).await;
+    let pending = call(
+        &server.api,
+        CALLER,
+        "ask_human",
+        json!({"question": "Mine?"}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        pending["structuredContent"]["status"], "pending_approval",
+        "{pending}"
+    );
+    let call_id = pending["structuredContent"]["call_id"].as_str().unwrap();
+    // Another caller learns nothing of it, by the await tool or as a task.
+    let theirs = call(
+        &server.api,
+        OTHER_CALLER,
+        "toolgate_await_call",
+        json!({"call_id": call_id, "wait_seconds": 0}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(theirs["isError"], true, "{theirs}");
+    assert!(
+        theirs["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("unknown_call")
+    );
+    let (_, task) = rpc_modern(
+        &server.api,
+        Some(OTHER_CALLER),
+        "tasks/get",
+        Some(call_id),
+        json!({"taskId": call_id}),
+        true,
+    )
+    .await;
+    assert_eq!(task["error"]["code"], -32602, "{task}");
+    // Its own caller sees it working, and the message says why, without a token.
+    let (_, task) = rpc_modern(
+        &server.api,
+        Some(CALLER),
+        "tasks/get",
+        Some(call_id),
+        json!({"taskId": call_id}),
+        true,
+    )
+    .await;
+    assert_eq!(task["result"]["status"], "working", "{task}");
+    assert_eq!(task["result"]["statusMessage"], "awaiting approval: Mine?");
+    assert!(!task.to_string().contains("sus_"), "{task}");
+    // Bad await input is a tool error naming the field; the tool is not known as a call.
+    let bad = call(
+        &server.api,
+        CALLER,
+        "toolgate_await_call",
+        json!({"call_id": call_id, "wait_seconds": 51}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(bad["isError"], true);
+    assert!(
+        bad["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("/wait_seconds")
+    );
+    // An unknown tool is -32602.
+    let (_, unknown) = rpc(
+        &server.api,
+        Some(CALLER),
+        "tools/call",
+        json!({"name": "nope", "arguments": {}}),
+    )
+    .await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn held_awaits_count_against_no_request_limit() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server_with(&location, |builder| builder.max_in_flight(2)).await;
+    let pending = call(
+        &server.api,
+        CALLER,
+        "ask_human",
+        json!({"question": "Hold?"}),
+        json!({}),
+    )
+    .await;
+    let call_id = pending["structuredContent"]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let waiters = async || -> Option<u64> {
+        let response = server
+            .api
+            .client
+            .get(format!("{}/metrics", server.api.base))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .ok()?;
+        let text = response.text().await.ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("toolgate_waiters "))
+            .and_then(|n| n.trim().parse().ok())
+    };
+    // Four held, one after the other (twice the limit), and the server still answers.
+    let mut held = Vec::new();
+    for n in 1..=4 {
+        let api = server.api.clone();
+        let call_id = call_id.clone();
+        held.push(tokio::spawn(async move {
+            call(
+                &api,
+                CALLER,
+                "toolgate_await_call",
+                json!({"call_id": call_id, "wait_seconds": 20}),
+                json!({}),
+            )
+            .await
+        }));
+        common::eventually("the await held", async || {
+            (waiters().await? == n).then_some(())
+        })
+        .await;
+    }
+    let (status, body) = rpc(&server.api, Some(CALLER), "tools/list", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // The approval answers every one of them with the outcome.
+    let (_, approvals) = {
+        let response = server
+            .api
+            .client
+            .get(format!("{}/approvals", server.api.base))
+            .bearer_auth(APPROVER)
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json::<Value>().await.unwrap())
+    };
+    let token = approvals["approvals"][0]["token"].as_str().unwrap();
+    let response = server
+        .api
+        .client
+        .post(format!("{}/approvals/{token}/approve", server.api.base))
+        .bearer_auth(APPROVER)
+        .json(&json!({"input": {"answer": "Held and answered."}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    for held in held {
+        let answer = held.await.unwrap();
+        assert_eq!(
+            answer["structuredContent"],
+            json!({"answer": "Held and answered."}),
+            "{answer}"
+        );
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn mcp_can_be_turned_off() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server_with(&location, |builder| {
+        builder.mcp(toolgate::mcp::McpOptions {
+            enabled: false,
+            ..Default::default()
+        })
+    })
+    .await;
+    let (status, body) = rpc(&server.api, Some(CALLER), "tools/list", json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_error(&body, "not_found");
+    server.stop().await;
+}
