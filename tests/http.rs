@@ -1090,6 +1090,37 @@ async fn a_failing_store_is_answered_without_leaking_its_internals() {
             "{text}"
         );
     }
+    // Over MCP: JSON-RPC -32603, with nothing internal in it either.
+    for (tool, arguments) in [
+        ("echo", json!({"text": "a"})),
+        (
+            "send_email",
+            json!({"to": "a", "subject": "s", "body": "b"}),
+        ),
+        (
+            "toolgate_await_call",
+            json!({"call_id": "call_x", "wait_seconds": 0}),
+        ),
+    ] {
+        let (status, body) = api
+            .post_raw_with(
+                "/mcp",
+                &[
+                    ("accept", "application/json, text/event-stream"),
+                    ("mcp-protocol-version", "2025-11-25"),
+                ],
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": tool, "arguments": arguments}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["error"]["code"], -32603, "{tool}: {body}");
+        let text = body.to_string();
+        assert!(
+            !text.contains("disk on fire") && !text.contains("/var/secret"),
+            "{text}"
+        );
+    }
     let (status, body) = api.get("/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_error(&body, "not_ready");
