@@ -823,14 +823,33 @@ async fn hold_many(
     server.stop().await;
     let mut released_in = Duration::ZERO;
     let mut answered = 0u64;
+    // What the others got, and how many of each.
+    let mut otherwise = std::collections::BTreeMap::<String, u64>::new();
     for task in held {
-        if let Ok((Ok((StatusCode::OK, _)), at)) = task.await {
-            answered += 1;
-            released_in = released_in.max(at.saturating_duration_since(stopping));
-        }
+        let outcome = match task.await {
+            Ok((Ok((StatusCode::OK, _)), at)) => {
+                answered += 1;
+                released_in = released_in.max(at.saturating_duration_since(stopping));
+                continue;
+            }
+            Ok((Ok((status, body)), _)) => {
+                let code =
+                    serde_json::from_slice::<Value>(&body).unwrap_or_default()["error"]["code"]
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_default();
+                format!("{status} {code}")
+            }
+            Ok((Err(e), _)) => e,
+            Err(e) => e.to_string(),
+        };
+        *otherwise.entry(outcome).or_default() += 1;
     }
     if answered != counted {
-        eprintln!("{name}: {answered} of {counted} held requests were answered on the stop");
+        eprintln!(
+            "{name}: {answered} of {counted} held requests were answered 200 on the stop; the \
+             others: {otherwise:?}"
+        );
         errors += counted.abs_diff(answered);
     }
     let result = Held {

@@ -193,35 +193,43 @@ impl Drop for Receiver {
 fn sample() -> &'static (String, String) {
     static SAMPLE: OnceLock<(String, String)> = OnceLock::new();
     SAMPLE.get_or_init(|| {
-        // Shaped like a `call.suspended` delivery of `ask_human`.
+        // A `call.suspended` delivery of `ask_human`, as toolgate sends it (804 bytes).
+        let at = "2026-12-01T12:00:00.000Z";
         let body = serde_json::json!({
-            "type": "call.suspended",
-            "timestamp": 1_700_000_000_000_i64,
             "data": {
-                "type": "call.suspended",
-                "at": 1_700_000_000_000_i64,
+                "at": at,
                 "call": {
-                    "call_id": "call_0000000000000000000000000000sample",
-                    "tool": "ask_human",
+                    "attempts": 1,
+                    "call_id": "call_00000000000000000000000000sample",
+                    "caller": null,
+                    "created_at": at,
                     "effect": "read",
-                    "status": "suspended",
-                    "caller": "anonymous",
                     "idempotency_key": null,
-                    "created_at": 1_700_000_000_000_i64,
-                    "updated_at": 1_700_000_000_000_i64,
-                    "attempts": 1
+                    "status": "suspended",
+                    "tool": "ask_human",
+                    "updated_at": at
                 },
                 "suspension": {
-                    "reason": "ship it?",
-                    "input_schema": {
-                        "type": "object",
-                        "required": ["answer"],
-                        "properties": {"answer": {"type": "string"}}
-                    },
                     "expires_at": null,
-                    "token": "sus_00000000000000000000000000000000sample"
-                }
-            }
+                    "input_schema": {
+                        "$schema": "https://json-schema.org/draft/2020-12/schema",
+                        "additionalProperties": false,
+                        "description": "The person's answer: what the approver sends, and what \
+                                        the tool returns.",
+                        "properties": {
+                            "answer": {"description": "The answer.", "type": "string"}
+                        },
+                        "required": ["answer"],
+                        "title": "HumanAnswer",
+                        "type": "object"
+                    },
+                    "reason": "ship it?",
+                    "token": "sus_0000000000000000000000000000000000sample"
+                },
+                "type": "call.suspended"
+            },
+            "timestamp": at,
+            "type": "call.suspended"
         })
         .to_string();
         let secret = parse_secret(SECRET).expect("the bench's secret");
