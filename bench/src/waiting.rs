@@ -474,21 +474,24 @@ pub(crate) async fn sqlite_server(
     ServerProcess::toolgate_with(&options.toolgate, &dir, config, env).await
 }
 
-/// `count` replicas on a fresh database `label`, each with a pool of 4 (the server's
-/// connections are shared with everyone) and `extra` settings; the database is the caller's
-/// to remove.
+/// A read pool of 4, for the replicas of the scenarios where its size does not matter: the
+/// server's connections are shared with everyone.
+pub(crate) fn small_pool() -> [(&'static str, String); 1] {
+    [("TOOLGATE_STORE__POOL_SIZE", "4".to_owned())]
+}
+
+/// `count` replicas on a fresh database `label`, with `settings`; the database is the
+/// caller's to remove.
 pub(crate) async fn pg_replicas(
     options: &Options,
     admin: &Admin,
     label: &str,
     count: usize,
     config: Option<&std::path::Path>,
-    extra: &[(&str, String)],
+    settings: &[(&str, String)],
 ) -> Result<(postgres::ScratchDb, Vec<ServerProcess>), String> {
     let db = admin.scratch(label).await?;
-    let mut settings = vec![("TOOLGATE_STORE__POOL_SIZE", "4".to_owned())];
-    settings.extend(extra.iter().cloned());
-    let env = postgres::replica_env(&db.url, &settings);
+    let env = postgres::replica_env(&db.url, settings);
     match postgres::start_replicas(
         &options.toolgate,
         &options.data_root,
@@ -513,7 +516,7 @@ pub async fn wake(options: &Options, admin: Option<&Admin>) -> Result<Vec<Wake>,
     let poll_every = options.waiting.poll_every;
     let sqlite = sqlite_server(options, "wake", None, &[]).await?;
     let pg = match admin {
-        Some(admin) => Some(pg_replicas(options, admin, "wake", 2, None, &[]).await?),
+        Some(admin) => Some(pg_replicas(options, admin, "wake", 2, None, &small_pool()).await?),
         None => None,
     };
     let result = async {
@@ -920,8 +923,11 @@ pub async fn held(options: &Options, admin: Option<&Admin>) -> Result<Vec<Held>,
     sqlite.bare_connection_kib = bare;
     let mut results = vec![sqlite];
     if let Some(admin) = admin {
-        let extra = [("TOOLGATE_MAX_IN_FLIGHT", HELD_MAX_IN_FLIGHT.to_string())];
-        let (db, mut replicas) = pg_replicas(options, admin, "held", 1, None, &extra).await?;
+        // The default read pool (16): on the stop every held request reads its call once, all
+        // at once, and a read that waits over 5 s for a connection is answered
+        // `503 store_unavailable` (with a pool of 4, about 750 of 10,000 were here).
+        let settings = [("TOOLGATE_MAX_IN_FLIGHT", HELD_MAX_IN_FLIGHT.to_string())];
+        let (db, mut replicas) = pg_replicas(options, admin, "held", 1, None, &settings).await?;
         let replica = replicas.pop().expect("one replica");
         tokio::time::sleep(Duration::from_millis(200)).await;
         let idle = replica.rss_kib().unwrap_or(0);

@@ -391,7 +391,15 @@ pub async fn run(
     let sqlite = waiting::sqlite_server(options, "webhooks", Some(&config_file), &[]).await?;
     let pg = match admin {
         Some(admin) => Some(
-            waiting::pg_replicas(options, admin, "webhooks", 1, Some(&config_file), &[]).await?,
+            waiting::pg_replicas(
+                options,
+                admin,
+                "webhooks",
+                1,
+                Some(&config_file),
+                &waiting::small_pool(),
+            )
+            .await?,
         ),
         None => None,
     };
