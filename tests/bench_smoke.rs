@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use toolgate_bench::{BareMode, Options, PgOptions};
+use toolgate_bench::{BareMode, Options, PgOptions, WaitOptions};
 
 #[test]
 fn the_benchmark_harness_runs_every_scenario_without_errors() {
@@ -22,6 +22,7 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         scale: Some((2_000, 200)),
         startups: 1,
         postgres: Some(PgOptions::from_env(true)),
+        waiting: WaitOptions::smoke(),
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let report = runtime.block_on(toolgate_bench::run(&options)).unwrap();
@@ -40,12 +41,11 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         "write_seeded",
         "approvals_empty",
         "approvals_seeded",
+        "webhook_receiver",
+        "webhooks",
+        "webhooks_backlog",
     ] {
-        let scenario = report
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} did not run"));
-        assert!(scenario.requests > 0, "{name} completed no operation");
-        assert_eq!(scenario.errors, 0, "{name} had failed operations");
+        ran(&report, name);
     }
     match (&report.postgres, &report.postgres_skipped) {
         (Some(pg), None) => {
@@ -58,13 +58,17 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
                 "pg_write_r2",
                 "pg_write_r3",
             ] {
-                let scenario = report
-                    .get(name)
-                    .unwrap_or_else(|| panic!("{name} did not run"));
-                assert!(scenario.requests > 0, "{name} completed no operation");
-                assert_eq!(scenario.errors, 0, "{name} had failed operations");
+                let scenario = ran(&report, name);
                 assert!(scenario.pg.is_some(), "{name} has no database counters");
             }
+            // Webhook deliveries on PostgreSQL: no database counters are sampled.
+            for name in ["pg_webhooks", "pg_webhooks_backlog"] {
+                ran(&report, name);
+            }
+            for name in ["pg_wake", "pg_wake_cross"] {
+                waited(&report, name);
+            }
+            held(&report, "pg_held");
             let failover = pg.failover.as_ref().expect("the failover scenario ran");
             assert_eq!(failover.settled_after.len(), 1);
             assert!(report.to_markdown().contains("| pg_write |"));
@@ -76,8 +80,44 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         }
         (None, None) => panic!("PostgreSQL neither ran nor was skipped"),
     }
+    waited(&report, "wake");
+    held(&report, "held");
     assert!(report.disk_fsyncs_per_s > 0.0);
     assert!(report.startup.is_some());
     assert!(report.toolgate_peak_rss_kib.is_some());
     assert!(report.to_markdown().contains("| write |"));
+}
+
+/// The scenario `name` ran, and none of its operations failed.
+fn ran<'a>(report: &'a toolgate_bench::Report, name: &str) -> &'a toolgate_bench::ScenarioResult {
+    let scenario = report
+        .get(name)
+        .unwrap_or_else(|| panic!("{name} did not run"));
+    assert!(scenario.requests > 0, "{name} completed no operation");
+    assert_eq!(scenario.errors, 0, "{name} had failed operations");
+    scenario
+}
+
+/// The wake-up variant `name` ran: its held requests were woken by approvals, and so was the
+/// polling client of its baseline.
+fn waited(report: &toolgate_bench::Report, name: &str) {
+    let wake = report
+        .wake
+        .iter()
+        .find(|w| w.name == name)
+        .unwrap_or_else(|| panic!("{name} did not run"));
+    assert!(wake.samples > 0, "{name} measured no wake-up");
+    assert!(wake.polled.samples > 0, "{name} measured no polling");
+    assert_eq!(wake.errors, 0, "{name} had failed samples");
+}
+
+/// The memory scenario `name` ran: every request was held at once, and answered on the stop.
+fn held(report: &toolgate_bench::Report, name: &str) {
+    let held = report
+        .held
+        .iter()
+        .find(|h| h.name == name)
+        .unwrap_or_else(|| panic!("{name} did not run"));
+    assert_eq!(held.held, WaitOptions::smoke().held as u64, "{name}");
+    assert_eq!(held.errors, 0, "{name} had failures");
 }

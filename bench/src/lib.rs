@@ -16,12 +16,19 @@
 //! write on 1, 2 and 3 replicas of one database each, beside PostgreSQL's own rate of single-row
 //! commits and SQLite's echo, in the same rounds; then a replica is killed in the middle of a
 //! call.
+//!
+//! Then waiting without polling (see [`waiting`] and [`webhooks`]): how soon a request held by
+//! `?wait=` hears of a decision, on SQLite and across PostgreSQL replicas, beside a plain poll;
+//! what 10,000 held requests cost in memory; and webhook deliveries per second to a receiver in
+//! the harness, beside the receiver's own rate.
 
 pub mod cpu;
 mod load;
 mod peer;
 pub mod postgres;
 mod servers;
+pub mod waiting;
+pub mod webhooks;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,6 +36,7 @@ use std::time::{Duration, Instant};
 pub use load::{Scenario, ScenarioResult, Step, Target};
 pub use postgres::PgOptions;
 pub use servers::{BareServer, ServerProcess, run_bare as servers_run_bare};
+pub use waiting::WaitOptions;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -55,6 +63,8 @@ pub struct Options {
     pub startups: usize,
     /// The PostgreSQL scenarios' settings; `None` skips them.
     pub postgres: Option<PgOptions>,
+    /// The sizes of the waiting scenarios (wake-ups, held requests, webhook deliveries).
+    pub waiting: WaitOptions,
 }
 
 /// How the bare ceiling server runs.
@@ -89,12 +99,25 @@ pub struct Report {
     pub postgres: Option<postgres::PgReport>,
     /// Why the PostgreSQL scenarios did not run, if they did not.
     pub postgres_skipped: Option<String>,
+    /// The wake-up latencies of held requests, by variant.
+    pub wake: Vec<waiting::Wake>,
+    /// The memory of held requests, by backend.
+    pub held: Vec<waiting::Held>,
+    /// The details of the webhook delivery scenarios (their rates are in `scenarios`).
+    pub deliveries: Vec<webhooks::DeliveryRun>,
 }
 
 impl Report {
     /// The best round of scenario `name`.
     pub fn get(&self, name: &str) -> Option<&ScenarioResult> {
         self.scenarios.iter().find(|s| s.name == name)
+    }
+
+    /// The failed operations of every scenario and round, the waiting scenarios' included.
+    pub fn errors(&self) -> u64 {
+        self.scenarios.iter().map(|s| s.errors).sum::<u64>()
+            + self.wake.iter().map(|w| w.errors).sum::<u64>()
+            + self.held.iter().map(|h| h.errors).sum::<u64>()
     }
 
     /// The report as a Markdown table with the ratio of each scenario to its baseline.
@@ -139,6 +162,9 @@ impl Report {
                 "echo_seeded" => ratio("echo_seeded", "echo_empty"),
                 "write_seeded" => ratio("write_seeded", "write_empty"),
                 "approvals_seeded" => ratio("approvals_seeded", "approvals_empty"),
+                "webhooks" | "webhooks_backlog" | "pg_webhooks" | "pg_webhooks_backlog" => {
+                    ratio(&s.name, "webhook_receiver")
+                }
                 _ => String::new(),
             };
             out.push_str(&format!(
@@ -182,6 +208,7 @@ impl Report {
         if let Some(pg) = &self.postgres {
             out.push_str(&self.postgres_markdown(pg));
         }
+        out.push_str(&waiting::markdown(self));
         out
     }
 
@@ -400,6 +427,7 @@ pub async fn load_once(
         scale: None,
         startups: 0,
         postgres: None,
+        waiting: WaitOptions::smoke(),
     };
     let step = Step {
         scenario,
@@ -436,6 +464,7 @@ pub async fn commits_once(
         scale: None,
         startups: 0,
         postgres: None,
+        waiting: WaitOptions::smoke(),
     };
     let step = Step {
         scenario: Scenario::Commits("commits"),
@@ -584,6 +613,31 @@ pub async fn run(options: &Options) -> Result<Report, String> {
             Some(postgres::failover(&options.toolgate, &options.data_root, &admin, pg).await?);
     }
 
+    // Waiting without polling, on servers and databases of their own; on PostgreSQL only when
+    // its scenarios ran.
+    let admin = match (&pg_report, &options.postgres) {
+        (Some(_), Some(pg)) => Some(postgres::Admin::connect(&pg.admin_url).await?),
+        _ => None,
+    };
+    let wait = options.waiting;
+    let wake = match wait.wake_samples {
+        0 => Vec::new(),
+        _ => waiting::wake(options, admin.as_ref()).await?,
+    };
+    let held = match wait.held {
+        0 => Vec::new(),
+        _ => waiting::held(options, admin.as_ref()).await?,
+    };
+    let deliveries = match wait.deliveries {
+        0 => Vec::new(),
+        _ => {
+            let (results, runs) = webhooks::run(options, admin.as_ref()).await?;
+            best.extend(results);
+            runs
+        }
+    };
+    drop(admin);
+
     // Start-up on the database the run just filled.
     let mut startups = Vec::new();
     for _ in 0..options.startups {
@@ -633,6 +687,9 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         peer_skipped,
         postgres: pg_report,
         postgres_skipped,
+        wake,
+        held,
+        deliveries,
     })
 }
 
@@ -678,7 +735,8 @@ impl PgRun {
             let env = postgres::replica_env(&db.url, &[]);
             let (binary, root) = (options.toolgate.clone(), options.data_root.clone());
             let started = tokio::spawn(async move {
-                postgres::start_replicas(&binary, &root, scenario.name(), replicas, &env).await
+                postgres::start_replicas(&binary, &root, scenario.name(), replicas, None, &env)
+                    .await
             });
             starting.push((scenario, db, started));
         }

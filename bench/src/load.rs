@@ -35,6 +35,9 @@ pub enum Scenario {
     /// PostgreSQL alone: one row inserted and committed per operation, on a client of its own
     /// per connection (the baseline of the durable write on PostgreSQL).
     Commits(&'static str),
+    /// A signed sample message posted straight to the harness's webhook receiver: its own
+    /// rate, the ceiling of webhook deliveries (see `crate::webhooks`).
+    WebhookPost(&'static str),
 }
 
 impl Scenario {
@@ -49,7 +52,8 @@ impl Scenario {
             | Scenario::PeerEcho(n)
             | Scenario::McpEcho(n)
             | Scenario::Approvals(n)
-            | Scenario::Commits(n) => n,
+            | Scenario::Commits(n)
+            | Scenario::WebhookPost(n) => n,
         }
     }
 }
@@ -99,18 +103,19 @@ pub struct WriteBehind {
     pub drained_after: Option<Duration>,
 }
 
-const ECHO_BODY: &str = r#"{"input":{"text":"hello, tools"}}"#;
+pub(crate) const ECHO_BODY: &str = r#"{"input":{"text":"hello, tools"}}"#;
 pub(crate) const EMAIL_BODY: &str =
     r#"{"input":{"to":"bench@example.com","subject":"load","body":"one of many"}}"#;
 const ASK_BODY: &str = r#"{"input":{"question":"ship it?"}}"#;
-const ANSWER_BODY: &str = r#"{"input":{"answer":"yes"}}"#;
+pub(crate) const ANSWER_BODY: &str = r#"{"input":{"answer":"yes"}}"#;
 const PEER_BODY: &str = r#"{"text":"hello, tools"}"#;
 const MCP_ECHO_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, tools"}}}"#;
 
 /// A unique suffix for idempotency keys across runs and connections.
 static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
 
-async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
+/// A keep-alive HTTP/1 connection to `addr`.
+pub(crate) async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
@@ -124,7 +129,9 @@ async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
     Ok(sender)
 }
 
-async fn send(
+/// One request of `method` to `path` on `sender`, with a JSON `body` unless it is empty and an
+/// `Idempotency-Key` when `key` is given; the answer's status and whole body.
+pub(crate) async fn send(
     sender: &mut SendRequest<Full<Bytes>>,
     method: Method,
     path: &str,
@@ -142,7 +149,6 @@ async fn send_with(
     headers: &[(&str, &str)],
     body: &'static str,
 ) -> Result<(StatusCode, Bytes), String> {
-    sender.ready().await.map_err(|e| e.to_string())?;
     let mut request = Request::builder()
         .method(method)
         .uri(path)
@@ -159,6 +165,15 @@ async fn send_with(
     let request = request
         .body(Full::new(Bytes::from_static(body.as_bytes())))
         .map_err(|e| e.to_string())?;
+    exchange(sender, request).await
+}
+
+/// Sends `request` on `sender` once it is ready; the answer's status and whole body.
+pub(crate) async fn exchange(
+    sender: &mut SendRequest<Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), String> {
+    sender.ready().await.map_err(|e| e.to_string())?;
     let response = sender
         .send_request(request)
         .await
@@ -213,11 +228,31 @@ fn contains(body: &[u8], needle: &str) -> bool {
 }
 
 /// The suspension token in a `202` body.
-fn token(body: &[u8]) -> Option<String> {
+pub(crate) fn token(body: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(body).ok()?;
     let start = text.find("\"token\":\"")? + 9;
     let end = start + text[start..].find('"')?;
     Some(text[start..end].to_owned())
+}
+
+/// One `ask_human` call, which suspends: the answer's status and body.
+pub(crate) async fn ask_human(
+    sender: &mut SendRequest<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), String> {
+    send(
+        sender,
+        Method::POST,
+        "/tools/ask_human/call",
+        None,
+        ASK_BODY,
+    )
+    .await
+}
+
+/// The `status` of a call's record (or of a call's answer).
+pub(crate) fn status_of(body: &[u8]) -> Option<String> {
+    let call: serde_json::Value = serde_json::from_slice(body).ok()?;
+    call["status"].as_str().map(str::to_owned)
 }
 
 /// One operation of `scenario`; `Ok(true)` when every answer was the expected one.
@@ -282,15 +317,12 @@ async fn operate(
             )
         }
         Scenario::Commits(_) => return Err("commits run on PostgreSQL, not HTTP".into()),
+        Scenario::WebhookPost(_) => ok(
+            exchange(sender, crate::webhooks::sample_request()?).await?,
+            StatusCode::OK,
+        ),
         Scenario::SuspendApprove(_) => {
-            let (status, body) = send(
-                sender,
-                Method::POST,
-                "/tools/ask_human/call",
-                None,
-                ASK_BODY,
-            )
-            .await?;
+            let (status, body) = ask_human(sender).await?;
             match (status, token(&body)) {
                 (StatusCode::ACCEPTED, Some(token)) => {
                     let path = format!("/approvals/{token}/approve");
@@ -487,6 +519,12 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     proc_status_kib(pid, "VmRSS:")
 }
 
+/// Anonymous resident memory of process `pid` now (the heap and stacks, not the mapped binary),
+/// in KiB.
+pub fn anon_rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "RssAnon:")
+}
+
 fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -662,33 +700,43 @@ pub async fn run_rounds(
     Ok(best.into_iter().flatten().collect())
 }
 
-fn summarize(
-    name: &str,
-    mut tally: Tally,
-    duration: Duration,
-    peak: Option<u64>,
-) -> ScenarioResult {
-    tally.latencies_us.sort_unstable();
-    let at = |q: f64| {
-        let n = tally.latencies_us.len();
-        if n == 0 {
-            return Duration::ZERO;
+fn summarize(name: &str, tally: Tally, duration: Duration, peak: Option<u64>) -> ScenarioResult {
+    let mut result = ScenarioResult::from_latencies(name, tally.latencies_us, duration, peak);
+    result.errors = tally.errors;
+    result
+}
+
+impl ScenarioResult {
+    /// A result of `latencies_us` (one per operation answered as expected, in µs) over
+    /// `duration`, without errors or counters yet.
+    pub(crate) fn from_latencies(
+        name: &str,
+        mut latencies_us: Vec<u32>,
+        duration: Duration,
+        peak: Option<u64>,
+    ) -> ScenarioResult {
+        latencies_us.sort_unstable();
+        let at = |q: f64| {
+            let n = latencies_us.len();
+            if n == 0 {
+                return Duration::ZERO;
+            }
+            let index = ((n as f64 * q).ceil() as usize).clamp(1, n) - 1;
+            Duration::from_micros(u64::from(latencies_us[index]))
+        };
+        ScenarioResult {
+            name: name.to_owned(),
+            requests: latencies_us.len() as u64,
+            errors: 0,
+            rps: latencies_us.len() as f64 / duration.as_secs_f64().max(1e-9),
+            p50: at(0.50),
+            p99: at(0.99),
+            peak_rss_kib: peak,
+            operations_all: 0,
+            pg: None,
+            wal_per_op: None,
+            cpu: None,
+            behind: None,
         }
-        let index = ((n as f64 * q).ceil() as usize).clamp(1, n) - 1;
-        Duration::from_micros(u64::from(tally.latencies_us[index]))
-    };
-    ScenarioResult {
-        name: name.to_owned(),
-        requests: tally.latencies_us.len() as u64,
-        errors: tally.errors,
-        rps: tally.latencies_us.len() as f64 / duration.as_secs_f64(),
-        p50: at(0.50),
-        p99: at(0.99),
-        peak_rss_kib: peak,
-        operations_all: 0,
-        pg: None,
-        wal_per_op: None,
-        cpu: None,
-        behind: None,
     }
 }

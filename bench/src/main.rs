@@ -4,11 +4,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use toolgate_bench::{BareMode, Options, PgOptions};
+use toolgate_bench::{BareMode, Options, PgOptions, WaitOptions};
 
 const USAGE: &str = "usage: toolgate-bench [--smoke] [--duration-ms N] [--warmup-ms N] \
 [--rounds N] [--connections N] [--no-peer] [--no-scale] [--scale-calls N] [--scale-pending N] \
 [--no-postgres] [--postgres-url URL] [--kills N] [--lease-ttl-ms N] [--heartbeat-ms N] \
+[--no-wake] [--wake-samples N] [--no-held] [--held N] [--no-webhooks] [--deliveries N] \
 [--toolgate PATH] [--data-root DIR] [--out FILE]";
 
 fn main() -> ExitCode {
@@ -85,6 +86,7 @@ fn main() -> ExitCode {
         scale: Some((1_000_000, 100_000)),
         startups: 7,
         postgres: Some(PgOptions::from_env(false)),
+        waiting: WaitOptions::full(),
     };
     let mut out: Option<PathBuf> = None;
     let mut args = args.into_iter();
@@ -114,7 +116,14 @@ fn main() -> ExitCode {
                     if let Some(pg) = &mut options.postgres {
                         *pg = PgOptions::smoke(pg.admin_url.clone(), pg.required);
                     }
+                    options.waiting = WaitOptions::smoke();
                 }
+                "--no-wake" => options.waiting.wake_samples = 0,
+                "--wake-samples" => options.waiting.wake_samples = number(value(&arg)?)? as usize,
+                "--no-held" => options.waiting.held = 0,
+                "--held" => options.waiting.held = number(value(&arg)?)? as usize,
+                "--no-webhooks" => options.waiting.deliveries = 0,
+                "--deliveries" => options.waiting.deliveries = number(value(&arg)?)? as usize,
                 "--no-postgres" => options.postgres = None,
                 "--postgres-url" => {
                     let url = value(&arg)?;
@@ -178,7 +187,7 @@ fn main() -> ExitCode {
                 eprintln!("cannot write {}: {e}", out.display());
                 return ExitCode::FAILURE;
             }
-            let errors: u64 = report.scenarios.iter().map(|s| s.errors).sum();
+            let errors = report.errors();
             if errors > 0 {
                 eprintln!("{errors} operations failed");
                 return ExitCode::FAILURE;

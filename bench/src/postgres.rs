@@ -618,12 +618,14 @@ pub fn replica_env(url: &str, extra: &[(&str, String)]) -> Vec<(String, String)>
 }
 
 /// Starts `count` replicas of toolgate on `url`, one after the other (the first migrates the
-/// schema), each with a data directory of its own under `root` (for `send_email`'s outbox).
+/// schema), each with a data directory of its own under `root` (for `send_email`'s outbox) and
+/// the config file `config` if given.
 pub async fn start_replicas(
     binary: &Path,
     root: &Path,
     label: &str,
     count: usize,
+    config: Option<&Path>,
     env: &[(String, String)],
 ) -> Result<Vec<ServerProcess>, String> {
     let mut replicas = Vec::with_capacity(count);
@@ -631,7 +633,7 @@ pub async fn start_replicas(
         let dir = root.join(format!("pg-{label}-{i}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        replicas.push(ServerProcess::toolgate_with(binary, &dir, env).await?);
+        replicas.push(ServerProcess::toolgate_with(binary, &dir, config, env).await?);
     }
     Ok(replicas)
 }
@@ -682,13 +684,20 @@ pub async fn failover(
         ],
     );
     let result = async {
-        let witness = start_replicas(binary, root, "failover-witness", 1, &env)
+        let witness = start_replicas(binary, root, "failover-witness", 1, None, &env)
             .await?
             .pop()
             .expect("one replica");
         let mut settled_after = Vec::new();
         for kill in 0..pg.kills {
-            let victim = start_replicas(binary, root, &format!("failover-victim-{kill}"), 1, &env)
+            let victim = start_replicas(
+                binary,
+                root,
+                &format!("failover-victim-{kill}"),
+                1,
+                None,
+                &env,
+            )
                 .await?
                 .pop()
                 .expect("one replica");
@@ -711,7 +720,7 @@ pub async fn failover(
             let deadline = killed + bound * 10;
             loop {
                 let body = crate::load::fetch(witness.addr, &format!("/calls/{call_id}")).await?;
-                if status_of(&body).as_deref() == Some("needs_reconciliation") {
+                if crate::load::status_of(&body).as_deref() == Some("needs_reconciliation") {
                     break;
                 }
                 if Instant::now() > deadline {
@@ -752,7 +761,7 @@ pub async fn failover(
 }
 
 /// A duration in `[0, bound)`, from the clock's nanoseconds (no generator needed for this).
-fn random_below(bound: Duration) -> Duration {
+pub(crate) fn random_below(bound: Duration) -> Duration {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
@@ -775,9 +784,4 @@ async fn running_email(addr: SocketAddr) -> Result<String, String> {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Err("the victim's send_email call never showed as running".into())
-}
-
-fn status_of(body: &[u8]) -> Option<String> {
-    let call: serde_json::Value = serde_json::from_slice(body).ok()?;
-    call["status"].as_str().map(str::to_owned)
 }

@@ -27,14 +27,16 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts `toolgate serve` on `data_dir` and waits until `/readyz` answers 200.
     pub async fn toolgate(binary: &Path, data_dir: &Path) -> Result<Self, String> {
-        Self::toolgate_with(binary, data_dir, &[]).await
+        Self::toolgate_with(binary, data_dir, None, &[]).await
     }
 
-    /// Starts `toolgate serve` on `data_dir` with `env` (such as `TOOLGATE_STORE__DATABASE_URL`,
-    /// which keeps a password off the command line), and waits until `/readyz` answers 200.
+    /// Starts `toolgate serve` on `data_dir` with the config file `config` if given (webhooks,
+    /// which have no environment form) and `env` (such as `TOOLGATE_STORE__DATABASE_URL`, which
+    /// keeps a password off the command line), and waits until `/readyz` answers 200.
     pub async fn toolgate_with(
         binary: &Path,
         data_dir: &Path,
+        config: Option<&Path>,
         env: &[(String, String)],
     ) -> Result<Self, String> {
         let mut command = Command::new(binary);
@@ -46,9 +48,13 @@ impl ServerProcess {
                 command.env_remove(key);
             }
         }
-        let mut child = command
+        command
             .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
+            .arg(data_dir);
+        if let Some(config) = config {
+            command.arg("--config").arg(config);
+        }
+        let mut child = command
             .env("RUST_LOG", "warn,toolgate=info")
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
