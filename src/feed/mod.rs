@@ -55,6 +55,9 @@ const SETTLING: Duration = Duration::from_millis(20);
 /// How long the watcher waits before trying again after the store failed.
 const RETRY: Duration = Duration::from_millis(500);
 
+/// The longest a request waits for the watcher to start following the feed.
+const FOLLOW_WAIT: Duration = Duration::from_secs(2);
+
 /// The feed's consumers in this process. Cheap to clone.
 #[derive(Clone)]
 pub struct Feed {
@@ -69,6 +72,9 @@ struct Inner {
     suspensions: watch::Sender<u64>,
     /// Set once the watcher runs.
     started: OnceLock<()>,
+    /// `true` once the watcher knows where it starts (the feed's head when it started): from
+    /// then on every change reaches the waiters registered for it.
+    following: watch::Sender<bool>,
     /// Changes to `true` when held requests must be answered now (a graceful shutdown).
     released: watch::Receiver<bool>,
 }
@@ -94,6 +100,7 @@ impl Feed {
                 calls: Mutex::new(HashMap::new()),
                 suspensions: watch::Sender::new(0),
                 started: OnceLock::new(),
+                following: watch::Sender::new(false),
                 released,
             }),
         }
@@ -109,11 +116,29 @@ impl Feed {
         });
     }
 
+    /// Waits (once per process, briefly) until the watcher knows the feed's head it follows
+    /// from. A change committed before that would be behind its starting point and wake no
+    /// one: a request that read its call in between would wait its whole time for nothing.
+    async fn following(&self) {
+        self.start();
+        let mut following = self.inner.following.subscribe();
+        let mut released = self.inner.released.clone();
+        // Bounded: with the store down the watcher cannot start, and a request must still
+        // answer (as it is) in its time.
+        let _ = tokio::time::timeout(FOLLOW_WAIT, async {
+            tokio::select! {
+                _ = following.wait_for(|following| *following) => {}
+                _ = released.wait_for(|released| *released) => {}
+            }
+        })
+        .await;
+    }
+
     /// Registers interest in the next change of `call_id`: the returned waiter resolves at the
     /// next feed entry about it. Register first, then read the call, then wait: a change that
     /// lands in between is not missed.
-    pub fn watch_call(&self, call_id: &str) -> CallWaiter {
-        self.start();
+    pub async fn watch_call(&self, call_id: &str) -> CallWaiter {
+        self.following().await;
         let (tx, rx) = oneshot::channel();
         let mut calls = lock(&self.inner.calls);
         let waiters = calls.entry(call_id.to_owned()).or_default();
@@ -127,9 +152,10 @@ impl Feed {
         }
     }
 
-    /// A receiver that changes at every new suspension.
-    pub fn watch_suspensions(&self) -> SuspensionWaiter {
-        self.start();
+    /// A receiver that changes at every new suspension (registered before the caller reads the
+    /// pending approvals, like [`Feed::watch_call`]).
+    pub async fn watch_suspensions(&self) -> SuspensionWaiter {
+        self.following().await;
         let mut rx = self.inner.suspensions.subscribe();
         rx.borrow_and_update();
         SuspensionWaiter {
@@ -193,7 +219,12 @@ async fn follow(feed: Weak<Inner>, store: Arc<dyn Store>) {
     let mut changes = store.feed_changes();
     let mut cursor = loop {
         match store.feed_head().await {
-            Ok(head) => break head,
+            Ok(head) => {
+                if let Some(feed) = feed.upgrade() {
+                    feed.following.send_replace(true);
+                }
+                break head;
+            }
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read the feed's head; retrying");
                 tokio::time::sleep(RETRY).await;

@@ -125,7 +125,7 @@ pub(super) async fn list(
         // arriving in between is not missed.
         held.release_slot();
         let deadline = tokio::time::Instant::now() + held.limit;
-        let mut arrivals = app.feed.watch_suspensions();
+        let mut arrivals = app.feed.watch_suspensions().await;
         loop {
             page = store.pending_approvals(after, limit).await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());

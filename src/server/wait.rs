@@ -140,7 +140,7 @@ where
     held.release_slot();
     let deadline = tokio::time::Instant::now() + held.limit;
     loop {
-        let waiter = feed.watch_call(call_id);
+        let waiter = feed.watch_call(call_id).await;
         if let Some(answer) = ready().await? {
             return Ok(Some(answer));
         }
