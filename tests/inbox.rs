@@ -748,8 +748,9 @@ async fn a_refused_answer_shows_each_message_at_its_field_and_keeps_what_was_typ
         .find("id=\"complete-f/amount_cents-error\"")
         .expect("a message at amount_cents");
     assert!(
-        wrong.body[error_at..]
-            .starts_with("id=\"complete-f/amount_cents-error\">value is not of type &#34;integer&#34;"),
+        wrong.body[error_at..].starts_with(
+            "id=\"complete-f/amount_cents-error\">value is not of type &#34;integer&#34;"
+        ),
         "{}",
         &wrong.body[error_at..error_at + 200]
     );

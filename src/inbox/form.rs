@@ -280,7 +280,10 @@ impl<'s> Schema<'s> {
         if let Some(values) = constants.filter(|values| !values.is_empty()) {
             return Shape::Enum(values);
         }
-        if let Some(constant) = schema.get("const").filter(|c| !c.is_object() && !c.is_array()) {
+        if let Some(constant) = schema
+            .get("const")
+            .filter(|c| !c.is_object() && !c.is_array())
+        {
             return Shape::Enum(vec![constant]);
         }
         if [

@@ -13,6 +13,7 @@ use super::session::{Signed, sign_in_page, signed};
 use super::views::{Base, Nav, PageError, ago, page, secure, see_other, until};
 use crate::contract::error::InputViolation;
 use crate::server::AppState;
+use crate::server::error::ApiError;
 use crate::store::{CallFilter, CallRecord, CallStatus, Timestamp};
 
 /// Approvals per page of the queue.
@@ -194,18 +195,13 @@ pub(crate) async fn events(
 ) -> Result<Response, PageError> {
     let signed = require(&app, &headers, &base).await?;
     let resume = crate::server::events::resume_point(&headers, None);
-    let cursor = crate::server::events::start_cursor(&app, resume)
-        .await
-        .or_else(|err| match err {
-            // A cursor too old (or from another server): start with what comes next.
-            crate::server::error::ApiError::CursorExpired
-            | crate::server::error::ApiError::BadRequest(_) => Err(None),
-            other => Err(Some(other)),
-        });
-    let cursor = match cursor {
+    let cursor = match crate::server::events::start_cursor(&app, resume).await {
         Ok(cursor) => cursor,
-        Err(None) => crate::server::events::start_cursor(&app, None).await?,
-        Err(Some(err)) => return Err(err.into()),
+        // A cursor too old (or from another server): start with what comes next.
+        Err(ApiError::CursorExpired | ApiError::BadRequest(_)) => {
+            crate::server::events::start_cursor(&app, None).await?
+        }
+        Err(err) => return Err(err.into()),
     };
     let stream = crate::server::events::follow(&app, signed.principal, cursor, None, None, false);
     let mut response = stream.into_response();
