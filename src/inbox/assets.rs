@@ -1,4 +1,4 @@
-//! The inbox's stylesheet and script, embedded in the binary: no build step, nothing fetched
+//! The inbox's stylesheet, script and icon, embedded in the binary: no build step, nothing fetched
 //! from elsewhere. Each file's URL carries a hash of its content, so it may be cached for a
 //! year: a new build names new URLs.
 
@@ -13,17 +13,20 @@ use super::views::secure;
 
 const CSS: &str = include_str!("assets/inbox.css");
 const JS: &str = include_str!("assets/inbox.js");
+const ICON: &str = include_str!("assets/icon.svg");
 
 /// The file names pages link to: `inbox.<hash>.css`, `inbox.<hash>.js`.
 pub(crate) struct Names {
     pub(crate) css: String,
     pub(crate) js: String,
+    pub(crate) icon: String,
 }
 
 /// The names of this build's files.
 pub(crate) static NAMES: LazyLock<Names> = LazyLock::new(|| Names {
     css: named("css", CSS),
     js: named("js", JS),
+    icon: named("svg", ICON),
 });
 
 fn named(ext: &str, content: &str) -> String {
@@ -37,6 +40,8 @@ pub(crate) async fn serve(Path(file): Path<String>) -> Response {
         (CSS, "text/css; charset=utf-8")
     } else if file == NAMES.js {
         (JS, "text/javascript; charset=utf-8")
+    } else if file == NAMES.icon {
+        (ICON, "image/svg+xml")
     } else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -59,4 +64,9 @@ pub(crate) fn css() -> &'static str {
 /// The script's URL path below the inbox, for the templates.
 pub(crate) fn js() -> &'static str {
     &NAMES.js
+}
+
+/// The icon's URL path below the inbox, for the templates.
+pub(crate) fn icon() -> &'static str {
+    &NAMES.icon
 }
