@@ -901,6 +901,188 @@ async fn the_inbox_can_be_turned_off() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn a_call_that_needs_reconciliation_is_listed_and_settled_with_the_key_as_actor() {
+    let dir = common::temp_dir();
+    // send_email takes longer than its timeout: a write whose effect may have happened.
+    let mut tools = ToolSet::new();
+    let slow = toolgate::config::ExamplesConfig {
+        send_email_delay_ms: 2_000,
+        ..Default::default()
+    };
+    toolgate::examples::register(&mut tools, &slow, dir.path()).unwrap();
+    let mut dispatch = toolgate::dispatch::DispatchConfig::default();
+    dispatch.tools.insert(
+        "send_email".into(),
+        toolgate::dispatch::ToolSettings {
+            timeout: std::time::Duration::from_millis(100),
+            ..Default::default()
+        },
+    );
+    let server = TestServer::start_with(tools, dir.path(), |b| {
+        b.api_keys(keys()).dispatch_config(dispatch)
+    })
+    .await;
+    let mut sent = Vec::new();
+    for to in ["a@example.com", "b@example.com"] {
+        let (status, body) = api(
+            &server,
+            "POST",
+            "/tools/send_email/call",
+            CALLER,
+            Some(json!({"input": {"to": to, "subject": "Hi", "body": "Hello"}})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+        sent.push(body["call_id"].as_str().unwrap().to_owned());
+    }
+    let mut person = Person::new(&server);
+    person.sign_in(APPROVER).await;
+    let list = person.get("/inbox/reconcile").await;
+    for call_id in &sent {
+        assert!(
+            list.body.contains(&format!("/inbox/calls/{call_id}")),
+            "{}",
+            list.body
+        );
+    }
+    // Settled as not done, with a reason.
+    let page = person.get(&format!("/inbox/calls/{}", sent[0])).await;
+    assert!(
+        page.body.contains("id=\"settle-error-form\""),
+        "{}",
+        page.body
+    );
+    let csrf = page.csrf();
+    let path = format!("/inbox/calls/{}/resolve", sent[0]);
+    let empty = person
+        .post(
+            &path,
+            &[("settle", "error"), ("error", ""), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(empty.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let settled = person
+        .post(
+            &path,
+            &[
+                ("settle", "error"),
+                ("error", "The mail server has no trace of it."),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(settled.status, StatusCode::SEE_OTHER, "{}", settled.body);
+    let call = call_record(&server, &sent[0]).await;
+    assert_eq!(call["status"], "failed");
+    assert_eq!(
+        actor_of(&call, "reconciled").as_deref(),
+        Some("finance-ops")
+    );
+    // Settled as done, with its output, through the output schema's form.
+    let page = person.get(&format!("/inbox/calls/{}", sent[1])).await;
+    let path = format!("/inbox/calls/{}/resolve", sent[1]);
+    let bad = person
+        .post(
+            &path,
+            &[
+                ("settle", "output"),
+                ("v/message_id", ""),
+                ("csrf", &page.csrf()),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(
+        bad.body
+            .contains("id=\"settle-f/message_id-error\">This field is required."),
+        "{}",
+        bad.body
+    );
+    let done = person
+        .post(
+            &path,
+            &[
+                ("settle", "output"),
+                ("v/message_id", "m-1"),
+                ("csrf", &page.csrf()),
+            ],
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let call = call_record(&server, &sent[1]).await;
+    assert_eq!(call["status"], "completed");
+    assert_eq!(call["output"], json!({"message_id": "m-1"}));
+    assert_eq!(
+        actor_of(&call, "reconciled").as_deref(),
+        Some("finance-ops")
+    );
+    // Nothing left to reconcile.
+    let list = person.get("/inbox/reconcile").await;
+    assert!(list.body.contains("No call needs reconciliation."));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_queue_pages_by_fifty_oldest_first_and_filters_by_tool() {
+    let dir = common::temp_dir();
+    let server = start(dir.path(), |b| b).await;
+    let mut asked = Vec::new();
+    for n in 0..52 {
+        asked.push(
+            suspend(
+                &server,
+                "ask_human",
+                json!({"question": format!("Question {n}?")}),
+            )
+            .await,
+        );
+    }
+    let refund = suspend(
+        &server,
+        "issue_refund",
+        json!({"order_id": "o-p", "amount_cents": 20000, "reason": "paging"}),
+    )
+    .await;
+    let mut person = Person::new(&server);
+    person.sign_in(APPROVER).await;
+    let first = person.get("/inbox").await;
+    let links = |page: &Page| -> Vec<String> {
+        page.body
+            .split("href=\"/inbox/calls/")
+            .skip(1)
+            .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+            .collect()
+    };
+    let shown = links(&first);
+    assert_eq!(shown, asked[..50], "the oldest 50, oldest first");
+    let next = first
+        .body
+        .split("href=\"/inbox?after=")
+        .nth(1)
+        .expect("a next page");
+    let next = &next[..next.find('"').unwrap()];
+    let second = person.get(&format!("/inbox?after={next}")).await;
+    let rest: Vec<String> = links(&second);
+    assert_eq!(rest, [asked[50].clone(), asked[51].clone(), refund.clone()]);
+    assert!(second.body.contains("First page"));
+    // Filtered by tool.
+    let refunds = person.get("/inbox?tool=issue_refund").await;
+    assert_eq!(links(&refunds), [refund.clone()]);
+    assert!(
+        refunds
+            .body
+            .contains("<option value=\"issue_refund\" selected>"),
+        "the filter shows"
+    );
+    let fragment = person.get("/inbox/queue?tool=issue_refund").await;
+    assert_eq!(links(&fragment), [refund]);
+    assert!(!fragment.body.contains("<html"), "a fragment, not a page");
+    let none = person.get("/inbox?tool=echo").await;
+    assert!(none.body.contains("Nothing waits for a person in echo."));
+    server.stop().await;
+}
+
 async fn the_session_survives_a_restart(backend: Backend) {
     let at = Location::new(backend).await;
     let server = start(&at, |b| b).await;

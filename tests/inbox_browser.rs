@@ -18,6 +18,7 @@ use common::{Backend, Location, Site, TestServer, repo_root};
 
 const APPROVER: &str = "approver-token-for-the-browser";
 const CALLER: &str = "caller-token-for-the-browser";
+const OTHER_APPROVER: &str = "other-approver-token-for-the-browser";
 
 /// Packs an order into boxes a person lists: a suspension whose answer holds an array.
 #[derive(Tool)]
@@ -76,6 +77,11 @@ async fn start(at: &(impl Site + ?Sized)) -> TestServer {
             token_sha256: token_sha256(APPROVER),
         },
         ApiKey {
+            name: "on-call".into(),
+            role: Role::Approver,
+            token_sha256: token_sha256(OTHER_APPROVER),
+        },
+        ApiKey {
             name: "orchestrator".into(),
             role: Role::Caller,
             token_sha256: token_sha256(CALLER),
@@ -106,6 +112,7 @@ async fn browse(server: &TestServer, phase: &str, state: &std::path::Path) -> Va
         .env("INBOX_PHASE", phase)
         .env("INBOX_APPROVER", APPROVER)
         .env("INBOX_CALLER", CALLER)
+        .env("INBOX_OTHER_APPROVER", OTHER_APPROVER)
         .env("INBOX_STATE", state);
     if let Ok(dir) = std::env::var("TOOLGATE_INBOX_SCREENSHOTS") {
         let dir = repo_root().join(dir);
@@ -141,6 +148,7 @@ async fn a_person_signs_in_and_decides_in_a_real_browser() {
             "refused, fixed, approved",
             "rejected",
             "completed externally",
+            "typing kept, decided elsewhere",
             "array rows",
             "csrf 403",
             "done"

@@ -1639,7 +1639,8 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
         "ALTER TABLE suspensions DROP COLUMN tool; DROP TABLE feed; DROP TABLE feed_state; \
-         DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; PRAGMA user_version = 3;",
+         DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
+         PRAGMA user_version = 3;",
     )
     .unwrap();
     drop(conn);

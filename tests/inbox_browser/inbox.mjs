@@ -12,6 +12,7 @@ const base = process.env.INBOX_BASE;
 const phase = process.env.INBOX_PHASE || "main";
 const approver = process.env.INBOX_APPROVER;
 const caller = process.env.INBOX_CALLER;
+const otherApprover = process.env.INBOX_OTHER_APPROVER;
 const shots = process.env.INBOX_SCREENSHOTS || "";
 const payload = `<script>alert(1)</script>"><img src=x onerror=alert(1)>`;
 
@@ -163,6 +164,25 @@ try {
     check(completed.output.refund_id === "rf_bank_7781", "with the receipt typed");
     check(actor(completed, "completed_externally") === "finance-ops", "the completion's actor");
     seen.steps.push("completed externally");
+
+    // Nothing typed is lost to a live update: the queue's filter stays chosen while its list
+    // changes; a call's page keeps what was typed when someone else decides the call, and says so.
+    await page.goto(`${base}/inbox`);
+    await page.locator("#tool").selectOption("issue_refund");
+    const another = await suspend("ask_human", { question: "Another one?" });
+    await page.locator(`a[href$="/calls/${another}"]`).waitFor({ timeout: 20000 });
+    check((await page.locator("#tool").inputValue()) === "issue_refund", "the filter stays chosen");
+    await page.goto(`${base}/inbox/calls/${another}`);
+    await page.locator("#reject-reason").fill("Half-typed reason");
+    const token = (await record(another)).suspension.token;
+    const elsewhere = await api("POST", `/approvals/${token}/approve`, otherApprover, { input: { answer: "done" } });
+    check(elsewhere.status === 200, `approved elsewhere: ${elsewhere.status}`);
+    await page.getByText("completed now").waitFor({ timeout: 20000 });
+    check((await page.locator("#reject-reason").inputValue()) === "Half-typed reason", "what was typed is kept");
+    await page.getByRole("button", { name: "Reject" }).click();
+    await page.getByText("already decided: approved by on-call").waitFor();
+    check((await record(another)).status === "completed", "the late rejection changed nothing");
+    seen.steps.push("typing kept, decided elsewhere");
 
     // Rows of an array: added and removed by the page's script.
     const packing = await suspend("pack_order", { order_id: "o-7" });
