@@ -285,7 +285,9 @@ pub(crate) fn sign_in_page(
     status: StatusCode,
     message: Option<String>,
 ) -> Response {
-    let token = match random_id() {
+    // A sign-in form already open in another tab keeps working: its token is reused.
+    let reused = cookie(headers, SIGN_IN_COOKIE).map(str::to_owned);
+    let token = match reused.map_or_else(random_id, Ok) {
         Ok(token) => token,
         Err(err) => return err.into_response(),
     };

@@ -172,7 +172,7 @@ impl IntoResponse for PageError {
         };
         let mut response = match body.render() {
             Ok(html) => (status, html).into_response(),
-            Err(_) => (status, message_only(title)).into_response(),
+            Err(_) => (status, UNRENDERED).into_response(),
         };
         let headers = response.headers_mut();
         headers.insert(
@@ -190,9 +190,9 @@ impl IntoResponse for PageError {
     }
 }
 
-fn message_only(title: &str) -> String {
-    format!("<!doctype html><title>{title}</title><p>{title}</p>")
-}
+/// The answer when even the error page fails to render.
+const UNRENDERED: &str =
+    "<!doctype html><title>Error</title><p>The server failed to show this page.</p>";
 
 impl From<StoreError> for PageError {
     fn from(err: StoreError) -> Self {
