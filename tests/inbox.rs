@@ -1083,6 +1083,50 @@ async fn the_queue_pages_by_fifty_oldest_first_and_filters_by_tool() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn the_live_stream_needs_a_session_and_carries_no_token() {
+    let dir = common::temp_dir();
+    let server = start(dir.path(), |b| b).await;
+    let mut stranger = Person::new(&server);
+    assert_eq!(
+        stranger.get("/inbox/events").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let mut person = Person::new(&server);
+    person.sign_in(APPROVER).await;
+    let mut stream = person
+        .client
+        .get(format!("{}/inbox/events", person.base))
+        .header("cookie", person.cookie_header())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    assert!(
+        stream.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let call_id = suspend(&server, "ask_human", json!({"question": "Live?"})).await;
+    let mut seen = String::new();
+    while !seen.contains(&call_id) {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), stream.chunk())
+            .await
+            .expect("an event within 10 s")
+            .unwrap()
+            .expect("the stream goes on");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("event: call.suspended"), "{seen}");
+    assert!(seen.contains("\"reason\":\"Live?\""), "{seen}");
+    assert!(
+        !seen.contains("sus_"),
+        "no suspension token reaches the page: {seen}"
+    );
+    server.stop().await;
+}
+
 async fn the_session_survives_a_restart(backend: Backend) {
     let at = Location::new(backend).await;
     let server = start(&at, |b| b).await;
