@@ -547,14 +547,15 @@ impl Dispatcher {
     pub async fn call(
         &self,
         tool: &str,
-        input: Value,
+        mut input: Value,
         options: CallOptions,
     ) -> Result<CallResult, DispatchError> {
-        // Input that does not fit never reaches the tool, nor the store.
+        // Input that does not fit never reaches the tool, nor the store; a `null` that stands
+        // for a property left out is taken out first, and what is left is the call's input.
         let registered = self.registered(tool)?;
         let declared =
             registered
-                .admit(&input)
+                .admit(&mut input)
                 .map_err(|violations| DispatchError::InvalidInput {
                     tool: tool.to_owned(),
                     violations,

@@ -14,6 +14,8 @@
 //!   change of a call's status lands in the store's change feed.
 //! - [`feed`]: what follows the change feed in this process: requests held until a call changes
 //!   or a suspension arrives.
+//! - [`schema`]: JSON Schema cleaning and each LLM provider's tool-list format (OpenAI,
+//!   Anthropic, Gemini, MCP), built once from the tools' own schemas.
 //! - [`server`]: the axum HTTP API. [`ServerBuilder`] turns a tool set and a store into an
 //!   `axum::Router` you can serve alone or mount in your own app.
 //! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key, the live queue, one
@@ -54,7 +56,7 @@ pub use contract::erased::{DynTool, ToolDescriptor, TypedTool};
 pub use contract::error::{HandlerError, InputViolation, ToolError};
 pub use contract::meta::{Effect, ToolHandler, ToolMeta};
 pub use contract::outcome::{Suspension, ToolOutcome};
-pub use contract::registry::{RegistryError, ToolSet, is_valid_tool_name};
+pub use contract::registry::{AWAIT_CALL_TOOL, RegistryError, ToolSet, is_valid_tool_name};
 pub use contract::retry::RetryPolicy;
 pub use server::ServerBuilder;
 

@@ -31,6 +31,7 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
         "bare_echo",
         "bare_echo_recorded",
         "echo",
+        "mcp_echo",
         "write",
         "suspend_approve",
         "echo_empty",

@@ -332,6 +332,27 @@ fn registry_refuses_names_providers_would_refuse() {
 }
 
 #[test]
+fn registry_refuses_the_name_the_mcp_door_keeps() {
+    let mut tools = ToolSet::new();
+    let err = tools
+        .register_dyn(Box::new(Named::any("toolgate_await_call")))
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(
+        err,
+        RegistryError::ReservedName {
+            name: toolgate::AWAIT_CALL_TOOL.into()
+        }
+    );
+    assert!(err.to_string().contains("reserved"), "{err}");
+    assert!(tools.is_empty());
+    // Only that name: one like it is a tool like any other.
+    tools
+        .register_dyn(Box::new(Named::any("toolgate_await_calls")))
+        .unwrap();
+}
+
+#[test]
 fn registry_refuses_a_schema_that_does_not_compile() {
     let bad = Named {
         name: "bad_schema".into(),

@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate::schemars::{self, JsonSchema};
 use toolgate::{
-    DynTool, Effect, HandlerError, Tool, ToolCtx, ToolHandler, ToolOutcome, ToolSet, TypedTool,
+    DynTool, Effect, HandlerError, Tool, ToolCtx, ToolError, ToolHandler, ToolOutcome, ToolSet,
+    TypedTool,
 };
 
 /// Counts how often its handler runs; fails when asked to.
@@ -831,6 +832,102 @@ async fn a_dyn_tool_is_served_and_validated_like_a_typed_one(backend: Backend) {
     server.stop().await;
 }
 
+/// Answers the input it was handed, exactly as the handler got it.
+struct Mirror {
+    schema: Value,
+}
+
+impl Mirror {
+    /// Takes a required `needed`, optional `limit` (with a default) and `inner` (an object
+    /// behind a `$ref`), and a nullable `note`.
+    fn new() -> Self {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "needed": {"type": "string"},
+                "limit": {"type": "integer", "default": 10},
+                "note": {"type": ["string", "null"]},
+                "inner": {"$ref": "#/$defs/Inner"},
+            },
+            "required": ["needed"],
+            "additionalProperties": false,
+            "$defs": {"Inner": {
+                "type": "object",
+                "properties": {"depth": {"type": "integer"}},
+                "additionalProperties": false,
+            }},
+        });
+        Mirror { schema }
+    }
+}
+
+#[toolgate::async_trait]
+impl DynTool for Mirror {
+    fn name(&self) -> &str {
+        "mirror"
+    }
+    fn description(&self) -> &str {
+        "Answers its input."
+    }
+    fn effect(&self) -> Effect {
+        Effect::Read
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+    fn output_schema(&self) -> Option<&Value> {
+        None
+    }
+    fn idempotency_key(&self, _input: &Value) -> Option<String> {
+        None
+    }
+    async fn call_json(&self, _: &ToolCtx, input: Value) -> Result<ToolOutcome<Value>, ToolError> {
+        Ok(ToolOutcome::output(input))
+    }
+}
+
+async fn a_null_for_an_optional_field_is_read_as_absent(backend: Backend) {
+    let location = Location::new(backend).await;
+    let mut tools = ToolSet::new();
+    tools.register_dyn(Box::new(Mirror::new())).unwrap();
+    let server = TestServer::start(tools, &location).await;
+    // As a model in OpenAI's strict mode sends it: `null` for what it leaves out.
+    let (status, body) = server
+        .api
+        .call(
+            "mirror",
+            json!({"needed": "x", "limit": null, "note": null, "inner": {"depth": null}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // `limit` and `inner.depth` are optional and not nullable: absent. `note` is nullable: its
+    // null is a value, and stays.
+    assert_eq!(
+        body["output"],
+        json!({"needed": "x", "note": null, "inner": {}})
+    );
+    // What is recorded is the input the handler got.
+    let (status, record) = server
+        .api
+        .get(&format!("/calls/{}", body["call_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{record}");
+    assert_eq!(record["input"], body["output"]);
+    // A required field's null is refused, as before.
+    let (status, body) = server.api.call("mirror", json!({"needed": null})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let details = assert_error(&body, "invalid_input");
+    assert_eq!(details["errors"][0]["path"], "/needed");
+    // An optional object's null is its absence too.
+    let (status, body) = server
+        .api
+        .call("mirror", json!({"needed": "y", "inner": null}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["output"], json!({"needed": "y"}));
+    server.stop().await;
+}
+
 async fn health_and_readiness(backend: Backend) {
     let (server, _location) = examples(backend).await;
     let (status, body) = server.api.get("/healthz").await;
@@ -1268,6 +1365,7 @@ async fn read_records_written_behind_are_found_at_once_and_survive_a_clean_stop(
 crate::on_each_backend! {
     #[tokio::test] async fn echo_completes_and_its_record_is_readable;
     #[tokio::test] async fn input_that_does_not_fit_never_runs_the_handler_and_records_nothing;
+    #[tokio::test] async fn a_null_for_an_optional_field_is_read_as_absent;
     #[tokio::test] async fn a_failing_handler_is_a_recorded_500_tool_failed;
     #[tokio::test] async fn malformed_requests_get_the_envelope_and_never_a_5xx;
     #[tokio::test] async fn ask_human_suspends_lists_rejects_bad_answers_and_completes_once;

@@ -303,6 +303,22 @@ async fn a_request_without_a_valid_key_is_refused_before_mcp() {
     );
     assert_eq!(annotations("send_email")["readOnlyHint"], false);
     assert_eq!(annotations("send_email")["idempotentHint"], false);
+    // `GET /tools?format=mcp` is the same list, less the await tool (it lives on /mcp).
+    let response = server
+        .api
+        .client
+        .get(format!("{}/tools?format=mcp", server.api.base))
+        .bearer_auth(CALLER)
+        .send()
+        .await
+        .unwrap();
+    let listed: Value = response.json().await.unwrap();
+    let over_mcp: Vec<&Value> = tools
+        .iter()
+        .filter(|t| t["name"] != "toolgate_await_call")
+        .collect();
+    let over_rest: Vec<&Value> = listed["tools"].as_array().unwrap().iter().collect();
+    assert_eq!(over_mcp, over_rest);
     server.stop().await;
 }
 

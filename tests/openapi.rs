@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use common::{TestServer, repo_root, temp_dir};
+use common::{TestServer, ci_python, temp_dir};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use toolgate::ToolSet;
@@ -43,19 +42,6 @@ fn refs(value: &Value, out: &mut Vec<String>) {
     }
 }
 
-fn python() -> PathBuf {
-    if let Some(path) = std::env::var_os("OPENAPI_VALIDATOR_PYTHON") {
-        return path.into();
-    }
-    let venv = repo_root().join(".ci/venv/bin/python");
-    assert!(
-        venv.exists(),
-        "the OpenAPI validator is not installed: run `bash .ci/test-deps` (or set \
-         OPENAPI_VALIDATOR_PYTHON to a python with openapi-spec-validator)"
-    );
-    venv
-}
-
 /// Runs openapi-spec-validator on `doc`; Ok when valid, Err with its complaint otherwise.
 fn validate(doc: &Value) -> Result<(), String> {
     let dir = temp_dir();
@@ -66,7 +52,7 @@ fn validate(doc: &Value) -> Result<(), String> {
                   doc = json.load(open(sys.argv[1]))\n\
                   assert doc['openapi'].startswith('3.1'), doc['openapi']\n\
                   validate(doc)\n";
-    let output = Command::new(python())
+    let output = Command::new(ci_python())
         .args(["-c", script])
         .arg(&path)
         .output()

@@ -126,6 +126,13 @@ impl Report {
                     _ => String::new(),
                 },
                 "pg_echo" => ratio("pg_echo", "echo"),
+                "mcp_echo" => ratio("mcp_echo", "echo"),
+                "peer_mcp_echo" => match (self.get("mcp_echo"), self.get("peer_mcp_echo")) {
+                    (Some(t), Some(p)) if p.rps > 0.0 => {
+                        format!("toolgate mcp_echo is {:.1}x this", t.rps / p.rps)
+                    }
+                    _ => String::new(),
+                },
                 "pg_echo_r2" | "pg_echo_r3" => ratio(&s.name, "pg_echo"),
                 "pg_write" => ratio("pg_write", "pg_commits"),
                 "pg_write_r2" | "pg_write_r3" => ratio(&s.name, "pg_write"),
@@ -371,6 +378,7 @@ pub async fn load_once(
     let scenario = match scenario {
         "tools" => Scenario::Tools("tools"),
         "echo" => Scenario::Echo("echo"),
+        "mcp_echo" => Scenario::McpEcho("mcp_echo"),
         "echo_recorded" => Scenario::RecordedEcho("echo_recorded"),
         "write" => Scenario::Write("write"),
         "suspend_approve" => Scenario::SuspendApprove("suspend_approve"),
@@ -476,6 +484,19 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         None
     };
 
+    // FastMCP's own Streamable HTTP server: the same echo over MCP, what `/mcp` is measured by.
+    let mcp_peer = if peer.is_some() {
+        match peer::Peer::start_mcp(&options.data_root).await {
+            Ok(peer) => Some(peer),
+            Err(why) => {
+                eprintln!("FastMCP over HTTP skipped: {why}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+
     let mut postgres_skipped = None;
     let pg = match &options.postgres {
         None => {
@@ -509,6 +530,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
             bare.pid(),
         ),
         toolgate_step(Scenario::Echo("echo")),
+        toolgate_step(Scenario::McpEcho("mcp_echo")),
     ];
     if let Some(pg) = &pg {
         plan.extend(pg.echo_steps());
@@ -521,6 +543,13 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     if let Some(peer) = &peer {
         plan.push(Step::http(
             Scenario::PeerEcho("peer_echo"),
+            peer.addr,
+            Some(peer.pid()),
+        ));
+    }
+    if let Some(peer) = &mcp_peer {
+        plan.push(Step::http(
+            Scenario::McpEcho("peer_mcp_echo"),
             peer.addr,
             Some(peer.pid()),
         ));
@@ -538,6 +567,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     {
         result.peak_rss_kib = peer.peak_rss_kib();
     }
+    drop(mcp_peer);
     let toolgate_peak = toolgate.peak_rss_kib();
     let bare_peak = bare.peak_rss_kib();
     let peer_peak = peer.as_ref().and_then(|p| p.peak_rss_kib());

@@ -27,6 +27,9 @@ pub enum Scenario {
     SuspendApprove(&'static str),
     /// `POST /echo` on mcpo.
     PeerEcho(&'static str),
+    /// MCP `tools/call` of echo, one stateless JSON-RPC request per operation (`POST /mcp`, the
+    /// 2025-11-25 era: no handshake needed): toolgate's door, or FastMCP's own server.
+    McpEcho(&'static str),
     /// `GET /approvals?limit=50`.
     Approvals(&'static str),
     /// PostgreSQL alone: one row inserted and committed per operation, on a client of its own
@@ -44,6 +47,7 @@ impl Scenario {
             | Scenario::Write(n)
             | Scenario::SuspendApprove(n)
             | Scenario::PeerEcho(n)
+            | Scenario::McpEcho(n)
             | Scenario::Approvals(n)
             | Scenario::Commits(n) => n,
         }
@@ -101,6 +105,7 @@ pub(crate) const EMAIL_BODY: &str =
 const ASK_BODY: &str = r#"{"input":{"question":"ship it?"}}"#;
 const ANSWER_BODY: &str = r#"{"input":{"answer":"yes"}}"#;
 const PEER_BODY: &str = r#"{"text":"hello, tools"}"#;
+const MCP_ECHO_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, tools"}}}"#;
 
 /// A unique suffix for idempotency keys across runs and connections.
 static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
@@ -126,11 +131,25 @@ async fn send(
     key: Option<&str>,
     body: &'static str,
 ) -> Result<(StatusCode, Bytes), String> {
+    send_with(sender, method, path, key, &[], body).await
+}
+
+async fn send_with(
+    sender: &mut SendRequest<Full<Bytes>>,
+    method: Method,
+    path: &str,
+    key: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &'static str,
+) -> Result<(StatusCode, Bytes), String> {
     sender.ready().await.map_err(|e| e.to_string())?;
     let mut request = Request::builder()
         .method(method)
         .uri(path)
         .header("host", "127.0.0.1");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
     if !body.is_empty() {
         request = request.header("content-type", "application/json");
     }
@@ -166,6 +185,15 @@ pub async fn fetch(addr: SocketAddr, path: &str) -> Result<Bytes, String> {
     }
 }
 
+/// One MCP `tools/call` of echo, on a connection of its own.
+pub async fn mcp_echo_once(addr: SocketAddr) -> Result<(), String> {
+    let mut sender = connect(addr).await?;
+    match operate(Scenario::McpEcho("probe"), &mut sender).await? {
+        true => Ok(()),
+        false => Err("MCP echo did not answer as expected".into()),
+    }
+}
+
 /// One `send_email` call with `key` as its `Idempotency-Key`, on a connection of its own.
 pub async fn send_email(addr: SocketAddr, key: &str) -> Result<(StatusCode, Bytes), String> {
     let mut sender = connect(addr).await?;
@@ -177,6 +205,11 @@ pub async fn send_email(addr: SocketAddr, key: &str) -> Result<(StatusCode, Byte
         EMAIL_BODY,
     )
     .await
+}
+
+/// Whether `needle` occurs in `body`.
+fn contains(body: &[u8], needle: &str) -> bool {
+    body.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
 /// The suspension token in a `202` body.
@@ -221,6 +254,15 @@ async fn operate(
             send(sender, Method::POST, "/echo", None, PEER_BODY).await?,
             StatusCode::OK,
         ),
+        Scenario::McpEcho(_) => {
+            let headers = [
+                ("accept", "application/json, text/event-stream"),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            let (status, body) =
+                send_with(sender, Method::POST, "/mcp", None, &headers, MCP_ECHO_BODY).await?;
+            status == StatusCode::OK && contains(&body, "\"isError\":false")
+        }
         Scenario::Write(_) => {
             let key = format!(
                 "bench-{}-{}",

@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         // `load DATABASE_URL commits SECONDS CONNECTIONS`: PostgreSQL's own single-row commits.
         let [_, addrs, scenario, seconds, connections] = args.as_slice() else {
             eprintln!(
-                "usage: toolgate-bench load ADDR[,ADDR...] tools|echo|write|suspend_approve \
+                "usage: toolgate-bench load ADDR[,ADDR...] tools|echo|mcp_echo|write|suspend_approve \
                  SECONDS CONNECTIONS\n       toolgate-bench load DATABASE_URL commits SECONDS \
                  CONNECTIONS"
             );

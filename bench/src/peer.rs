@@ -1,6 +1,7 @@
 //! The peer: the same echo tool, in Python, as FastMCP behind mcpo (the MCP-to-OpenAPI proxy),
-//! installed from PyPI into two virtualenvs of its own (mcpo 0.0.20 needs `mcp<2` and
-//! `fastapi<0.123`; FastMCP 4 needs `mcp>=2.3`, so they cannot share one).
+//! and as FastMCP's own Streamable HTTP server (stateless, JSON answers: what `/mcp` is), installed
+//! from PyPI into two virtualenvs of its own (mcpo 0.0.20 needs `mcp<2` and `fastapi<0.123`;
+//! FastMCP 4 needs `mcp>=2.3`, so they cannot share one).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::load::peak_rss_kib;
 
-const ECHO_SERVER: &str = r#"from fastmcp import FastMCP
+const ECHO_SERVER: &str = r#"import sys
+
+from fastmcp import FastMCP
 
 mcp = FastMCP("echo")
 
@@ -21,10 +24,15 @@ def echo(text: str) -> dict:
 
 
 if __name__ == "__main__":
-    mcp.run()
+    if len(sys.argv) > 1:
+        # Streamable HTTP on this port, stateless with JSON answers; else stdio (for mcpo).
+        mcp.run(transport="http", host="127.0.0.1", port=int(sys.argv[1]), stateless_http=True,
+                json_response=True, show_banner=False, log_level="warning")
+    else:
+        mcp.run()
 "#;
 
-/// mcpo serving the FastMCP echo server on 127.0.0.1.
+/// mcpo serving the FastMCP echo server on 127.0.0.1, or that server over Streamable HTTP.
 pub struct Peer {
     child: Child,
     /// Where mcpo listens.
@@ -67,22 +75,33 @@ fn venv(dir: &Path, packages: &[&str]) -> Result<PathBuf, String> {
     Ok(python)
 }
 
+/// The peer's directory, FastMCP's python and the echo server's script, installed once.
+fn install(root: &Path) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    let dir = root.join("peer");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let fastmcp = venv(&dir.join("fastmcp"), &["fastmcp>=4,<5", "mcp>=2.3"])?;
+    let script = dir.join("echo_server.py");
+    std::fs::write(&script, ECHO_SERVER).map_err(|e| e.to_string())?;
+    Ok((dir, fastmcp, script))
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|addr| addr.port())
+        .map_err(|e| e.to_string())
+}
+
 impl Peer {
-    /// Installs (once) and starts the peer; an error says why it cannot run here.
+    /// Installs (once) and starts mcpo over the FastMCP echo server; an error says why it
+    /// cannot run here.
     pub async fn start(root: &Path) -> Result<Peer, String> {
-        let dir = root.join("peer");
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let (dir, fastmcp, script) = install(root)?;
         let mcpo = venv(
             &dir.join("mcpo"),
             &["mcpo==0.0.20", "mcp<2", "fastapi<0.123"],
         )?;
-        let fastmcp = venv(&dir.join("fastmcp"), &["fastmcp>=4,<5", "mcp>=2.3"])?;
-        let script = dir.join("echo_server.py");
-        std::fs::write(&script, ECHO_SERVER).map_err(|e| e.to_string())?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| e.to_string())?
-            .port();
+        let port = free_port()?;
         let child = Command::new(mcpo.parent().unwrap().join("mcpo"))
             .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--"])
             .arg(&fastmcp)
@@ -92,26 +111,57 @@ impl Peer {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("cannot start mcpo: {e}"))?;
+        Peer::answering(child, port, "mcpo", async |addr| {
+            crate::load::fetch(addr, "/openapi.json").await.is_ok()
+        })
+        .await
+    }
+
+    /// Installs (once) and starts the FastMCP echo server on its own Streamable HTTP transport.
+    pub async fn start_mcp(root: &Path) -> Result<Peer, String> {
+        let (_, fastmcp, script) = install(root)?;
+        let port = free_port()?;
+        let child = Command::new(&fastmcp)
+            .arg(&script)
+            .arg(port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start FastMCP: {e}"))?;
+        Peer::answering(child, port, "FastMCP", async |addr| {
+            crate::load::mcp_echo_once(addr).await.is_ok()
+        })
+        .await
+    }
+
+    /// `child`, once `ready` says it answers on `port` (within 60 s).
+    async fn answering(
+        child: Child,
+        port: u16,
+        what: &str,
+        ready: impl AsyncFn(SocketAddr) -> bool,
+    ) -> Result<Peer, String> {
         let peer = Peer {
             child,
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if crate::load::fetch(peer.addr, "/openapi.json").await.is_ok() {
+            if ready(peer.addr).await {
                 return Ok(peer);
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Err("mcpo did not answer within 60 s".into())
+        Err(format!("{what} did not answer within 60 s"))
     }
 
-    /// mcpo's process id.
+    /// The peer's process id (mcpo's, or FastMCP's).
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
-    /// The peak resident memory of mcpo and its FastMCP child together, in KiB.
+    /// The peak resident memory of the peer and its children (mcpo's FastMCP) together, in KiB.
     pub fn peak_rss_kib(&self) -> Option<u64> {
         let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", self.pid()))
             .unwrap_or_default();

@@ -10,12 +10,15 @@
 //! - [`erased`]: `DynTool`, the object-safe face every tool is dispatched through, and
 //!   `TypedTool`, the adapter from a typed handler to it.
 //! - [`registry`]: `ToolSet`, the name-keyed set of tools a server serves.
+//! - `nulls`: which `null`s in a tool's input stand for a property left out (as a model in
+//!   OpenAI's strict mode sends them), worked out once per tool at registration.
 //! - [`retry`]: `RetryPolicy`, how live failures are retried given a tool's effect.
 
 pub mod ctx;
 pub mod erased;
 pub mod error;
 pub mod meta;
+mod nulls;
 pub mod outcome;
 pub mod registry;
 pub mod retry;

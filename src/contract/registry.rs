@@ -1,8 +1,10 @@
 //! `ToolSet`: the tools a server serves, keyed by name.
 //!
 //! Registration is where a tool is checked once, so dispatch never has to: its name must be one
-//! LLM providers accept, no two tools may share a name, and its input schema must compile, since
-//! every call is validated against it before the handler runs.
+//! LLM providers accept, no two tools may share a name, no tool may take the name the MCP door
+//! keeps for itself, and its input schema must compile, since every call is validated against
+//! it before the handler runs. It is also where the tool's [`NullPlan`] is worked out: which
+//! `null`s in an input stand for a property left out.
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -10,6 +12,11 @@ use std::collections::BTreeMap;
 use super::erased::{DynTool, ToolDescriptor, TypedTool};
 use super::error::InputViolation;
 use super::meta::ToolHandler;
+use super::nulls::NullPlan;
+
+/// The name of the MCP door's own tool, which waits for a suspended call's outcome; no
+/// registered tool may take it.
+pub const AWAIT_CALL_TOOL: &str = "toolgate_await_call";
 
 /// Why a tool could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,6 +32,15 @@ pub enum RegistryError {
     #[error("invalid tool name `{name}`: names must match ^[a-zA-Z0-9_-]{{1,64}}$")]
     InvalidName {
         /// The rejected name.
+        name: String,
+    },
+    /// The name is [`AWAIT_CALL_TOOL`], which the MCP door keeps for its own tool.
+    #[error(
+        "the tool name `{name}` is reserved: the MCP door serves its own tool by that name \
+         (it waits for a suspended call's outcome)"
+    )]
+    ReservedName {
+        /// The reserved name.
         name: String,
     },
     /// The tool's input or output schema is not a JSON Schema a validator can compile.
@@ -53,12 +69,19 @@ pub(crate) struct Registered {
     pub(crate) tool: Box<dyn DynTool>,
     input: jsonschema::Validator,
     output: Option<jsonschema::Validator>,
+    /// Where a `null` in an input means "absent"; `None` for most tools, where it never does.
+    nulls: Option<NullPlan>,
 }
 
 impl Registered {
-    /// Checks `input` against the tool's input schema, then whatever the tool checks itself,
-    /// and answers the idempotency key the tool declares for it, if any.
-    pub(crate) fn admit(&self, input: &Value) -> Result<Option<String>, Vec<InputViolation>> {
+    /// Reads each `null` that stands for a property left out as left out (see
+    /// [`super::nulls`]), checks `input` against the tool's input schema, then whatever the
+    /// tool checks itself, and answers the idempotency key the tool declares for it, if any.
+    /// `input` stays as normalized: that is the input that is keyed, recorded and run.
+    pub(crate) fn admit(&self, input: &mut Value) -> Result<Option<String>, Vec<InputViolation>> {
+        if let Some(nulls) = &self.nulls {
+            nulls.apply(input);
+        }
         violations(&self.input, input)?;
         self.tool.admit(input)
     }
@@ -127,6 +150,9 @@ impl ToolSet {
         if !is_valid_tool_name(&name) {
             return Err(RegistryError::InvalidName { name });
         }
+        if name == AWAIT_CALL_TOOL {
+            return Err(RegistryError::ReservedName { name });
+        }
         if self.tools.contains_key(&name) {
             return Err(RegistryError::DuplicateName { name });
         }
@@ -140,12 +166,14 @@ impl ToolSet {
             .map(compile_schema)
             .transpose()
             .map_err(invalid)?;
+        let nulls = NullPlan::for_schema(tool.input_schema());
         self.tools.insert(
             name,
             Registered {
                 tool,
                 input,
                 output,
+                nulls,
             },
         );
         Ok(self)

@@ -12,7 +12,7 @@ use crate::contract::error::InputViolation;
 use crate::contract::registry::ToolSet;
 
 /// The name of the door's built-in tool; no user tool may take it.
-pub const AWAIT_TOOL: &str = "toolgate_await_call";
+pub const AWAIT_TOOL: &str = crate::contract::registry::AWAIT_CALL_TOOL;
 
 /// How long `toolgate_await_call` holds without `wait_seconds`: short enough for every MCP
 /// client's request timeout.
@@ -31,7 +31,7 @@ pub(crate) struct McpCatalog {
 impl McpCatalog {
     /// The catalog of `tools`.
     pub(crate) fn new(tools: &ToolSet) -> Self {
-        let mut listed: Vec<Tool> = crate::schema::mcp_tools(&tools.descriptors())
+        let mut listed: Vec<Tool> = crate::schema::mcp::tools(&tools.descriptors())
             .into_iter()
             .chain(std::iter::once(await_tool()))
             .map(|tool| {

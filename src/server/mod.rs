@@ -4,7 +4,8 @@
 //! served alone or merged into another app. One file per resource holds its routes' handlers;
 //! they are thin, translating HTTP into the call lifecycle (`crate::dispatch`) and its results
 //! back. Every error answer goes through [`error::ApiError`]. What does not change while the
-//! server runs (the tool list, each descriptor, the OpenAPI document) is serialized once here.
+//! server runs (the tool list, in toolgate's own format and each provider's, each descriptor,
+//! the OpenAPI document) is serialized once here.
 
 pub(crate) mod approvals;
 pub mod auth;
@@ -33,6 +34,7 @@ use tracing::Level;
 
 use crate::contract::registry::ToolSet;
 use crate::dispatch::{DispatchConfig, Dispatcher, Running};
+use crate::schema::Format;
 use crate::slots::Slots;
 use crate::store::Store;
 use auth::{Access, ApiKey, Gate, GateLayer, Keys};
@@ -97,6 +99,8 @@ impl std::ops::Deref for AppState {
 /// Answers that never change while the server runs, serialized once.
 struct Catalog {
     tools_json: Bytes,
+    /// `GET /tools?format=…`, in the order of `Format::ALL`.
+    provider_json: Vec<(Format, Bytes)>,
     descriptor_json: HashMap<String, Bytes>,
     openapi_json: Bytes,
 }
@@ -355,13 +359,32 @@ impl Catalog {
             .iter()
             .map(|d| (d.name.clone(), to_json_bytes(d)))
             .collect();
+        let provider_json = Format::ALL
+            .into_iter()
+            .map(|format| {
+                let list = tools::ProviderToolList {
+                    tools: crate::schema::tool_list(format, &descriptors),
+                };
+                (format, to_json_bytes(&list))
+            })
+            .collect();
         let tools_json = to_json_bytes(&tools::ToolList { tools: descriptors });
         let openapi_json = to_json_bytes(&openapi::document(tools, auth));
         Catalog {
             tools_json,
+            provider_json,
             descriptor_json,
             openapi_json,
         }
+    }
+
+    /// The tool list in `format`.
+    fn provider_tools(&self, format: Format) -> &Bytes {
+        self.provider_json
+            .iter()
+            .find(|(f, _)| *f == format)
+            .map(|(_, bytes)| bytes)
+            .expect("the catalog holds every format")
     }
 }
 

@@ -42,7 +42,7 @@ use crate::store::{
         ErrorEnvelope, ErrorObject, ToolDescriptor, Effect, CallCompleted, CallSuspended,
         CallFailed, SuspensionTicket, CallRecord, CallStatus, CallError, SuspensionView, Approval,
         CallEvent, CallSummary, crate::store::Delivery, crate::store::DeliveryStatus,
-        webhooks::DeliveryList,
+        webhooks::DeliveryList, crate::schema::Format, tools::ProviderToolList,
     )),
     tags(
         (name = "tools", description = "Tool schemas, and calling tools."),

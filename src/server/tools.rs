@@ -11,11 +11,12 @@ use serde_json::Value;
 use super::AppState;
 use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
-use super::extract::{JsonBody, PathParam, check_depth};
+use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
 use super::responses::{CallCompleted, CallSuspended, call_response};
 use super::wait::{Held, Wait, hold_until};
 use crate::contract::erased::ToolDescriptor;
 use crate::dispatch::{CallOptions, CallOutcome, CallResult, DispatchError};
+use crate::schema::Format;
 use crate::store::CallStatus;
 
 /// `GET /tools`: every tool, in name order.
@@ -23,6 +24,37 @@ use crate::store::CallStatus;
 pub struct ToolList {
     /// The tools' descriptors.
     pub tools: Vec<ToolDescriptor>,
+}
+
+/// `GET /tools?format=…`: every tool, in name order, in one provider's format.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ProviderToolList {
+    /// Exactly the value of the provider's request field `tools`.
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Value,
+}
+
+/// The answer of `GET /tools`: descriptors, or a provider's format.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(
+    dead_code,
+    reason = "documents the route; the router serves pre-built bytes"
+)]
+enum ToolListAnswer {
+    Descriptors(ToolList),
+    Provider(ProviderToolList),
+}
+
+/// The query of `GET /tools`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ToolsQuery {
+    /// A provider's format: `openai` (Chat Completions), `openai-responses`, `anthropic`,
+    /// `gemini` or `mcp`. `tools` is then exactly the value of that provider's request field
+    /// `tools`. Without it, toolgate's own descriptors.
+    #[param(value_type = Option<Format>)]
+    pub format: Option<String>,
 }
 
 /// The body of `POST /tools/{name}/call`.
@@ -78,13 +110,36 @@ pub(super) fn json_response(bytes: &axum::body::Bytes) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], bytes.clone()).into_response()
 }
 
-/// Lists every tool with its input and output schemas.
+/// Lists every tool with its input and output schemas, as toolgate's own descriptors or in an
+/// LLM provider's format.
+///
+/// A provider's copy of a schema may leave out a constraint the provider cannot express; every
+/// call is still checked against the tool's own schema. OpenAI's strict mode (`strict: true`)
+/// makes optional properties nullable, so input admission reads a `null` for a property the
+/// tool's schema makes optional but not nullable as the property left out.
 #[utoipa::path(
     get, path = "/tools", tag = "tools", operation_id = "listTools",
-    responses((status = 200, description = "Every tool, in name order.", body = ToolList))
+    params(ToolsQuery),
+    responses(
+        (status = 200, description = "Every tool, in name order: `{\"tools\": [descriptor, …]}`, or with `format`, `{\"tools\": X}` where X is the value for that provider's request field `tools`.", body = ToolListAnswer),
+        (status = 400, description = "`bad_request`: an unknown `format`.", body = ErrorEnvelope),
+    )
 )]
-pub(super) async fn list(State(app): State<AppState>) -> Response {
-    json_response(&app.catalog.tools_json)
+pub(super) async fn list(
+    State(app): State<AppState>,
+    QueryParams(query): QueryParams<ToolsQuery>,
+) -> Result<Response, ApiError> {
+    let Some(name) = query.format else {
+        return Ok(json_response(&app.catalog.tools_json));
+    };
+    let format = Format::from_name(&name).ok_or_else(|| {
+        let known: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
+        ApiError::BadRequest(format!(
+            "Unknown format `{name}`: expected one of {}.",
+            known.join(", ")
+        ))
+    })?;
+    Ok(json_response(app.catalog.provider_tools(format)))
 }
 
 /// One tool's descriptor.

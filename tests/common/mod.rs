@@ -6,6 +6,7 @@
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
 pub mod pg;
+pub mod shapes;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -562,4 +563,21 @@ pub fn outbox(at: &(impl Site + ?Sized)) -> Vec<Value> {
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The Python of the test suite's virtualenv, `.ci/venv` (installed by `.ci/test-deps` from
+/// `.ci/requirements.txt`), or the one `TOOLGATE_TEST_PYTHON` names.
+pub fn ci_python() -> PathBuf {
+    for var in ["TOOLGATE_TEST_PYTHON", "OPENAPI_VALIDATOR_PYTHON"] {
+        if let Some(path) = std::env::var_os(var) {
+            return path.into();
+        }
+    }
+    let venv = repo_root().join(".ci/venv/bin/python");
+    assert!(
+        venv.exists(),
+        "the test suite's Python packages are not installed: run `bash .ci/test-deps` (or set \
+         TOOLGATE_TEST_PYTHON to a python with the packages of .ci/requirements.txt)"
+    );
+    venv
 }
