@@ -60,6 +60,42 @@ pub struct Config {
     pub webhook_delivery: WebhookDeliveryConfig,
     /// `/mcp`.
     pub mcp: McpConfig,
+    /// `/inbox`, the approvers' web page.
+    pub inbox: InboxConfig,
+}
+
+/// `[inbox]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InboxConfig {
+    /// Whether `/inbox` is served.
+    pub enabled: bool,
+    /// How long a sign-in lasts, in seconds.
+    pub session_ttl_s: u64,
+    /// Whether the inbox's cookies are always `Secure` (HTTPS only).
+    pub secure_cookies: bool,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        let options = crate::inbox::InboxOptions::default();
+        InboxConfig {
+            enabled: options.enabled,
+            session_ttl_s: options.session_ttl.as_secs(),
+            secure_cookies: options.secure_cookies,
+        }
+    }
+}
+
+impl InboxConfig {
+    /// The inbox's options.
+    pub fn options(&self) -> crate::inbox::InboxOptions {
+        crate::inbox::InboxOptions {
+            enabled: self.enabled,
+            session_ttl: Duration::from_secs(self.session_ttl_s),
+            secure_cookies: self.secure_cookies,
+        }
+    }
 }
 
 /// `[mcp]`.
@@ -314,6 +350,7 @@ impl Default for Config {
             webhooks: Vec::new(),
             webhook_delivery: WebhookDeliveryConfig::default(),
             mcp: McpConfig::default(),
+            inbox: InboxConfig::default(),
         }
     }
 }
@@ -524,6 +561,9 @@ impl Config {
         }
         if self.feed.retention_s == 0 {
             return Err(invalid("feed.retention_s", "must be at least 1"));
+        }
+        if self.inbox.session_ttl_s == 0 {
+            return Err(invalid("inbox.session_ttl_s", "must be at least 1"));
         }
         for (key, value) in [
             ("store.pool_size", self.store.pool_size),

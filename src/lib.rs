@@ -18,6 +18,8 @@
 //!   Anthropic, Gemini, MCP), built once from the tools' own schemas.
 //! - [`server`]: the axum HTTP API. [`ServerBuilder`] turns a tool set and a store into an
 //!   `axum::Router` you can serve alone or mount in your own app.
+//! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key, the live queue, one
+//!   approval with a form generated from its schema; every decision goes through the dispatcher.
 //! - `metrics`: what the server does, counted (calls by tool and outcome, requests by route,
 //!   store batches), for `GET /metrics` in the Prometheus text format.
 //! - [`config`]: the binary's configuration (file, environment, flags), read once.
@@ -36,6 +38,7 @@ pub mod dispatch;
 pub mod examples;
 pub mod feed;
 mod ids;
+pub mod inbox;
 pub mod mcp;
 mod metrics;
 pub mod schema;

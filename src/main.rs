@@ -202,9 +202,11 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .dispatch_config(dispatch)
         .webhooks(webhooks)
         .mcp(config.mcp.options(config.bind.ip()))
+        .inbox(config.inbox.options())
         .build_with_running();
 
-    // The feed keeps `retention_s` of history; older entries are dropped every minute.
+    // The feed keeps `retention_s` of history; older entries (and ended inbox sessions) are
+    // dropped every minute.
     let retention = std::time::Duration::from_secs(config.feed.retention_s);
     let pruned = store.clone();
     tokio::spawn(async move {
@@ -217,6 +219,13 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
             );
             if let Err(err) = pruned.prune_feed(before).await {
                 tracing::debug!(error = %err, "cannot prune the feed now");
+            }
+            // Inbox sessions that ran out, too (they are refused from their expiry on anyway).
+            if let Err(err) = pruned
+                .prune_sessions(toolgate::store::Timestamp::now())
+                .await
+            {
+                tracing::debug!(error = %err, "cannot prune inbox sessions now");
             }
         }
     });
@@ -232,8 +241,13 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         data_dir = %config.data_dir.display(),
         "toolgate listening on http://{addr}"
     );
+    if config.inbox.enabled {
+        tracing::info!("the approval inbox is at http://{addr}/inbox");
+    }
     let releaser = running.clone();
-    axum::serve(listener, router)
+    // With each connection's address: the inbox limits sign-in attempts per client address.
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    axum::serve(listener, service)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             // Requests held for a change (`?wait=`) are answered now, with the state as it is.

@@ -1052,11 +1052,34 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::CallPage, toolgate::store::StoreError> {
         broken()
     }
-    async fn pending_approvals(
+    async fn pending_approvals_of(
         &self,
+        _tool: Option<&str>,
         _after: Option<i64>,
         _limit: u32,
     ) -> Result<toolgate::store::ApprovalPage, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn create_session(
+        &self,
+        _session: &toolgate::store::InboxSession,
+    ) -> Result<(), toolgate::store::StoreError> {
+        broken()
+    }
+    async fn session(
+        &self,
+        _id_sha256: &str,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<Option<toolgate::store::InboxSession>, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn delete_session(&self, _id_sha256: &str) -> Result<bool, toolgate::store::StoreError> {
+        broken()
+    }
+    async fn prune_sessions(
+        &self,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<u64, toolgate::store::StoreError> {
         broken()
     }
     async fn counts(&self) -> Result<toolgate::store::StoreCounts, toolgate::store::StoreError> {

@@ -9,8 +9,9 @@ use serde_json::json;
 use toolgate::Effect;
 use toolgate::store::{
     ApprovalState, CallError, CallFilter, CallStatus, Delivery, DeliveryResult, DeliveryStatus,
-    FeedCursor, FeedEntry, Inserted, NewCall, NewDelivery, Outcome, PostgresOptions, PostgresStore,
-    Reconciled, Resolution, Resolved, Settlement, SqliteStore, Store, StoreError, Timestamp,
+    FeedCursor, FeedEntry, InboxSession, Inserted, NewCall, NewDelivery, Outcome, PostgresOptions,
+    PostgresStore, Reconciled, Resolution, Resolved, Settlement, SqliteStore, Store, StoreError,
+    Timestamp,
 };
 
 fn new_call(id: &str) -> NewCall {
@@ -1328,6 +1329,105 @@ async fn concurrent_claims_never_share_a_delivery(store: Arc<dyn Store>) {
     }
 }
 
+async fn pending_approvals_filter_by_tool_and_name_the_caller(store: Arc<dyn Store>) {
+    for (id, tool) in [("f1", "refunds"), ("f2", "emails"), ("f3", "refunds")] {
+        let call = NewCall {
+            tool: tool.into(),
+            caller: (id != "f2").then(|| "agent".to_owned()),
+            ..new_call(id)
+        };
+        store
+            .insert_call(call, Some(suspended(&format!("t{id}"))))
+            .await
+            .unwrap();
+    }
+    let refunds = store
+        .pending_approvals_of(Some("refunds"), None, 1)
+        .await
+        .unwrap();
+    assert_eq!(refunds.approvals.len(), 1);
+    assert_eq!(refunds.approvals[0].token, "tf1");
+    assert_eq!(refunds.approvals[0].caller.as_deref(), Some("agent"));
+    let rest = store
+        .pending_approvals_of(Some("refunds"), refunds.next_cursor, 10)
+        .await
+        .unwrap();
+    let tokens: Vec<&str> = rest.approvals.iter().map(|a| a.token.as_str()).collect();
+    assert_eq!(tokens, ["tf3"], "the next page of the same tool only");
+    assert_eq!(rest.next_cursor, None);
+    let all = store.pending_approvals_of(None, None, 10).await.unwrap();
+    assert_eq!(all.approvals.len(), 3);
+    assert_eq!(all.approvals[1].caller, None, "a call made with auth off");
+    let none = store
+        .pending_approvals_of(Some("nothing"), None, 10)
+        .await
+        .unwrap();
+    assert!(none.approvals.is_empty());
+}
+
+fn session(id: &str, expires_at: Timestamp) -> InboxSession {
+    InboxSession {
+        id_sha256: id.to_owned(),
+        key_name: Some("finance-ops".into()),
+        role: "approver".into(),
+        key_fingerprint: Some("ab".repeat(32)),
+        created_at: Timestamp::now(),
+        expires_at,
+    }
+}
+
+async fn inbox_sessions_expire_and_end(store: Arc<dyn Store>) {
+    let now = Timestamp::now();
+    let live = session(&"1".repeat(64), Timestamp(now.0 + 60_000));
+    let stale = session(&"2".repeat(64), Timestamp(now.0 - 1));
+    let anonymous = InboxSession {
+        key_name: None,
+        key_fingerprint: None,
+        role: "admin".into(),
+        ..session(&"3".repeat(64), Timestamp(now.0 + 60_000))
+    };
+    for s in [&live, &stale, &anonymous] {
+        store.create_session(s).await.unwrap();
+    }
+    assert_eq!(
+        store.session(&live.id_sha256, now).await.unwrap(),
+        Some(live.clone())
+    );
+    assert_eq!(
+        store.session(&anonymous.id_sha256, now).await.unwrap(),
+        Some(anonymous.clone())
+    );
+    // Expired, pruned or not, a session is never answered.
+    assert_eq!(store.session(&stale.id_sha256, now).await.unwrap(), None);
+    assert_eq!(
+        store
+            .session(&live.id_sha256, Timestamp(now.0 + 60_000))
+            .await
+            .unwrap(),
+        None,
+        "expired at its expiry"
+    );
+    assert_eq!(store.session(&"9".repeat(64), now).await.unwrap(), None);
+    assert_eq!(
+        store.prune_sessions(now).await.unwrap(),
+        1,
+        "only the stale one"
+    );
+    assert_eq!(store.prune_sessions(now).await.unwrap(), 0);
+    assert!(store.session(&live.id_sha256, now).await.unwrap().is_some());
+    // Signing out ends it, once.
+    assert!(store.delete_session(&live.id_sha256).await.unwrap());
+    assert!(!store.delete_session(&live.id_sha256).await.unwrap());
+    assert_eq!(store.session(&live.id_sha256, now).await.unwrap(), None);
+    assert!(
+        store
+            .session(&anonymous.id_sha256, now)
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
 macro_rules! suite {
     ($backend:ident, $make:expr) => {
         mod $backend {
@@ -1434,6 +1534,14 @@ macro_rules! suite {
             async fn concurrent_claims_never_share_a_delivery() {
                 super::concurrent_claims_never_share_a_delivery(store().await.0).await;
             }
+            #[tokio::test]
+            async fn pending_approvals_filter_by_tool_and_name_the_caller() {
+                super::pending_approvals_filter_by_tool_and_name_the_caller(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn inbox_sessions_expire_and_end() {
+                super::inbox_sessions_expire_and_end(store().await.0).await;
+            }
         }
     };
 }
@@ -1531,7 +1639,8 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
         "ALTER TABLE suspensions DROP COLUMN tool; DROP TABLE feed; DROP TABLE feed_state; \
-         DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; PRAGMA user_version = 3;",
+         DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
+         PRAGMA user_version = 3;",
     )
     .unwrap();
     drop(conn);

@@ -298,7 +298,7 @@ async fn replicas_that_start_together_migrate_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 3, "each of the three migrations applied once");
+    assert_eq!(versions, 4, "each of the four migrations applied once");
     let leases: i64 = client
         .query_one("SELECT count(*) FROM replicas", &[])
         .await

@@ -19,7 +19,7 @@ const DEFAULT_LIMIT: u32 = 50;
 /// The largest page size of `GET /approvals`.
 pub(super) const MAX_LIMIT: u32 = 500;
 /// The longest rejection reason accepted, in characters.
-pub(super) const MAX_REASON_CHARS: usize = 4096;
+pub(crate) const MAX_REASON_CHARS: usize = 4096;
 
 /// Paging of `GET /approvals`.
 #[derive(Deserialize, utoipa::IntoParams)]

@@ -84,40 +84,68 @@ pub(super) async fn events(
             Some(wanted)
         }
     };
-    let resume = headers
+    let cursor = start_cursor(&app, resume_point(&headers, query.after)).await?;
+    if let Some(Extension(held)) = held {
+        held.release();
+    }
+    Ok(follow(&app, principal, cursor, types, query.tool, true))
+}
+
+/// The entry a reconnecting client resumes after: `Last-Event-ID`, else `?after=`.
+pub(crate) fn resume_point(headers: &HeaderMap, after: Option<String>) -> Option<String> {
+    headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
         .map(str::to_owned)
         .filter(|id| !id.is_empty())
-        .or(query.after);
-    let store = app.dispatcher.store().clone();
-    let cursor = match resume {
-        // Checked now, so that a bad or expired cursor is an answer, not a stream that ends.
+        .or(after)
+}
+
+/// Where a stream starts: right after `resume` (an event `id` a client received; checked now,
+/// so that a bad or expired cursor is an answer, not a stream that ends), or with the next new
+/// entry.
+pub(crate) async fn start_cursor(
+    app: &AppState,
+    resume: Option<String>,
+) -> Result<FeedCursor, ApiError> {
+    let store = app.dispatcher.store();
+    match resume {
         Some(after) => {
             let cursor = FeedCursor(after);
             store.feed(Some(&cursor), 1).await.map_err(feed_error)?;
-            cursor
+            Ok(cursor)
         }
-        None => store.feed_head().await?,
-    };
-    if let Some(Extension(held)) = held {
-        held.release();
+        None => Ok(store.feed_head().await?),
     }
+}
+
+/// The feed from `cursor` on, as the Server-Sent Events `principal` may see, filtered by type
+/// and tool; suspension tokens only when `tokens` is set and the principal is an approver. The
+/// one event stream of every door (`GET /events`, the inbox's live updates).
+pub(crate) fn follow(
+    app: &AppState,
+    principal: Principal,
+    cursor: FeedCursor,
+    types: Option<HashSet<String>>,
+    tool: Option<String>,
+    tokens: bool,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
     let follow = Follow {
-        store,
+        store: app.dispatcher.store().clone(),
         cursor,
         ready: VecDeque::new(),
         changes: app.dispatcher.store().feed_changes(),
         released: app.dispatcher.running().released(),
+        tokens: tokens && principal.sees_all_calls(),
         principal,
         types,
-        tool: query.tool,
+        tool,
     };
     let stream = futures_util::stream::unfold(follow, |mut follow| async move {
         let event = follow.next().await?;
         Some((Ok(event), follow))
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
 }
 
 fn feed_error(err: StoreError) -> ApiError {
@@ -138,6 +166,8 @@ struct Follow {
     changes: tokio::sync::watch::Receiver<u64>,
     released: tokio::sync::watch::Receiver<bool>,
     principal: Principal,
+    /// Whether suspensions carry their token.
+    tokens: bool,
     types: Option<HashSet<String>>,
     tool: Option<String>,
 }
@@ -194,7 +224,7 @@ impl Follow {
         if self.tool.as_ref().is_some_and(|t| *t != entry.call.tool) {
             return None;
         }
-        let data = crate::feed::entry_data(entry, self.principal.sees_all_calls());
+        let data = crate::feed::entry_data(entry, self.tokens);
         let data = serde_json::to_string(&data).ok()?;
         Some(
             Event::default()

@@ -7,11 +7,11 @@
 //! server runs (the tool list, in toolgate's own format and each provider's, each descriptor,
 //! the OpenAPI document) is serialized once here.
 
-mod approvals;
+pub(crate) mod approvals;
 pub mod auth;
 mod calls;
 pub mod error;
-mod events;
+pub(crate) mod events;
 pub(crate) mod extract;
 mod health;
 mod metrics;
@@ -68,6 +68,7 @@ pub struct ServerBuilder {
     dispatch: DispatchConfig,
     webhooks: crate::feed::webhooks::Webhooks,
     mcp: crate::mcp::McpOptions,
+    inbox: crate::inbox::InboxOptions,
 }
 
 /// What every handler shares: one `Arc`, so each request clones one pointer.
@@ -75,13 +76,16 @@ pub struct ServerBuilder {
 pub(crate) struct AppState(Arc<Shared>);
 
 pub(crate) struct Shared {
-    dispatcher: Dispatcher,
+    pub(crate) dispatcher: Dispatcher,
     /// Requests held until a call changes or a suspension arrives.
-    feed: crate::feed::Feed,
+    pub(crate) feed: crate::feed::Feed,
     /// Wakes the webhook sender (an admin's retry).
     webhooks: crate::feed::webhooks::Nudge,
     catalog: Catalog,
-    max_json_depth: usize,
+    pub(crate) max_json_depth: usize,
+    /// The approval inbox's own state: its options, the keys people sign in with, the sign-in
+    /// limiter.
+    pub(crate) inbox: crate::inbox::Inbox,
 }
 
 impl std::ops::Deref for AppState {
@@ -119,6 +123,7 @@ impl ServerBuilder {
             dispatch: DispatchConfig::default(),
             webhooks: crate::feed::webhooks::Webhooks::none(),
             mcp: crate::mcp::McpOptions::default(),
+            inbox: crate::inbox::InboxOptions::default(),
         }
     }
 
@@ -166,6 +171,13 @@ impl ServerBuilder {
         self
     }
 
+    /// `/inbox`, the approvers' web page: whether it is served, how long a sign-in lasts, and
+    /// whether its cookies are `Secure` (see [`crate::inbox`]).
+    pub fn inbox(mut self, options: crate::inbox::InboxOptions) -> Self {
+        self.inbox = options;
+        self
+    }
+
     /// The router, with every route and layer in place.
     pub fn build(self) -> Router {
         self.build_with_running().0
@@ -195,14 +207,16 @@ impl ServerBuilder {
             );
             crate::mcp::service(door, &self.mcp, self.max_body_bytes)
         });
+        let keys = Arc::new(Keys::new(self.keys));
+        let inbox_enabled = self.inbox.enabled;
         let state = AppState(Arc::new(Shared {
             dispatcher,
             feed,
             webhooks,
             catalog,
             max_json_depth: self.max_json_depth,
+            inbox: crate::inbox::Inbox::new(self.inbox, keys.clone()),
         }));
-        let keys = Arc::new(Keys::new(self.keys));
         let in_flight = Slots::new(self.max_in_flight);
         // Every route but the health probes has a gate: load shedding, auth, the role check;
         // and the body limit; and, outside the gate, the count of its requests by status. One
@@ -293,6 +307,13 @@ impl ServerBuilder {
                 axum::routing::any_service(mcp).layer(gate_with(Access::Tools, true)),
             ),
             None => router,
+        };
+        // The inbox: its pages authenticate by session cookie themselves (a browser sends no
+        // bearer token), so its gate sheds load and counts requests but checks no key.
+        let router = if inbox_enabled {
+            router.merge(crate::inbox::routes().route_layer(gate(Access::Inbox)))
+        } else {
+            router
         };
         let router = router
             .fallback(|| async { ApiError::RouteNotFound })

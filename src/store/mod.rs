@@ -312,6 +312,8 @@ pub struct Approval {
     pub call_id: String,
     /// The tool the call is for.
     pub tool: String,
+    /// The API key name that made the call; `null` when auth is off.
+    pub caller: Option<String>,
     /// What the approver is asked.
     pub reason: String,
     /// The JSON Schema the approver's input must satisfy.
@@ -334,6 +336,26 @@ pub struct ApprovalPage {
     pub approvals: Vec<Approval>,
     /// Where the next page starts, when there is one.
     pub next_cursor: Option<i64>,
+}
+
+/// A person's session of the approval inbox, as stored. The store never sees the session id
+/// itself (it lives in the person's cookie), only its SHA-256: a copy of the database lets no
+/// one act as anyone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxSession {
+    /// The SHA-256 of the session id, in hex: what the session is found by.
+    pub id_sha256: String,
+    /// The name of the API key the person signed in with; `None` when auth is off.
+    pub key_name: Option<String>,
+    /// That key's role when they signed in (`approver`, `admin`).
+    pub role: String,
+    /// A fingerprint of that key (a domain-separated SHA-256 of its token's hash), so that a
+    /// session ends when its key is removed or given a new token, even under the same name.
+    pub key_fingerprint: Option<String>,
+    /// When the person signed in.
+    pub created_at: Timestamp,
+    /// When the session ends by itself.
+    pub expires_at: Timestamp,
 }
 
 /// What the store holds now, counted: `GET /metrics` reads it at each scrape, so that every
@@ -748,6 +770,16 @@ pub trait Store: Send + Sync + 'static {
         &self,
         after: Option<i64>,
         limit: u32,
+    ) -> Result<ApprovalPage, StoreError> {
+        self.pending_approvals_of(None, after, limit).await
+    }
+
+    /// [`Store::pending_approvals`], only those of the tool `tool` when it is given.
+    async fn pending_approvals_of(
+        &self,
+        tool: Option<&str>,
+        after: Option<i64>,
+        limit: u32,
     ) -> Result<ApprovalPage, StoreError>;
 
     /// The pending, unexpired suspensions counted, and on a shared database the live replicas:
@@ -835,6 +867,23 @@ pub trait Store: Send + Sync + 'static {
 
     /// The webhooks whose receiver answered `410 Gone` to their last attempt: disabled.
     async fn disabled_webhooks(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Records a new inbox session, once committed.
+    async fn create_session(&self, session: &InboxSession) -> Result<(), StoreError>;
+
+    /// The session whose id hashes to `id_sha256` (hex), if it exists and has not expired by
+    /// `now`: an expired session is never answered, whether or not it was pruned yet.
+    async fn session(
+        &self,
+        id_sha256: &str,
+        now: Timestamp,
+    ) -> Result<Option<InboxSession>, StoreError>;
+
+    /// Ends the session whose id hashes to `id_sha256`; whether there was one.
+    async fn delete_session(&self, id_sha256: &str) -> Result<bool, StoreError>;
+
+    /// Drops the sessions expired by `now`; how many.
+    async fn prune_sessions(&self, now: Timestamp) -> Result<u64, StoreError>;
 
     /// The backend's name, as `/readyz` shows it: `sqlite`, `postgres`.
     fn backend(&self) -> &'static str;

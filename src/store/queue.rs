@@ -12,8 +12,8 @@ use tokio::sync::oneshot;
 
 use super::record::{Prepared, PreparedCall};
 use super::{
-    Delivery, DeliveryResult, FeedCursor, Inserted, NewCall, NewDelivery, Outcome, Reconciled,
-    Rerun, Resolution, Resolved, Settlement, StoreError,
+    Delivery, DeliveryResult, FeedCursor, InboxSession, Inserted, NewCall, NewDelivery, Outcome,
+    Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
 };
 
 /// How long records written behind the answer wait for company before the writer commits them
@@ -120,6 +120,12 @@ pub(crate) enum WriteOp {
     SettleDelivery(i64, DeliveryResult),
     /// Makes the failed delivery pending again.
     RetryDelivery(i64),
+    /// Records an inbox session.
+    CreateSession(Box<InboxSession>),
+    /// Ends the inbox session whose id hashes to this (hex).
+    DeleteSession(String),
+    /// Drops the inbox sessions expired by this time (Unix ms).
+    PruneSessions(i64),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -134,7 +140,7 @@ pub(crate) enum Reply {
     Rerun(Option<Box<Rerun>>),
     Resolved(Box<Resolved>),
     Reconciled(Box<Reconciled>),
-    /// How many feed entries were dropped.
+    /// How many rows were dropped: feed entries, or inbox sessions.
     Pruned(u64),
     /// Whether the webhook outbox's cursor moved (and the deliveries were created).
     Enqueued(bool),
@@ -157,6 +163,9 @@ impl WriteOp {
             | WriteOp::ClaimDeliveries { .. }
             | WriteOp::SettleDelivery(..)
             | WriteOp::RetryDelivery(_)
+            | WriteOp::CreateSession(_)
+            | WriteOp::DeleteSession(_)
+            | WriteOp::PruneSessions(_)
             | WriteOp::Ping => false,
         }
     }

@@ -11,6 +11,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_schema.sql"),
     include_str!("../migrations/postgres/0002_feed.sql"),
     include_str!("../migrations/postgres/0003_webhooks.sql"),
+    include_str!("../migrations/postgres/0004_inbox_sessions.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

@@ -21,6 +21,7 @@ mod feed;
 mod leases;
 mod migrations;
 mod reads;
+mod sessions;
 mod webhooks;
 mod writer;
 
@@ -35,8 +36,9 @@ use tokio_postgres::NoTls;
 use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
-    DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, Inserted, NewCall, NewDelivery, Outcome,
-    Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts, StoreError, Timestamp,
+    DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, InboxSession, Inserted, NewCall,
+    NewDelivery, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts,
+    StoreError, Timestamp,
 };
 use leases::Lease;
 use reads::Conn;
@@ -397,16 +399,44 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn pending_approvals(
+    async fn pending_approvals_of(
         &self,
+        tool: Option<&str>,
         after: Option<i64>,
         limit: u32,
     ) -> Result<ApprovalPage, StoreError> {
         bounded(async {
             let conn = self.reader().await?;
-            reads::pending_approvals(&Conn::Client(&conn), after, limit).await
+            reads::pending_approvals(&Conn::Client(&conn), tool, after, limit).await
         })
         .await
+    }
+
+    async fn create_session(&self, session: &InboxSession) -> Result<(), StoreError> {
+        self.write(WriteOp::CreateSession(Box::new(session.clone())))
+            .await?
+            .settled()
+    }
+
+    async fn session(
+        &self,
+        id_sha256: &str,
+        now: Timestamp,
+    ) -> Result<Option<InboxSession>, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            sessions::find(&Conn::Client(&conn), id_sha256, now.0).await
+        })
+        .await
+    }
+
+    async fn delete_session(&self, id_sha256: &str) -> Result<bool, StoreError> {
+        let op = WriteOp::DeleteSession(id_sha256.to_owned());
+        Ok(self.write(op).await?.pruned()? > 0)
+    }
+
+    async fn prune_sessions(&self, now: Timestamp) -> Result<u64, StoreError> {
+        self.write(WriteOp::PruneSessions(now.0)).await?.pruned()
     }
 
     async fn counts(&self) -> Result<StoreCounts, StoreError> {

@@ -186,7 +186,7 @@ pub(super) async fn list_calls(
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
 /// expires_at.
 const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
-     s.input_schema, s.created_at, s.expires_at";
+     s.input_schema, s.created_at, s.expires_at, c.caller";
 
 fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
     let schema: String = row.try_get(5).map_err(pg_error)?;
@@ -203,6 +203,7 @@ fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
                 .try_get::<_, Option<i64>>(7)
                 .map_err(pg_error)?
                 .map(Timestamp),
+            caller: row.try_get(8).map_err(pg_error)?,
             input: None,
         },
     ))
@@ -210,12 +211,15 @@ fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
 
 pub(super) async fn pending_approvals(
     conn: &Conn<'_>,
+    tool: Option<&str>,
     after: Option<i64>,
     limit: u32,
 ) -> Result<ApprovalPage, StoreError> {
     let sql = format!(
-        "{APPROVAL_COLUMNS} FROM suspensions s WHERE s.status = 'pending' AND s.seq > $1 \
-         AND (s.expires_at IS NULL OR s.expires_at > $3) ORDER BY s.seq LIMIT $2"
+        "{APPROVAL_COLUMNS} FROM suspensions s JOIN calls c ON c.call_id = s.call_id \
+         WHERE s.status = 'pending' AND s.seq > $1 \
+         AND (s.expires_at IS NULL OR s.expires_at > $3) \
+         AND ($4::text IS NULL OR s.tool = $4) ORDER BY s.seq LIMIT $2"
     );
     // One more than asked tells whether another page follows.
     let rows = conn
@@ -225,6 +229,7 @@ pub(super) async fn pending_approvals(
                 &after.unwrap_or(0),
                 &(i64::from(limit) + 1),
                 &Timestamp::now().0,
+                &tool,
             ],
         )
         .await
@@ -282,8 +287,8 @@ pub(super) async fn approval(
         return Ok(None);
     };
     let (_, mut approval) = approval_from_row(&row)?;
-    let input: String = row.try_get(8).map_err(pg_error)?;
-    let status: String = row.try_get(9).map_err(pg_error)?;
+    let input: String = row.try_get(9).map_err(pg_error)?;
+    let status: String = row.try_get(10).map_err(pg_error)?;
     let expired = status == "expired"
         || (status == "pending" && approval.expires_at.is_some_and(|at| at.0 <= now));
     if expired {

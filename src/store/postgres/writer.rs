@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::reads::{Conn, find_call, load_call};
-use super::{pg_error, pool_error, webhooks};
+use super::{pg_error, pool_error, sessions, webhooks};
 use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{
     DERIVED_EVENTS, Prepared, PreparedCall, event_json, events_json, expired_error, feed_type,
@@ -524,6 +524,11 @@ async fn apply(
             WriteOp::RetryDelivery(id) => webhooks::retry(&c, *id, now)
                 .await
                 .map(|delivery| Reply::Delivery(delivery.map(Box::new))),
+            WriteOp::CreateSession(session) => {
+                sessions::create(&c, session).await.map(|()| Reply::Done)
+            }
+            WriteOp::DeleteSession(id) => sessions::delete(&c, id).await.map(Reply::Pruned),
+            WriteOp::PruneSessions(now) => sessions::prune(&c, *now).await.map(Reply::Pruned),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.

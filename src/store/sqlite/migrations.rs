@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0004_suspension_tool.sql"),
     include_str!("../migrations/sqlite/0005_feed.sql"),
     include_str!("../migrations/sqlite/0006_webhooks.sql"),
+    include_str!("../migrations/sqlite/0007_inbox_sessions.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive

@@ -15,6 +15,7 @@
 mod migrations;
 mod reads;
 mod recovery;
+mod sessions;
 mod webhooks;
 mod writer;
 mod writes;
@@ -30,8 +31,9 @@ use tokio::sync::oneshot;
 use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
-    DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, Inserted, NewCall, NewDelivery, Outcome,
-    Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts, StoreError, Timestamp,
+    DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, InboxSession, Inserted, NewCall,
+    NewDelivery, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts,
+    StoreError, Timestamp,
 };
 use migrations::migrate;
 use recovery::recover;
@@ -356,13 +358,40 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn pending_approvals(
+    async fn pending_approvals_of(
         &self,
+        tool: Option<&str>,
         after: Option<i64>,
         limit: u32,
     ) -> Result<ApprovalPage, StoreError> {
-        self.read(move |conn| reads::pending_approvals(conn, after, limit))
+        let tool = tool.map(str::to_owned);
+        self.read(move |conn| reads::pending_approvals(conn, tool.as_deref(), after, limit))
             .await
+    }
+
+    async fn create_session(&self, session: &InboxSession) -> Result<(), StoreError> {
+        self.write(WriteOp::CreateSession(Box::new(session.clone())))
+            .await?
+            .settled()
+    }
+
+    async fn session(
+        &self,
+        id_sha256: &str,
+        now: Timestamp,
+    ) -> Result<Option<InboxSession>, StoreError> {
+        let id = id_sha256.to_owned();
+        self.read(move |conn| sessions::find(conn, &id, now.0))
+            .await
+    }
+
+    async fn delete_session(&self, id_sha256: &str) -> Result<bool, StoreError> {
+        let op = WriteOp::DeleteSession(id_sha256.to_owned());
+        Ok(self.write(op).await?.pruned()? > 0)
+    }
+
+    async fn prune_sessions(&self, now: Timestamp) -> Result<u64, StoreError> {
+        self.write(WriteOp::PruneSessions(now.0)).await?.pruned()
     }
 
     async fn counts(&self) -> Result<StoreCounts, StoreError> {

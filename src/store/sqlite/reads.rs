@@ -78,7 +78,7 @@ fn raw_call(row: &Row<'_>) -> rusqlite::Result<RawCall> {
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
 /// expires_at.
 const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
-     s.input_schema, s.created_at, s.expires_at";
+     s.input_schema, s.created_at, s.expires_at, c.caller";
 
 /// Reads a row of [`APPROVAL_COLUMNS`]: its seq, the approval without its input schema, and
 /// the schema as stored.
@@ -93,6 +93,7 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Approval, String)>
             input_schema: Value::Null,
             created_at: Timestamp(row.get(6)?),
             expires_at: row.get::<_, Option<i64>>(7)?.map(Timestamp),
+            caller: row.get(8)?,
             input: None,
         },
         row.get(5)?,
@@ -173,19 +174,26 @@ pub(super) fn list_calls(
 /// Up to `limit` pending, unexpired suspensions after the cursor `after` (a seq), oldest first.
 pub(super) fn pending_approvals(
     conn: &Connection,
+    tool: Option<&str>,
     after: Option<i64>,
     limit: u32,
 ) -> Result<ApprovalPage, StoreError> {
     let sql = format!(
-        "{APPROVAL_COLUMNS} FROM suspensions s \
+        "{APPROVAL_COLUMNS} FROM suspensions s JOIN calls c ON c.call_id = s.call_id \
          WHERE s.status = 'pending' AND s.seq > ?1 \
-         AND (s.expires_at IS NULL OR s.expires_at > ?3) ORDER BY s.seq LIMIT ?2"
+         AND (s.expires_at IS NULL OR s.expires_at > ?3) AND (?4 IS NULL OR s.tool = ?4) \
+         ORDER BY s.seq LIMIT ?2"
     );
     let mut st = conn.prepare_cached(&sql).map_err(backend)?;
     // One more than asked tells whether another page follows.
     let rows = st
         .query_map(
-            params![after.unwrap_or(0), i64::from(limit) + 1, Timestamp::now().0],
+            params![
+                after.unwrap_or(0),
+                i64::from(limit) + 1,
+                Timestamp::now().0,
+                tool
+            ],
             approval_from_row,
         )
         .map_err(backend)?;
@@ -239,8 +247,8 @@ pub(super) fn approval(
             st.query_row([token], |row| {
                 Ok((
                     approval_from_row(row)?,
-                    row.get::<_, String>(8)?,
                     row.get::<_, String>(9)?,
+                    row.get::<_, String>(10)?,
                 ))
             })
             .optional()

@@ -15,7 +15,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::writes::{
     INSERT_CALL, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun, resolve,
 };
-use super::{backend, webhooks};
+use super::{backend, sessions, webhooks};
 use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
 use crate::store::{CallStatus, StoreError, Timestamp};
@@ -170,6 +170,9 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
         WriteOp::RetryDelivery(id) => {
             webhooks::retry(conn, id, now).map(|delivery| Reply::Delivery(delivery.map(Box::new)))
         }
+        WriteOp::CreateSession(session) => sessions::create(conn, &session).map(|()| Reply::Done),
+        WriteOp::DeleteSession(id) => sessions::delete(conn, &id).map(Reply::Pruned),
+        WriteOp::PruneSessions(now) => sessions::prune(conn, now).map(Reply::Pruned),
         WriteOp::Ping => Ok(Reply::Done),
     }
 }

@@ -1,0 +1,100 @@
+//! `/inbox`: the approval inbox, a web page for the people who decide.
+//!
+//! A door like REST and MCP: it reads the store and sends every decision through
+//! [`crate::dispatch::Dispatcher`] exactly as `/approvals` and `/calls/{id}/resolve` do, with the
+//! signed-in key's name as the actor. Its URLs name calls, never suspension tokens: the server
+//! looks the pending token up from the call, so tokens stay out of browser history and logs.
+//!
+//! - Pages are rendered on the server from compile-time checked templates (askama, which
+//!   escapes every value for HTML; nothing a caller or a model wrote is ever marked safe),
+//!   with one stylesheet and one small script embedded in the binary (`assets.rs`). Every page
+//!   carries a Content-Security-Policy without inline scripts or styles.
+//! - Sign-in (`session.rs`): a person pastes an approver or admin key; the session is a random
+//!   id in an `HttpOnly`, `SameSite=Strict` cookie, stored server-side by its SHA-256 (so it
+//!   survives restarts and works on every replica), re-checked against the configured keys on
+//!   every request. Every state-changing form carries a CSRF token derived from the session id.
+//!   Attempts are rate-limited per client address (`limit.rs`). With auth off (no keys), no
+//!   sign-in is needed: the page acts as the anonymous admin, as every REST request then does,
+//!   in a session of its own so that its forms are still bound to a CSRF token.
+//! - The pages (`pages.rs`): the queue (live, over the same event stream as `GET /events`),
+//!   one call (its approval, or its history once decided), the calls to reconcile.
+//! - The decisions (`decide.rs`), with answer forms generated from JSON Schemas (`form.rs`).
+
+mod assets;
+mod decide;
+mod form;
+mod limit;
+mod pages;
+mod session;
+mod views;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+
+use crate::server::AppState;
+use crate::server::auth::Keys;
+
+/// How long a sign-in lasts by default: 12 hours.
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(43_200);
+
+/// How the inbox is served (`[inbox]` in the configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxOptions {
+    /// Whether `/inbox` is served at all.
+    pub enabled: bool,
+    /// How long a session lasts after sign-in.
+    pub session_ttl: Duration,
+    /// Whether the cookies are `Secure` (sent over HTTPS only) even on a request that did not
+    /// say it came over TLS (`X-Forwarded-Proto: https`).
+    pub secure_cookies: bool,
+}
+
+impl Default for InboxOptions {
+    fn default() -> Self {
+        InboxOptions {
+            enabled: true,
+            session_ttl: DEFAULT_SESSION_TTL,
+            secure_cookies: false,
+        }
+    }
+}
+
+/// The inbox's state beside the server's: its options, the keys people sign in with, and the
+/// sign-in limiter.
+pub(crate) struct Inbox {
+    options: InboxOptions,
+    keys: Arc<Keys>,
+    limiter: limit::Limiter,
+}
+
+impl Inbox {
+    /// The inbox with `options`, signing people in with `keys`.
+    pub(crate) fn new(options: InboxOptions, keys: Arc<Keys>) -> Self {
+        Inbox {
+            options,
+            keys,
+            limiter: limit::Limiter::default(),
+        }
+    }
+}
+
+/// The inbox's routes. They carry no bearer-token gate: each page checks the session cookie
+/// itself and answers HTML.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/inbox", get(pages::queue))
+        .route("/inbox/queue", get(pages::queue_fragment))
+        .route("/inbox/events", get(pages::events))
+        .route("/inbox/reconcile", get(pages::reconcile))
+        .route("/inbox/calls/{call_id}", get(pages::call))
+        .route("/inbox/calls/{call_id}/approve", post(decide::approve))
+        .route("/inbox/calls/{call_id}/reject", post(decide::reject))
+        .route("/inbox/calls/{call_id}/complete", post(decide::complete))
+        .route("/inbox/calls/{call_id}/resolve", post(decide::resolve))
+        .route("/inbox/sign-in", post(session::sign_in))
+        .route("/inbox/sign-out", post(session::sign_out))
+        .route("/inbox/assets/{file}", get(assets::serve))
+}

@@ -1,0 +1,440 @@
+//! Signing in and out, the session cookie, and the CSRF tokens bound to it.
+//!
+//! A session id is 256 random bits from the OS, sent to the browser once, in the `HttpOnly`,
+//! `SameSite=Strict` cookie [`SESSION_COOKIE`]; the store keeps only its SHA-256. Each request
+//! finds the session by that hash, refuses it once expired, and checks that the key it was made
+//! with is still configured, under the same name and token, with an approver or admin role: a
+//! key removed, re-issued or demoted to `caller` ends its sessions at once.
+//!
+//! The CSRF token of a session is the SHA-256 of a domain-separated string with the session id:
+//! only a page rendered for that session knows it (the cookie cannot be read by scripts, and
+//! `SameSite=Strict` keeps it off cross-site requests too). The sign-in form has no session yet;
+//! it is protected by a double-submit token: a random value in its own `SameSite=Strict` cookie
+//! [`SIGN_IN_COOKIE`] that the form must repeat, so another site cannot sign a person in under
+//! a key of its choosing.
+
+use std::net::{IpAddr, SocketAddr};
+
+use askama::Template;
+use axum::Form;
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::views::{Base, Nav, PageError, page, see_other};
+use crate::server::AppState;
+use crate::server::auth::{ApiKey, Principal, Role};
+use crate::store::{InboxSession, Timestamp};
+
+/// The session cookie.
+pub(crate) const SESSION_COOKIE: &str = "toolgate_inbox";
+
+/// The sign-in form's double-submit cookie.
+pub(crate) const SIGN_IN_COOKIE: &str = "toolgate_inbox_sign_in";
+
+/// How long a sign-in form stays valid, in seconds.
+const SIGN_IN_TTL_S: u64 = 3600;
+
+/// A signed-in person, as a page sees them.
+#[derive(Debug, Clone)]
+pub(crate) struct Signed {
+    /// Who acts: the key's name (recorded as the actor of every decision) and role.
+    pub(crate) principal: Principal,
+    /// The CSRF token every form of this session carries.
+    pub(crate) csrf: String,
+    /// A cookie to set with the answer: a session just made (auth off makes one by itself).
+    pub(crate) set_cookie: Option<HeaderValue>,
+}
+
+impl Signed {
+    /// The page header's facts.
+    pub(crate) fn nav(&self) -> Nav {
+        Nav {
+            who: self
+                .principal
+                .name
+                .clone()
+                .unwrap_or_else(|| "auth off (admin)".into()),
+            csrf: self.csrf.clone(),
+        }
+    }
+
+    /// Whether `sent` is this session's CSRF token, compared in constant time.
+    pub(crate) fn check_csrf(&self, sent: Option<&str>) -> Result<(), PageError> {
+        match sent {
+            Some(sent) if bool::from(sent.as_bytes().ct_eq(self.csrf.as_bytes())) => Ok(()),
+            _ => Err(PageError::Csrf),
+        }
+    }
+
+    /// `response` with the session's new cookie, if it has one.
+    pub(crate) fn answer(&self, mut response: Response) -> Response {
+        if let Some(cookie) = &self.set_cookie {
+            response
+                .headers_mut()
+                .append(header::SET_COOKIE, cookie.clone());
+        }
+        response
+    }
+}
+
+/// The client's address, when the server was started with connect info.
+pub(crate) struct ClientAddr(pub(crate) Option<IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddr(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|info| info.0.ip()),
+        ))
+    }
+}
+
+/// The value of the cookie `name` in the request, if it sent one.
+fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value.trim())
+        .filter(|value| !value.is_empty())
+}
+
+fn sha256_hex(parts: &[&[u8]]) -> String {
+    let mut hash = Sha256::new();
+    for part in parts {
+        hash.update(part);
+    }
+    hex::encode(hash.finalize())
+}
+
+/// What the store finds a session by.
+fn id_hash(id: &str) -> String {
+    sha256_hex(&[id.as_bytes()])
+}
+
+/// The CSRF token of the session `id`.
+fn csrf_token(id: &str) -> String {
+    sha256_hex(&[b"toolgate inbox csrf\0", id.as_bytes()])
+}
+
+/// What a session records of its key: enough to tell it is still the same key, not its token.
+fn fingerprint(key: &ApiKey) -> String {
+    sha256_hex(&[b"toolgate inbox key\0", &key.token_sha256])
+}
+
+/// 256 random bits, URL-safe.
+fn random_id() -> Result<String, PageError> {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|err| {
+        tracing::error!(error = %err, "the OS gave no random bytes");
+        PageError::Internal
+    })?;
+    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// Whether cookies are `Secure`: configured so, or the request came over TLS (as a reverse
+/// proxy in front says with `X-Forwarded-Proto`).
+fn secure_cookies(app: &AppState, headers: &HeaderMap) -> bool {
+    app.inbox.options.secure_cookies
+        || headers
+            .get("x-forwarded-proto")
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
+}
+
+/// A `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, for the inbox's path only.
+fn set_cookie(name: &str, value: &str, base: &Base, max_age_s: u64, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    let text = format!(
+        "{name}={value}; Path={}; Max-Age={max_age_s}; HttpOnly; SameSite=Strict{secure}",
+        base.0
+    );
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// The signed-in person, if the request carries a live session whose key still may decide. With
+/// auth off, a request without one gets a new anonymous session (to be set with the answer).
+pub(crate) async fn signed(
+    app: &AppState,
+    headers: &HeaderMap,
+    base: &Base,
+) -> Result<Option<Signed>, PageError> {
+    let keys = &app.inbox.keys;
+    if let Some(id) = cookie(headers, SESSION_COOKIE) {
+        let hash = id_hash(id);
+        let store = app.dispatcher.store();
+        if let Some(session) = store.session(&hash, Timestamp::now()).await? {
+            let principal = if keys.enabled() {
+                // The key must still be configured, the same key, and still an approver's.
+                let key = keys.iter().find(|key| {
+                    session.key_name.as_deref() == Some(key.name.as_str())
+                        && session.key_fingerprint.as_deref() == Some(fingerprint(key).as_str())
+                });
+                match key {
+                    Some(key) if key.role != Role::Caller => Some(Principal {
+                        name: Some(key.name.clone()),
+                        role: key.role,
+                    }),
+                    _ => None,
+                }
+            } else {
+                // Auth off: everyone is the anonymous admin, as on every REST request.
+                Some(Principal {
+                    name: None,
+                    role: Role::Admin,
+                })
+            };
+            match principal {
+                Some(principal) => {
+                    return Ok(Some(Signed {
+                        principal,
+                        csrf: csrf_token(id),
+                        set_cookie: None,
+                    }));
+                }
+                None => {
+                    store.delete_session(&hash).await?;
+                }
+            }
+        }
+    }
+    if keys.enabled() {
+        return Ok(None);
+    }
+    let principal = Principal {
+        name: None,
+        role: Role::Admin,
+    };
+    start(app, headers, base, principal, None).await.map(Some)
+}
+
+/// Makes a session for `principal` (signed in with `key`, unless auth is off).
+async fn start(
+    app: &AppState,
+    headers: &HeaderMap,
+    base: &Base,
+    principal: Principal,
+    key: Option<&ApiKey>,
+) -> Result<Signed, PageError> {
+    let id = random_id()?;
+    let now = Timestamp::now();
+    let ttl = app.inbox.options.session_ttl;
+    let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+    let store = app.dispatcher.store();
+    // Sessions that ran out are dropped as new ones begin (and every minute by the binary).
+    if let Err(err) = store.prune_sessions(now).await {
+        tracing::debug!(error = %err, "cannot prune inbox sessions now");
+    }
+    store
+        .create_session(&InboxSession {
+            id_sha256: id_hash(&id),
+            key_name: principal.name.clone(),
+            role: match principal.role {
+                Role::Admin => "admin",
+                Role::Approver => "approver",
+                Role::Caller => "caller",
+            }
+            .into(),
+            key_fingerprint: key.map(fingerprint),
+            created_at: now,
+            expires_at: Timestamp(now.0.saturating_add(ttl_ms)),
+        })
+        .await?;
+    let cookie = set_cookie(
+        SESSION_COOKIE,
+        &id,
+        base,
+        ttl.as_secs(),
+        secure_cookies(app, headers),
+    );
+    Ok(Signed {
+        principal,
+        csrf: csrf_token(&id),
+        set_cookie: Some(cookie),
+    })
+}
+
+/// The sign-in page.
+#[derive(Template)]
+#[template(path = "sign_in.html")]
+struct SignInPage {
+    base: String,
+    nav: Option<Nav>,
+    title: &'static str,
+    csrf: String,
+    message: Option<String>,
+}
+
+/// The sign-in page, with a fresh double-submit token (`message`: why the last attempt failed).
+pub(crate) fn sign_in_page(
+    app: &AppState,
+    headers: &HeaderMap,
+    base: &Base,
+    status: StatusCode,
+    message: Option<String>,
+) -> Response {
+    // A sign-in form already open in another tab keeps working: its token is reused.
+    let reused = cookie(headers, SIGN_IN_COOKIE).map(str::to_owned);
+    let token = match reused.map_or_else(random_id, Ok) {
+        Ok(token) => token,
+        Err(err) => return err.into_response(),
+    };
+    let mut response = page(
+        status,
+        &SignInPage {
+            base: base.0.clone(),
+            nav: None,
+            title: "Sign in",
+            csrf: token.clone(),
+            message,
+        },
+    );
+    let cookie = set_cookie(
+        SIGN_IN_COOKIE,
+        &token,
+        base,
+        SIGN_IN_TTL_S,
+        secure_cookies(app, headers),
+    );
+    response.headers_mut().append(header::SET_COOKIE, cookie);
+    response
+}
+
+/// The sign-in form.
+#[derive(serde::Deserialize)]
+pub(crate) struct SignIn {
+    key: Option<String>,
+    csrf: Option<String>,
+}
+
+/// `POST /inbox/sign-in`: a person pastes their key. A caller key, an unknown key or a form
+/// from elsewhere is refused; the key is never echoed, logged or put in a URL.
+pub(crate) async fn sign_in(
+    State(app): State<AppState>,
+    ClientAddr(address): ClientAddr,
+    base: Base,
+    headers: HeaderMap,
+    Form(form): Form<SignIn>,
+) -> Result<Response, PageError> {
+    app.inbox
+        .limiter
+        .take(address)
+        .map_err(PageError::RateLimited)?;
+    let expected = cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
+    let sent = form.csrf.as_deref().unwrap_or_default();
+    if expected.is_empty() || !bool::from(sent.as_bytes().ct_eq(expected.as_bytes())) {
+        return Err(PageError::Csrf);
+    }
+    let keys = &app.inbox.keys;
+    if !keys.enabled() {
+        // Nothing to sign in with: the inbox is open (auth off).
+        return Ok(see_other(&base.0));
+    }
+    let typed = form.key.as_deref().map(str::trim).unwrap_or_default();
+    let refused = |status, message: &str| {
+        Ok(sign_in_page(
+            &app,
+            &headers,
+            &base,
+            status,
+            Some(message.to_owned()),
+        ))
+    };
+    if typed.is_empty() {
+        return refused(StatusCode::UNPROCESSABLE_ENTITY, "Paste your API key.");
+    }
+    let Some(key) = keys.find(typed) else {
+        return refused(
+            StatusCode::UNAUTHORIZED,
+            "This key is not one this server knows. Check that you pasted all of it.",
+        );
+    };
+    if key.role == Role::Caller {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "This is a caller key: it may call tools but never decide. Sign in with an approver \
+             or admin key.",
+        );
+    }
+    let principal = Principal {
+        name: Some(key.name.clone()),
+        role: key.role,
+    };
+    let key = key.clone();
+    let signed = start(&app, &headers, &base, principal, Some(&key)).await?;
+    tracing::info!(key = %key.name, "signed in to the inbox");
+    let mut response = signed.answer(see_other(&base.0));
+    // The sign-in token is spent.
+    let spent = set_cookie(SIGN_IN_COOKIE, "", &base, 0, false);
+    response.headers_mut().append(header::SET_COOKIE, spent);
+    Ok(response)
+}
+
+/// The sign-out form.
+#[derive(serde::Deserialize)]
+pub(crate) struct SignOut {
+    csrf: Option<String>,
+}
+
+/// `POST /inbox/sign-out`: ends the session, here and on every replica.
+pub(crate) async fn sign_out(
+    State(app): State<AppState>,
+    base: Base,
+    headers: HeaderMap,
+    Form(form): Form<SignOut>,
+) -> Result<Response, PageError> {
+    let Some(id) = cookie(&headers, SESSION_COOKIE) else {
+        return Ok(see_other(&base.0));
+    };
+    if !bool::from(
+        form.csrf
+            .unwrap_or_default()
+            .as_bytes()
+            .ct_eq(csrf_token(id).as_bytes()),
+    ) {
+        return Err(PageError::Csrf);
+    }
+    app.dispatcher.store().delete_session(&id_hash(id)).await?;
+    let mut response = see_other(&base.0);
+    let gone = set_cookie(SESSION_COOKIE, "", &base, 0, secure_cookies(&app, &headers));
+    response.headers_mut().append(header::SET_COOKIE, gone);
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_found_by_name() {
+        let mut headers = HeaderMap::new();
+        headers.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; toolgate_inbox=abc"),
+        );
+        headers.append(header::COOKIE, HeaderValue::from_static("b=2"));
+        assert_eq!(cookie(&headers, SESSION_COOKIE), Some("abc"));
+        assert_eq!(cookie(&headers, "b"), Some("2"));
+        assert_eq!(cookie(&headers, SIGN_IN_COOKIE), None);
+    }
+
+    #[test]
+    fn the_csrf_token_is_bound_to_the_session_and_is_not_its_id() {
+        let (a, b) = (csrf_token("one"), csrf_token("two"));
+        assert_ne!(a, b);
+        assert_ne!(a, id_hash("one"), "the store's hash is not the token");
+        assert_eq!(a.len(), 64);
+    }
+}

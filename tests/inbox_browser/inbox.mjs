@@ -1,0 +1,223 @@
+// Drives toolgate's /inbox in headless Chromium (Debian's, through playwright-core), as a person
+// would: run by tests/inbox_browser.rs from .ci/node, so that the import resolves. The server's
+// address and keys come from the environment; API calls are made with fetch and a bearer token.
+// The last line printed is a JSON summary the Rust test checks.
+//
+// INBOX_PHASE: `main` (every scenario), `restart-1` (sign in, save the cookies to
+// INBOX_STATE), `restart-2` (open the inbox with the saved cookies, after the server restarted).
+// INBOX_SCREENSHOTS: a directory to write the README's screenshots to (main phase only).
+import { chromium } from "playwright-core";
+
+const base = process.env.INBOX_BASE;
+const phase = process.env.INBOX_PHASE || "main";
+const approver = process.env.INBOX_APPROVER;
+const caller = process.env.INBOX_CALLER;
+const otherApprover = process.env.INBOX_OTHER_APPROVER;
+const shots = process.env.INBOX_SCREENSHOTS || "";
+const payload = `<script>alert(1)</script>"><img src=x onerror=alert(1)>`;
+
+function check(condition, message) {
+  if (!condition) throw new Error(`check failed: ${message}`);
+}
+
+async function api(method, path, token, body) {
+  const response = await fetch(base + path, {
+    method,
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: response.status, body: await response.json() };
+}
+
+async function suspend(tool, input) {
+  const { status, body } = await api("POST", `/tools/${tool}/call`, caller, { input });
+  check(status === 202, `${tool} suspends: ${status} ${JSON.stringify(body)}`);
+  return body.call_id;
+}
+
+async function record(callId) {
+  const { status, body } = await api("GET", `/calls/${callId}`, approver);
+  check(status === 200, `the call ${callId} is read`);
+  return body;
+}
+
+function actor(call, kind) {
+  const event = call.events.find((e) => e.kind === kind);
+  return event ? event.actor : undefined;
+}
+
+const byId = (page, id) => page.locator(`[id="${id}"]`);
+
+async function signIn(page, key) {
+  await page.goto(`${base}/inbox`);
+  // With the keyboard alone: focus the key field, type, press Enter.
+  await page.keyboard.press("Tab"); // the skip link
+  for (let i = 0; i < 6; i += 1) {
+    if (await page.evaluate(() => document.activeElement && document.activeElement.id === "key")) break;
+    await page.keyboard.press("Tab");
+  }
+  check(await page.evaluate(() => document.activeElement.id === "key"), "the key field is reachable by Tab");
+  await page.keyboard.type(key);
+  await Promise.all([page.waitForLoadState("load"), page.keyboard.press("Enter")]);
+}
+
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+const seen = { phase, dialogs: [], steps: [] };
+try {
+  if (phase === "restart-1") {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await signIn(page, approver);
+    await page.getByText("Signed in as").waitFor();
+    await context.storageState({ path: process.env.INBOX_STATE });
+    seen.steps.push("signed in, cookies saved");
+  } else if (phase === "restart-2") {
+    const context = await browser.newContext({ storageState: process.env.INBOX_STATE });
+    const page = await context.newPage();
+    await page.goto(`${base}/inbox`);
+    check((await page.locator(".who strong").textContent()) === "finance-ops", "still signed in after the restart");
+    check((await page.locator("#key").count()) === 0, "no sign-in form");
+    seen.steps.push("still signed in after the restart");
+  } else {
+    const context = await browser.newContext({ viewport: { width: 1100, height: 900 } });
+    const page = await context.newPage();
+    page.on("dialog", async (dialog) => {
+      seen.dialogs.push(dialog.message());
+      await dialog.dismiss();
+    });
+
+    // A caller key is refused, with a message.
+    await signIn(page, caller);
+    await page.getByText("This is a caller key").waitFor();
+    check((await page.locator(".who").count()) === 0, "the caller is not signed in");
+    seen.steps.push("caller refused");
+
+    // An approver signs in; the open queue shows a suspension made over the API, no reload.
+    await signIn(page, approver);
+    await page.getByText("Signed in as").waitFor();
+    await page.evaluate(() => { window.notReloaded = true; });
+    const asked = await suspend("ask_human", { question: `Ship the release? ${payload}` });
+    await page.locator(`a[href$="/calls/${asked}"]`).waitFor({ timeout: 20000 });
+    check(await page.evaluate(() => window.notReloaded === true), "the queue updated without a reload");
+    check((await page.locator(".queue").textContent()).includes("<script>alert(1)</script>"), "the payload shows as text");
+    seen.steps.push("live queue");
+
+    // A refund with payloads in its input, for the screenshots and the escaping check.
+    const refund = await suspend("issue_refund", { order_id: "o-1042", amount_cents: 25000, reason: "Damaged in transit" });
+    await page.locator(`a[href$="/calls/${refund}"]`).waitFor({ timeout: 20000 });
+    if (shots) {
+      await page.screenshot({ path: `${shots}/inbox-queue.png`, fullPage: true });
+    }
+
+    // Readable at 360 px wide: nothing wider than the screen.
+    await page.setViewportSize({ width: 360, height: 800 });
+    check(await page.evaluate(() => document.documentElement.scrollWidth <= 360), "the queue fits 360 px");
+    await page.setViewportSize({ width: 1100, height: 900 });
+
+    // Open it; an answer the schema refuses shows its message at the field; fix it; approve.
+    await page.locator(`a[href$="/calls/${asked}"]`).click();
+    await page.getByRole("heading", { name: "Approve" }).waitFor();
+    await page.getByRole("button", { name: "Approve" }).click();
+    await byId(page, "approve-f/answer-error").waitFor();
+    check((await byId(page, "approve-f/answer-error").textContent()).includes("required"), "the message is at the field");
+    check((await byId(page, "approve-f/answer").getAttribute("aria-invalid")) === "true", "the field is marked invalid");
+    await byId(page, "approve-f/answer").fill("Yes, ship it.");
+    await page.getByRole("button", { name: "Approve" }).click();
+    await page.locator(".status-completed").waitFor();
+    const approved = await record(asked);
+    check(approved.status === "completed", `approved call is completed: ${approved.status}`);
+    check(actor(approved, "approved") === "finance-ops", "the signed-in key is the actor");
+    check(approved.output.answer === "Yes, ship it.", "the answer reached the tool");
+    seen.steps.push("refused, fixed, approved");
+
+    // Reject, with a reason.
+    const risky = await suspend("ask_human", { question: "Drop the production database?" });
+    await page.goto(`${base}/inbox/calls/${risky}`);
+    await page.locator("#reject-reason").fill(`Never. ${payload}`);
+    await page.getByRole("button", { name: "Reject" }).click();
+    await page.locator(".status-rejected").waitFor();
+    const rejected = await record(risky);
+    check(rejected.status === "rejected", "rejected");
+    check(actor(rejected, "rejected") === "finance-ops", "the rejection's actor");
+    check(rejected.error.message.includes("Never."), "the reason is recorded");
+    seen.steps.push("rejected");
+
+    // Complete issue_refund externally through its output schema's form.
+    await page.goto(`${base}/inbox/calls/${refund}`);
+    if (shots) {
+      await page.screenshot({ path: `${shots}/inbox-approval.png`, fullPage: true });
+    }
+    await page.setViewportSize({ width: 360, height: 800 });
+    check(await page.evaluate(() => document.documentElement.scrollWidth <= 360), "an approval fits 360 px");
+    await page.setViewportSize({ width: 1100, height: 900 });
+    await byId(page, "complete-f/refund_id").fill("rf_bank_7781");
+    await byId(page, "complete-f/order_id").fill("o-1042");
+    await byId(page, "complete-f/amount_cents").fill("25000");
+    await byId(page, "complete-f/status").selectOption({ label: "issued" });
+    await page.getByRole("button", { name: "Complete externally" }).click();
+    await page.locator(".status-completed").waitFor();
+    const completed = await record(refund);
+    check(completed.status === "completed", "completed externally");
+    check(completed.output.refund_id === "rf_bank_7781", "with the receipt typed");
+    check(actor(completed, "completed_externally") === "finance-ops", "the completion's actor");
+    seen.steps.push("completed externally");
+
+    // Nothing typed is lost to a live update: the queue's filter stays chosen while its list
+    // changes; a call's page keeps what was typed when someone else decides the call, and says so.
+    await page.goto(`${base}/inbox`);
+    await page.locator("#tool").selectOption("issue_refund");
+    const another = await suspend("ask_human", { question: "Another one?" });
+    await page.locator(`a[href$="/calls/${another}"]`).waitFor({ timeout: 20000 });
+    check((await page.locator("#tool").inputValue()) === "issue_refund", "the filter stays chosen");
+    await page.goto(`${base}/inbox/calls/${another}`);
+    await page.locator("#reject-reason").fill("Half-typed reason");
+    const token = (await record(another)).suspension.token;
+    const elsewhere = await api("POST", `/approvals/${token}/approve`, otherApprover, { input: { answer: "done" } });
+    check(elsewhere.status === 200, `approved elsewhere: ${elsewhere.status}`);
+    await page.getByText("completed now").waitFor({ timeout: 20000 });
+    check((await page.locator("#reject-reason").inputValue()) === "Half-typed reason", "what was typed is kept");
+    await page.getByRole("button", { name: "Reject" }).click();
+    await page.getByText("already decided: approved by on-call").waitFor();
+    check((await record(another)).status === "completed", "the late rejection changed nothing");
+    seen.steps.push("typing kept, decided elsewhere");
+
+    // Rows of an array: added and removed by the page's script.
+    const packing = await suspend("pack_order", { order_id: "o-7" });
+    await page.goto(`${base}/inbox/calls/${packing}`);
+    await page.getByRole("button", { name: "Add to boxes" }).click();
+    await byId(page, "approve-f/boxes/0/label").fill("first");
+    await page.getByRole("button", { name: "Add to boxes" }).click();
+    await byId(page, "approve-f/boxes/1/label").fill("second");
+    await byId(page, "approve-f/boxes/1/weight_kg").fill("2.5");
+    await page.getByRole("button", { name: "Add to boxes" }).click();
+    await byId(page, "approve-f/boxes/2/label").fill("third");
+    await page.locator('[data-row]:has([id="approve-f/boxes/0/label"]) [data-remove-row]').click();
+    await page.getByRole("button", { name: "Approve" }).click();
+    await page.locator(".status-completed").waitFor();
+    const packed = await record(packing);
+    check(JSON.stringify(packed.output) === JSON.stringify({ boxes: [{ label: "second", weight_kg: 2.5 }, { label: "third" }] }),
+      `array rows: ${JSON.stringify(packed.output)}`);
+    seen.steps.push("array rows");
+
+    // A POST without the CSRF token, from the signed-in browser: 403, nothing decided.
+    const pending = await suspend("ask_human", { question: "CSRF?" });
+    const forged = await page.request.post(`${base}/inbox/calls/${pending}/approve`, {
+      form: { "v/answer": "forged" }, maxRedirects: 0,
+    });
+    check(forged.status() === 403, `a form without its token is 403: ${forged.status()}`);
+    check((await record(pending)).status === "suspended", "nothing was decided");
+    seen.steps.push("csrf 403");
+
+    // Every page visited with payloads in it: no dialog fired.
+    await page.goto(`${base}/inbox`);
+    await page.goto(`${base}/inbox/calls/${risky}`);
+    await page.waitForTimeout(300);
+    seen.steps.push("done");
+  }
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(seen));
