@@ -468,9 +468,11 @@ pub(crate) fn call_page(
         pending: suspension.map(|s| Pending {
             reason: s.reason.clone(),
             asked: ago(s.created_at, now),
-            left: s
-                .expires_at
-                .map_or_else(|| "no expiry".into(), |at| until(at, now)),
+            left: match s.expires_at {
+                None => "never expires".into(),
+                Some(at) if at.0 <= now.0 => "expired".into(),
+                Some(at) => format!("expires {}", until(at, now)),
+            },
         }),
         approve: suspension.map(|s| form_of("approve", &s.input_schema, typed.approve)),
         reject: text(typed.reject),
