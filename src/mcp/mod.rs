@@ -326,7 +326,9 @@ impl ServerHandler for Door {
             ));
         }
         if request.name == AWAIT_TOOL {
-            return self.await_call(arguments, &context).await.map(Into::into);
+            return Box::pin(self.await_call(arguments, &context))
+                .await
+                .map(Into::into);
         }
         if self.0.catalog.get(&request.name).is_none() {
             return Err(McpError::invalid_params(
@@ -339,12 +341,11 @@ impl ServerHandler for Door {
             caller: principal.name.clone(),
             idempotency_key: idempotency_key(&context)?,
         };
-        let result = match self
-            .0
-            .dispatcher
-            .call(&request.name, arguments, options)
-            .await
-        {
+        // Boxed: the SDK spawns and moves the handler's future for every request, and the whole
+        // call lifecycle inline made it large enough that copying it cost more than the call
+        // (BENCHMARKS.md, MCP).
+        let call = Box::pin(self.0.dispatcher.call(&request.name, arguments, options));
+        let result = match call.await {
             Ok(result) => result,
             Err(err) => return answers::dispatch_error(err, &principal).map(Into::into),
         };
