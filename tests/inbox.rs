@@ -22,32 +22,19 @@ const CALLER: &str = "caller-token-0123456789";
 const ADMIN: &str = "admin-token-0123456789";
 
 fn keys() -> Vec<ApiKey> {
-    [
+    common::api_keys(&[
         ("finance-ops", Role::Approver, APPROVER),
         ("on-call", Role::Approver, OTHER_APPROVER),
         ("orchestrator", Role::Caller, CALLER),
         ("root", Role::Admin, ADMIN),
-    ]
-    .into_iter()
-    .map(|(name, role, token)| ApiKey {
-        name: name.into(),
-        role,
-        token_sha256: token_sha256(token),
-    })
-    .collect()
-}
-
-fn examples(at: &(impl Site + ?Sized)) -> ToolSet {
-    let mut tools = ToolSet::new();
-    toolgate::examples::register(&mut tools, &Default::default(), at.data_dir()).unwrap();
-    tools
+    ])
 }
 
 async fn start(
     at: &(impl Site + ?Sized),
     configure: impl FnOnce(ServerBuilder) -> ServerBuilder,
 ) -> TestServer {
-    TestServer::start_with(examples(at), at, |builder| {
+    TestServer::start_with(common::example_tools(at), at, |builder| {
         configure(builder.api_keys(keys()))
     })
     .await
@@ -830,8 +817,10 @@ async fn a_key_that_is_removed_or_reissued_ends_its_sessions() {
         role: Role::Approver,
         token_sha256: token_sha256("a-new-token-for-finance"),
     }];
-    let server =
-        TestServer::start_with(examples(dir.path()), dir.path(), |b| b.api_keys(reissued)).await;
+    let server = TestServer::start_with(common::example_tools(dir.path()), dir.path(), |b| {
+        b.api_keys(reissued)
+    })
+    .await;
     person.base = server.api.base.clone();
     let page = person.get("/inbox").await;
     assert!(

@@ -11,43 +11,28 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{Api, Backend, Location, Site, TestServer, assert_error, outbox, repo_root};
+use common::{Api, Backend, Location, TestServer, assert_error, outbox, repo_root};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use toolgate::ToolSet;
-use toolgate::server::auth::{ApiKey, Role, token_sha256};
+use toolgate::server::auth::Role;
 
 const CALLER: &str = "mcp-caller-token-1b7e";
 const OTHER_CALLER: &str = "mcp-other-caller-token-5c20";
 const APPROVER: &str = "mcp-approver-token-90fd";
 const ADMIN: &str = "mcp-admin-token-e6a4";
 
-fn key(name: &str, role: Role, token: &str) -> ApiKey {
-    ApiKey {
-        name: name.into(),
-        role,
-        token_sha256: token_sha256(token),
-    }
-}
-
-fn examples(location: &Location) -> ToolSet {
-    let mut tools = ToolSet::new();
-    toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
-    tools
-}
-
 /// The example tools, with a caller, another caller, an approver and an admin.
 async fn server_with(
     location: &Location,
     configure: impl FnOnce(toolgate::ServerBuilder) -> toolgate::ServerBuilder,
 ) -> TestServer {
-    let keys = vec![
-        key("agent", Role::Caller, CALLER),
-        key("other-agent", Role::Caller, OTHER_CALLER),
-        key("finance-ops", Role::Approver, APPROVER),
-        key("root", Role::Admin, ADMIN),
-    ];
-    TestServer::start_with(examples(location), location, |builder| {
+    let keys = common::api_keys(&[
+        ("agent", Role::Caller, CALLER),
+        ("other-agent", Role::Caller, OTHER_CALLER),
+        ("finance-ops", Role::Approver, APPROVER),
+        ("root", Role::Admin, ADMIN),
+    ]);
+    TestServer::start_with(common::example_tools(location), location, |builder| {
         configure(builder.api_keys(keys))
     })
     .await

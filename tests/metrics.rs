@@ -16,7 +16,7 @@ use openmetrics_parser::{MetricsExposition, PrometheusType, PrometheusValue};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use toolgate::dispatch::{DispatchConfig, ToolSettings};
-use toolgate::server::auth::{ApiKey, Role, token_sha256};
+use toolgate::server::auth::{ApiKey, Role};
 use toolgate::{ServerBuilder, ToolSet};
 
 /// One test at a time moves the process's counters.
@@ -27,18 +27,11 @@ const APPROVER: &str = "approver-token-08c3";
 const ADMIN: &str = "admin-token-e7f9";
 
 fn keys() -> Vec<ApiKey> {
-    [
+    common::api_keys(&[
         ("agent", Role::Caller, CALLER),
         ("ops", Role::Approver, APPROVER),
         ("root", Role::Admin, ADMIN),
-    ]
-    .into_iter()
-    .map(|(name, role, token)| ApiKey {
-        name: name.into(),
-        role,
-        token_sha256: token_sha256(token),
-    })
-    .collect()
+    ])
 }
 
 async fn server(

@@ -433,9 +433,7 @@ impl TestServer {
     }
 
     pub async fn examples_with(at: &(impl Site + ?Sized), config: ExamplesConfig) -> Self {
-        let mut tools = ToolSet::new();
-        toolgate::examples::register(&mut tools, &config, at.data_dir()).unwrap();
-        Self::start(tools, at).await
+        Self::start(example_tools_with(at, &config), at).await
     }
 
     /// Stops the server and, as the binary does, closes its store (a replica ends its lease).
@@ -541,6 +539,31 @@ impl Drop for Binary {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The example tools with their default settings, their outbox in the data directory of `at`.
+pub fn example_tools(at: &(impl Site + ?Sized)) -> ToolSet {
+    example_tools_with(at, &ExamplesConfig::default())
+}
+
+/// The example tools with `config`, their outbox in the data directory of `at`.
+pub fn example_tools_with(at: &(impl Site + ?Sized), config: &ExamplesConfig) -> ToolSet {
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, config, at.data_dir()).unwrap();
+    tools
+}
+
+/// API keys from `(name, role, token)`, configured by their tokens' SHA-256 as the binary does.
+pub fn api_keys(
+    keys: &[(&str, toolgate::server::auth::Role, &str)],
+) -> Vec<toolgate::server::auth::ApiKey> {
+    keys.iter()
+        .map(|&(name, role, token)| toolgate::server::auth::ApiKey {
+            name: name.into(),
+            role,
+            token_sha256: toolgate::server::auth::token_sha256(token),
+        })
+        .collect()
 }
 
 /// A fresh temporary directory, removed when dropped.
