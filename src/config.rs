@@ -62,6 +62,8 @@ pub struct Config {
     pub mcp: McpConfig,
     /// `/inbox`, the approvers' web page.
     pub inbox: InboxConfig,
+    /// `[[upstreams]]`: MCP servers whose tools are served as toolgate's.
+    pub upstreams: Vec<crate::upstream::config::UpstreamConfig>,
 }
 
 /// `[inbox]`.
@@ -297,6 +299,11 @@ pub struct ToolOverride {
     pub max_concurrency: Option<usize>,
     /// See [`ToolConfig::approval_ttl_s`].
     pub approval_ttl_s: Option<u64>,
+    /// Every call of the tool waits for a person's approval before it runs.
+    pub require_approval: Option<bool>,
+    /// With `require_approval`: the JSON Schema of the approver's answer (default
+    /// `{"note"?: string}`).
+    pub approval_schema: Option<serde_json::Value>,
 }
 
 /// `[auth]`.
@@ -351,6 +358,7 @@ impl Default for Config {
             webhook_delivery: WebhookDeliveryConfig::default(),
             mcp: McpConfig::default(),
             inbox: InboxConfig::default(),
+            upstreams: Vec::new(),
         }
     }
 }
@@ -511,6 +519,8 @@ impl Config {
             })?;
         config.api_keys()?;
         config.check_numbers()?;
+        config.check_approvals()?;
+        config.check_upstreams()?;
         // The file's webhooks are checked now; their `secret_env` is read when they start.
         config.webhooks_with(|_| None, true)?;
         Ok(config)
@@ -576,6 +586,89 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// Each `approval_schema` compiles, and is only set where approval is required.
+    fn check_approvals(&self) -> Result<(), ConfigError> {
+        for (name, tool) in &self.tools {
+            if let Some(schema) = &tool.approval_schema {
+                let key = format!("tools.{name}.approval_schema");
+                crate::dispatch::ApprovalGate::with_schema(schema.clone()).map_err(|message| {
+                    ConfigError::Invalid {
+                        key: key.clone(),
+                        message: format!("is not a JSON Schema: {message}"),
+                    }
+                })?;
+                if tool.require_approval != Some(true) {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        message: "is only asked with require_approval = true".into(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each `[[upstreams]]` entry is whole, names are unique, and no tool's settings are given
+    /// both under `[tools]` and in its upstream's policies.
+    fn check_upstreams(&self) -> Result<(), ConfigError> {
+        let mut names = std::collections::BTreeSet::new();
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            upstream.check().map_err(|invalid| ConfigError::Invalid {
+                key: format!("upstreams[{i}].{}", invalid.key),
+                message: invalid.message,
+            })?;
+            if !names.insert(upstream.name.as_str()) {
+                return Err(ConfigError::Invalid {
+                    key: format!("upstreams[{i}].name"),
+                    message: format!("another upstream is named `{}`", upstream.name),
+                });
+            }
+            for tool in upstream.policies.keys() {
+                let served = format!(
+                    "{}{}{tool}",
+                    upstream.name,
+                    crate::upstream::config::SEPARATOR
+                );
+                if self.tools.contains_key(&served) {
+                    return Err(ConfigError::Invalid {
+                        key: format!("tools.{served}"),
+                        message: format!(
+                            "set in upstreams[{i}].policies.{tool} too: give its settings in \
+                             one place"
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `name` is a tool some `[[upstreams]]` entry may serve (its prefix is one).
+    pub fn is_upstream_tool(&self, name: &str) -> bool {
+        self.upstreams.iter().any(|upstream| {
+            name.strip_prefix(upstream.name.as_str())
+                .and_then(|rest| rest.strip_prefix(crate::upstream::config::SEPARATOR))
+                .is_some_and(|tool| !tool.is_empty())
+        })
+    }
+
+    /// The upstreams, each with the `${NAME}`s of its headers and environment read from the
+    /// process environment; one that is not set stops the start, naming it.
+    pub fn upstreams(&self) -> Result<Vec<crate::upstream::config::Upstream>, ConfigError> {
+        self.upstreams
+            .iter()
+            .enumerate()
+            .map(|(i, upstream)| {
+                upstream
+                    .resolve(|name| std::env::var(name).ok())
+                    .map_err(|invalid| ConfigError::Invalid {
+                        key: format!("upstreams[{i}].{}", invalid.key),
+                        message: invalid.message,
+                    })
+            })
+            .collect()
     }
 
     /// The API keys, with their hashes decoded. Fails on a hash that is not 64 hex digits or a
@@ -702,13 +795,40 @@ impl Config {
                 .approval_ttl_s
                 .or(defaults.approval_ttl_s)
                 .map(Duration::from_secs),
+            approval: (tool.require_approval == Some(true)).then(|| {
+                tool.approval_schema
+                    .clone()
+                    .and_then(|schema| crate::dispatch::ApprovalGate::with_schema(schema).ok())
+                    .unwrap_or_default()
+            }),
         };
+        // An upstream tool's policy is its `[tools.<upstream>__<tool>]`.
+        let upstream_tools = self.upstreams.iter().flat_map(|upstream| {
+            upstream.policies.iter().map(|(tool, policy)| {
+                let name = format!(
+                    "{}{}{tool}",
+                    upstream.name,
+                    crate::upstream::config::SEPARATOR
+                );
+                let settings = ToolOverride {
+                    timeout_ms: policy.timeout_ms,
+                    require_approval: policy.require_approval,
+                    approval_schema: policy.approval_schema.clone(),
+                    ..ToolOverride::default()
+                };
+                (name, settings)
+            })
+        });
         DispatchConfig {
             defaults: settings(&ToolOverride::default()),
             tools: self
                 .tools
                 .iter()
                 .map(|(name, tool)| (name.clone(), settings(tool)))
+                .chain(upstream_tools.map(|(name, tool)| {
+                    let settings = settings(&tool);
+                    (name, settings)
+                }))
                 .collect(),
             retry: RetryPolicy {
                 max_attempts: self.retry.max_attempts,
@@ -892,7 +1012,7 @@ mod tests {
         .unwrap();
         let dispatch = config.dispatch_config();
         assert_eq!(dispatch.defaults.timeout, Duration::from_secs(1));
-        let email = dispatch.tools["send_email"];
+        let email = &dispatch.tools["send_email"];
         assert_eq!(email.timeout, Duration::from_millis(50));
         assert_eq!(email.max_concurrency, 2);
         assert_eq!(email.approval_ttl, Some(Duration::from_secs(60)));

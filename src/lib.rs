@@ -45,6 +45,7 @@ pub mod schema;
 pub mod server;
 mod slots;
 pub mod store;
+pub mod upstream;
 
 pub use async_trait::async_trait;
 pub use schemars;

@@ -169,9 +169,16 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     if config.examples.enabled {
         toolgate::examples::register(&mut tools, &config.examples, &config.data_dir)?;
     }
-    if let Some(name) = config.tools.keys().find(|name| tools.get(name).is_none()) {
+    if let Some(name) = config
+        .tools
+        .keys()
+        .find(|name| tools.get(name).is_none() && !config.is_upstream_tool(name))
+    {
         return Err(format!("config key `tools.{name}`: no tool is named `{name}`").into());
     }
+    // Upstream MCP servers: each reached once now (a stdio server that cannot start, or a tool
+    // name that is invalid or taken, stops the start), then supervised while the server runs.
+    let upstreams = toolgate::upstream::Upstreams::connect(config.upstreams()?, &tools).await?;
     let webhooks = config.webhooks()?;
     webhooks.check_targets().await?;
     webhooks
@@ -203,6 +210,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .webhooks(webhooks)
         .mcp(config.mcp.options(config.bind.ip()))
         .inbox(config.inbox.options())
+        .upstreams(upstreams)
         .build_with_running();
 
     // The feed keeps `retention_s` of history; older entries (and ended inbox sessions) are

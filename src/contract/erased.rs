@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::ctx::ToolCtx;
-use super::error::{InputViolation, ToolError};
+use super::error::{InputViolation, ToolError, Unavailable};
 use super::meta::{Effect, ToolHandler};
 use super::outcome::ToolOutcome;
 
@@ -44,6 +44,11 @@ pub trait DynTool: Send + Sync {
     fn admit(&self, input: &Value) -> Result<Option<String>, Vec<InputViolation>> {
         self.check_input(input)?;
         Ok(self.idempotency_key(input))
+    }
+    /// Whether the tool can run now: a tool proxied from a server that does not answer says so,
+    /// and the call is refused before anything is recorded. `Ok` by default.
+    fn ready(&self) -> Result<(), Unavailable> {
+        Ok(())
     }
     /// Runs one attempt with a JSON input.
     async fn call_json(&self, ctx: &ToolCtx, input: Value)

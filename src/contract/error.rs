@@ -6,6 +6,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::time::Duration;
 
 /// A failure reported by a tool's handler. Its `Display` is the message.
 pub struct HandlerError {
@@ -109,6 +110,17 @@ pub enum ToolError {
         /// The handler's error.
         source: HandlerError,
     },
+    /// The tool's backend (an upstream server) could not be reached.
+    #[error("tool `{tool}` cannot reach its backend: {}", unavailable.message)]
+    Unavailable {
+        /// The tool called.
+        tool: String,
+        /// What could not be reached, and when to try again.
+        unavailable: Unavailable,
+        /// Whether the request may have reached the backend before the link failed (`false`:
+        /// it provably never left, so nothing ran).
+        may_have_run: bool,
+    },
     /// The handler's output could not be serialized to JSON.
     #[error("output of tool `{tool}` could not be serialized: {source}")]
     OutputSerialization {
@@ -117,4 +129,13 @@ pub enum ToolError {
         /// The serializer's error.
         source: serde_json::Error,
     },
+}
+
+/// Why a tool cannot run now: the server behind it does not answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// What is down, for the caller (no secrets, no internal addresses).
+    pub message: String,
+    /// When it is worth trying again.
+    pub retry_after: Duration,
 }

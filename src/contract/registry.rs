@@ -8,6 +8,7 @@
 
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::erased::{DynTool, ToolDescriptor, TypedTool};
 use super::error::InputViolation;
@@ -64,9 +65,13 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 /// The most violations reported for one input; past this the list is cut.
 const MAX_VIOLATIONS: usize = 32;
 
-/// A registered tool with its validators, compiled once.
+/// A registered tool with its validators, compiled once. Shared between the generations of a
+/// live tool set (see [`ToolSet::with_source`]), so a tool is checked once however often the
+/// tools beside it change.
 pub(crate) struct Registered {
-    pub(crate) tool: Box<dyn DynTool>,
+    pub(crate) tool: Arc<dyn DynTool>,
+    /// The upstream server the tool is proxied from; `None` for a tool registered in code.
+    source: Option<Arc<str>>,
     input: jsonschema::Validator,
     output: Option<jsonschema::Validator>,
     /// Where a `null` in an input means "absent"; `None` for most tools, where it never does.
@@ -100,6 +105,40 @@ impl Registered {
     }
 }
 
+impl Registered {
+    /// Checks `tool` once, for any set: its name, and that its schemas compile.
+    fn check(
+        tool: Arc<dyn DynTool>,
+        source: Option<Arc<str>>,
+    ) -> Result<Registered, RegistryError> {
+        let name = tool.name().to_owned();
+        if !is_valid_tool_name(&name) {
+            return Err(RegistryError::InvalidName { name });
+        }
+        if name == AWAIT_CALL_TOOL {
+            return Err(RegistryError::ReservedName { name });
+        }
+        let invalid = |message| RegistryError::InvalidSchema {
+            name: name.clone(),
+            message,
+        };
+        let input = compile_schema(tool.input_schema()).map_err(invalid)?;
+        let output = tool
+            .output_schema()
+            .map(compile_schema)
+            .transpose()
+            .map_err(invalid)?;
+        let nulls = NullPlan::for_schema(tool.input_schema());
+        Ok(Registered {
+            tool,
+            source,
+            input,
+            output,
+            nulls,
+        })
+    }
+}
+
 /// Every way `instance` fails `validator`, capped at a readable number. Messages name the
 /// offending value only by its path, so a huge input is never echoed back.
 pub(crate) fn violations(
@@ -124,10 +163,11 @@ pub(crate) fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, St
     jsonschema::validator_for(schema).map_err(|err| err.to_string())
 }
 
-/// The name-keyed set of tools a server dispatches to. Iterates in name order.
-#[derive(Default)]
+/// The name-keyed set of tools a server dispatches to. Iterates in name order. Cloning is cheap:
+/// the tools are shared.
+#[derive(Default, Clone)]
 pub struct ToolSet {
-    tools: BTreeMap<String, Registered>,
+    tools: BTreeMap<String, Arc<Registered>>,
 }
 
 impl ToolSet {
@@ -146,37 +186,44 @@ impl ToolSet {
 
     /// Registers a tool that implements [`DynTool`] directly.
     pub fn register_dyn(&mut self, tool: Box<dyn DynTool>) -> Result<&mut Self, RegistryError> {
-        let name = tool.name().to_owned();
-        if !is_valid_tool_name(&name) {
-            return Err(RegistryError::InvalidName { name });
+        let registered = Registered::check(Arc::from(tool), None)?;
+        if self.tools.contains_key(registered.tool.name()) {
+            return Err(RegistryError::DuplicateName {
+                name: registered.tool.name().to_owned(),
+            });
         }
-        if name == AWAIT_CALL_TOOL {
-            return Err(RegistryError::ReservedName { name });
-        }
-        if self.tools.contains_key(&name) {
-            return Err(RegistryError::DuplicateName { name });
-        }
-        let invalid = |message| RegistryError::InvalidSchema {
-            name: name.clone(),
-            message,
-        };
-        let input = compile_schema(tool.input_schema()).map_err(invalid)?;
-        let output = tool
-            .output_schema()
-            .map(compile_schema)
-            .transpose()
-            .map_err(invalid)?;
-        let nulls = NullPlan::for_schema(tool.input_schema());
-        self.tools.insert(
-            name,
-            Registered {
-                tool,
-                input,
-                output,
-                nulls,
-            },
-        );
+        self.tools
+            .insert(registered.tool.name().to_owned(), Arc::new(registered));
         Ok(self)
+    }
+
+    /// This set with the tools of the upstream `source` replaced by `tools`: those it had
+    /// before are gone, and each of `tools` that can be registered is added. Each that cannot
+    /// (a bad name or schema, or a name another tool has) is left out and its error returned.
+    pub(crate) fn with_source(
+        &self,
+        source: &str,
+        tools: Vec<Arc<dyn DynTool>>,
+    ) -> (ToolSet, Vec<RegistryError>) {
+        let mut next = self.clone();
+        next.tools
+            .retain(|_, registered| registered.source.as_deref() != Some(source));
+        let mut errors = Vec::new();
+        for tool in tools {
+            match Registered::check(tool, Some(source.into())) {
+                Ok(registered) if next.tools.contains_key(registered.tool.name()) => {
+                    errors.push(RegistryError::DuplicateName {
+                        name: registered.tool.name().to_owned(),
+                    });
+                }
+                Ok(registered) => {
+                    next.tools
+                        .insert(registered.tool.name().to_owned(), Arc::new(registered));
+                }
+                Err(err) => errors.push(err),
+            }
+        }
+        (next, errors)
     }
 
     /// The tool called `name`.
@@ -185,6 +232,11 @@ impl ToolSet {
     }
 
     pub(crate) fn lookup(&self, name: &str) -> Option<&Registered> {
+        self.tools.get(name).map(Arc::as_ref)
+    }
+
+    /// The registered tool `name`, shared.
+    pub(crate) fn lookup_shared(&self, name: &str) -> Option<&Arc<Registered>> {
         self.tools.get(name)
     }
 

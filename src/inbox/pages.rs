@@ -422,7 +422,8 @@ pub(crate) fn call_page(
     typed: Typed,
     status: StatusCode,
 ) -> Response {
-    let tool = app.dispatcher.tools().get(&call.tool);
+    let tools = app.dispatcher.tools();
+    let tool = tools.get(&call.tool);
     let output_schema = tool.and_then(|tool| tool.output_schema());
     let now = Timestamp::now();
     let suspension = call

@@ -1,4 +1,4 @@
-//! What `tools/list` answers, built once at start-up: every tool in the clean MCP form of
+//! What `tools/list` answers, built once per generation of the tool list: every tool in the clean MCP form of
 //! `crate::schema`, and the door's own `toolgate_await_call`.
 
 use std::collections::HashMap;
@@ -34,8 +34,13 @@ impl McpCatalog {
         let mut listed: Vec<Tool> = crate::schema::mcp::tools(&tools.descriptors())
             .into_iter()
             .chain(std::iter::once(await_tool()))
-            .map(|tool| {
-                serde_json::from_value(tool).expect("the MCP form of a tool is an MCP tool")
+            .filter_map(|tool| match serde_json::from_value::<Tool>(tool) {
+                Ok(tool) => Some(tool),
+                // Only a tool from an upstream server could be so malformed; it is not listed.
+                Err(err) => {
+                    tracing::warn!(error = %err, "a tool's MCP form is not an MCP tool; not listed");
+                    None
+                }
             })
             .collect();
         listed.sort_by(|a, b| a.name.cmp(&b.name));

@@ -35,6 +35,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
+use crate::dispatch::live::Derived;
 use crate::dispatch::{CallOptions, CallOutcome, Dispatcher};
 use crate::feed::Feed;
 use crate::server::auth::Principal;
@@ -127,7 +128,7 @@ pub(crate) struct Door(Arc<Shared>);
 struct Shared {
     dispatcher: Dispatcher,
     feed: Feed,
-    catalog: McpCatalog,
+    catalog: Derived<McpCatalog>,
     max_json_depth: usize,
 }
 
@@ -135,7 +136,7 @@ impl Door {
     pub(crate) fn new(
         dispatcher: Dispatcher,
         feed: Feed,
-        catalog: McpCatalog,
+        catalog: Derived<McpCatalog>,
         max_json_depth: usize,
     ) -> Self {
         Door(Arc::new(Shared {
@@ -144,6 +145,11 @@ impl Door {
             catalog,
             max_json_depth,
         }))
+    }
+
+    /// What `tools/list` answers for the tool list as it stands.
+    fn catalog(&self) -> Arc<(u64, McpCatalog)> {
+        self.0.catalog.get(&self.0.dispatcher.tools())
     }
 }
 
@@ -298,16 +304,17 @@ impl ServerHandler for Door {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        let catalog = self.catalog();
         let tools = if is_modern(&context) {
-            &self.0.catalog.tools
+            &catalog.1.tools
         } else {
-            &self.0.catalog.legacy_tools
+            &catalog.1.legacy_tools
         };
         Ok(ListToolsResult::with_all_items(tools.to_vec()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.0.catalog.get(name).cloned()
+        self.catalog().1.get(name).cloned()
     }
 
     async fn call_tool(
@@ -330,7 +337,7 @@ impl ServerHandler for Door {
                 .await
                 .map(Into::into);
         }
-        if self.0.catalog.get(&request.name).is_none() {
+        if self.catalog().1.get(&request.name).is_none() {
             return Err(McpError::invalid_params(
                 format!("No tool is named `{}`.", request.name),
                 None,

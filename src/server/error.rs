@@ -105,6 +105,14 @@ pub enum ApiError {
     /// The run that answered no longer owned its call (its replica lost its lease and the call
     /// was settled meanwhile): its outcome was refused and kept in the call's history.
     LeaseLost(Box<CallRecord>),
+    /// The server behind a proxied tool (an upstream MCP server) cannot be reached now; the
+    /// call was not run.
+    UpstreamUnavailable {
+        /// The tool.
+        tool: String,
+        /// When to try again.
+        retry_after: std::time::Duration,
+    },
     /// Something failed inside the server; already logged.
     Internal,
 }
@@ -138,9 +146,10 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::SuspensionExpired(_) | ApiError::CursorExpired => StatusCode::GONE,
-            ApiError::Overloaded(_) | ApiError::NotReady | ApiError::StoreUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::Overloaded(_)
+            | ApiError::NotReady
+            | ApiError::StoreUnavailable
+            | ApiError::UpstreamUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -175,6 +184,7 @@ impl ApiError {
             ApiError::UnknownDelivery(_) => "not_found",
             ApiError::NotRetryable(_) => "not_retryable",
             ApiError::LeaseLost(_) => "lease_lost",
+            ApiError::UpstreamUnavailable { .. } => "upstream_unavailable",
             ApiError::Internal => "internal",
         }
     }
@@ -298,6 +308,13 @@ impl ApiError {
                 ),
                 serde_json::to_value(call).ok(),
             ),
+            ApiError::UpstreamUnavailable { tool, retry_after } => (
+                format!(
+                    "The server behind tool `{tool}` cannot be reached now; nothing was sent to \
+                     it. Retry later."
+                ),
+                Some(json!({ "tool": tool, "retry_after_s": retry_after.as_secs().max(1) })),
+            ),
             ApiError::Internal => ("The server failed to handle this request.".into(), None),
         };
         ErrorObject {
@@ -322,10 +339,18 @@ impl IntoResponse for ApiError {
             ApiError::Overloaded(_) | ApiError::CallInProgress(_) | ApiError::StoreUnavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
+            ApiError::UpstreamUnavailable { retry_after, .. } => {
+                headers.insert(header::RETRY_AFTER, retry_after_value(retry_after));
+            }
             _ => {}
         }
         response
     }
+}
+
+/// A `Retry-After` value in whole seconds, at least 1.
+pub(crate) fn retry_after_value(after: std::time::Duration) -> HeaderValue {
+    HeaderValue::from(after.as_secs().max(1))
 }
 
 impl From<StoreError> for ApiError {
@@ -372,6 +397,9 @@ impl From<DispatchError> for ApiError {
             }
             DispatchError::UnknownCall(call_id) => ApiError::UnknownCall(call_id),
             DispatchError::NotReconcilable(call) => ApiError::NotReconcilable(call),
+            DispatchError::Unavailable { tool, retry_after } => {
+                ApiError::UpstreamUnavailable { tool, retry_after }
+            }
             DispatchError::Store(err) => err.into(),
             DispatchError::Internal(message) => {
                 tracing::error!(error = %message, "call lifecycle failed");

@@ -3,9 +3,9 @@
 //! [`ServerBuilder`] turns a [`ToolSet`] and a [`Store`] into an `axum::Router` that can be
 //! served alone or merged into another app. One file per resource holds its routes' handlers;
 //! they are thin, translating HTTP into the call lifecycle (`crate::dispatch`) and its results
-//! back. Every error answer goes through [`error::ApiError`]. What does not change while the
-//! server runs (the tool list, in toolgate's own format and each provider's, each descriptor,
-//! the OpenAPI document) is serialized once here.
+//! back. Every error answer goes through [`error::ApiError`]. What changes only with the tool
+//! list (the list, in toolgate's own format and each provider's, each descriptor, the OpenAPI
+//! document) is serialized once per generation of the list here.
 
 pub(crate) mod approvals;
 pub mod auth;
@@ -33,6 +33,7 @@ use tower_http::trace::{DefaultOnRequest, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::contract::registry::ToolSet;
+use crate::dispatch::live::Derived;
 use crate::dispatch::{DispatchConfig, Dispatcher, Running};
 use crate::schema::Format;
 use crate::slots::Slots;
@@ -69,6 +70,7 @@ pub struct ServerBuilder {
     webhooks: crate::feed::webhooks::Webhooks,
     mcp: crate::mcp::McpOptions,
     inbox: crate::inbox::InboxOptions,
+    upstreams: crate::upstream::Upstreams,
 }
 
 /// What every handler shares: one `Arc`, so each request clones one pointer.
@@ -81,11 +83,18 @@ pub(crate) struct Shared {
     pub(crate) feed: crate::feed::Feed,
     /// Wakes the webhook sender (an admin's retry).
     webhooks: crate::feed::webhooks::Nudge,
-    catalog: Catalog,
+    catalog: Derived<Catalog>,
     pub(crate) max_json_depth: usize,
     /// The approval inbox's own state: its options, the keys people sign in with, the sign-in
     /// limiter.
     pub(crate) inbox: crate::inbox::Inbox,
+}
+
+impl Shared {
+    /// The serialized answers of the tool list as it stands.
+    fn catalog(&self) -> Arc<(u64, Catalog)> {
+        self.catalog.get(&self.dispatcher.tools())
+    }
 }
 
 impl std::ops::Deref for AppState {
@@ -96,7 +105,7 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// Answers that never change while the server runs, serialized once.
+/// Answers that change only with the tool list, serialized once per generation of it.
 struct Catalog {
     tools_json: Bytes,
     /// `GET /tools?format=…`, in the order of `Format::ALL`.
@@ -124,6 +133,7 @@ impl ServerBuilder {
             webhooks: crate::feed::webhooks::Webhooks::none(),
             mcp: crate::mcp::McpOptions::default(),
             inbox: crate::inbox::InboxOptions::default(),
+            upstreams: crate::upstream::Upstreams::none(),
         }
     }
 
@@ -178,6 +188,14 @@ impl ServerBuilder {
         self
     }
 
+    /// Upstream MCP servers whose tools are served too ([`crate::upstream::Upstreams::connect`]);
+    /// their supervisors start when the router is built, which must then happen inside a tokio
+    /// runtime.
+    pub fn upstreams(mut self, upstreams: crate::upstream::Upstreams) -> Self {
+        self.upstreams = upstreams;
+        self
+    }
+
     /// The router, with every route and layer in place.
     pub fn build(self) -> Router {
         self.build_with_running().0
@@ -187,12 +205,15 @@ impl ServerBuilder {
     /// [`Running::idle`] after the server stops accepting, so no tool is cut off half-way
     /// (calls run on even when their client hangs up).
     pub fn build_with_running(self) -> (Router, Running) {
-        let catalog = Catalog::new(&self.tools, !self.keys.is_empty());
-        let mcp_catalog = self
-            .mcp
-            .enabled
-            .then(|| crate::mcp::catalog::McpCatalog::new(&self.tools));
         let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch);
+        self.upstreams.start(&dispatcher);
+        let auth = !self.keys.is_empty();
+        let catalog = Derived::new(&dispatcher.tools(), move |tools| Catalog::new(tools, auth));
+        let mcp_catalog = self.mcp.enabled.then(|| {
+            Derived::new(&dispatcher.tools(), |tools| {
+                crate::mcp::catalog::McpCatalog::new(tools)
+            })
+        });
         let running = dispatcher.running().clone();
         let feed = crate::feed::Feed::new(dispatcher.store().clone(), running.released());
         let webhooks = self
@@ -395,5 +416,5 @@ fn to_json_bytes<T: serde::Serialize>(value: &T) -> Bytes {
 async fn serve_openapi(
     axum::extract::State(app): axum::extract::State<AppState>,
 ) -> axum::response::Response {
-    tools::json_response(&app.catalog.openapi_json)
+    tools::json_response(&app.catalog().1.openapi_json)
 }

@@ -75,6 +75,7 @@ fn failure_status(kind: FailureKind) -> StatusCode {
         FailureKind::TimedOut => StatusCode::GATEWAY_TIMEOUT,
         FailureKind::Rejected => StatusCode::CONFLICT,
         FailureKind::Expired => StatusCode::GONE,
+        FailureKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         FailureKind::ToolFailed
         | FailureKind::OutputUnserializable
         | FailureKind::OutputSchemaViolation
@@ -137,6 +138,19 @@ fn outcome_response(result: CallResult) -> Response {
             .into_response(),
         CallOutcome::Failed { status, failure } => {
             let http_status = failure_status(failure.kind);
+            // A call released because its upstream was down may be sent again: say when.
+            let retry_after = (failure.kind == FailureKind::Unavailable
+                && status == CallStatus::Interrupted)
+                .then(|| {
+                    let seconds = failure
+                        .error
+                        .details
+                        .as_ref()
+                        .and_then(|d| d.get("retry_after_s"))
+                        .and_then(Value::as_u64)
+                        .unwrap_or(1);
+                    super::error::retry_after_value(std::time::Duration::from_secs(seconds))
+                });
             let recorded = failure.error;
             let mut details = match recorded.details {
                 Some(Value::Object(map)) => map,
@@ -150,7 +164,7 @@ fn outcome_response(result: CallResult) -> Response {
                 message: recorded.message,
                 details: Some(Value::Object(details)),
             };
-            (
+            let mut response = (
                 http_status,
                 Json(CallFailed {
                     call_id,
@@ -159,7 +173,13 @@ fn outcome_response(result: CallResult) -> Response {
                     error,
                 }),
             )
-                .into_response()
+                .into_response();
+            if let Some(retry_after) = retry_after {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, retry_after);
+            }
+            response
         }
     }
 }

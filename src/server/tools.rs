@@ -130,7 +130,7 @@ pub(super) async fn list(
     QueryParams(query): QueryParams<ToolsQuery>,
 ) -> Result<Response, ApiError> {
     let Some(name) = query.format else {
-        return Ok(json_response(&app.catalog.tools_json));
+        return Ok(json_response(&app.catalog().1.tools_json));
     };
     let format = Format::from_name(&name).ok_or_else(|| {
         let known: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
@@ -139,7 +139,7 @@ pub(super) async fn list(
             known.join(", ")
         ))
     })?;
-    Ok(json_response(app.catalog.provider_tools(format)))
+    Ok(json_response(app.catalog().1.provider_tools(format)))
 }
 
 /// One tool's descriptor.
@@ -156,7 +156,8 @@ pub(super) async fn get(
     State(app): State<AppState>,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
-    app.catalog
+    app.catalog()
+        .1
         .descriptor_json
         .get(&name)
         .map(json_response)

@@ -12,7 +12,15 @@
 //! `ctx.resume()` set. A rejection or an external completion resolves the suspension without
 //! running anything; so does settling a call that needs reconciliation.
 //!
+//! A tool whose configuration says `require_approval` suspends before its first attempt, for a
+//! person to approve the call as asked (see [`ApprovalGate`]); approving runs it with the
+//! approver's input in `ctx.resume()`, like any approval.
+//!
 //! HTTP is not known here: the server translates requests into these calls and the results back.
+//! The tools it runs are the current generation of a live set ([`live`]): upstream MCP servers
+//! add and remove theirs while the server runs.
+
+pub mod live;
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -26,21 +34,22 @@ use tokio::sync::Notify;
 use tracing::Instrument;
 
 use crate::contract::ctx::ToolCtx;
+use crate::contract::erased::DynTool;
 use crate::contract::error::{InputViolation, ToolError};
 use crate::contract::meta::Effect;
-use crate::contract::outcome::ToolOutcome;
-use crate::contract::registry::{Registered, ToolSet, compile_schema, violations};
+use crate::contract::outcome::{Suspension, ToolOutcome};
+use crate::contract::registry::{Registered, RegistryError, ToolSet, compile_schema, violations};
 use crate::contract::retry::RetryPolicy;
 use crate::ids;
-use crate::metrics::ToolMetrics;
 use crate::slots::{Slot, Slots};
 use crate::store::{
     ApprovalState, CallError, CallRecord, CallStatus, Inserted, NewCall, Outcome, Reconciled,
     Resolution, Resolved, Settlement, Store, StoreError, Timestamp,
 };
+use live::{Entry, Generation, Live, ToolPolicy};
 
 /// How the server runs one tool. Set per tool; unset tools get the defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ToolSettings {
     /// The longest one attempt may run. A `write` that times out needs reconciliation.
     pub timeout: Duration,
@@ -48,6 +57,43 @@ pub struct ToolSettings {
     pub max_concurrency: usize,
     /// How long a suspension of the tool waits for a person before it expires; `None`: forever.
     pub approval_ttl: Option<Duration>,
+    /// Set: every call of the tool waits for a person's approval before it runs at all.
+    pub approval: Option<ApprovalGate>,
+}
+
+/// A tool that needs a person's approval for each call, by configuration: the call suspends
+/// before the tool runs ("Calls of <tool> need approval."), and approving runs it with the
+/// input it was called with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalGate {
+    /// The JSON Schema of what the approver answers with.
+    pub input_schema: Value,
+}
+
+impl Default for ApprovalGate {
+    /// The approver may add a note: `{"note"?: string}`.
+    fn default() -> Self {
+        ApprovalGate {
+            input_schema: json!({
+                "type": "object",
+                "properties": { "note": { "type": "string", "maxLength": 2000 } },
+                "additionalProperties": false,
+            }),
+        }
+    }
+}
+
+impl ApprovalGate {
+    /// An approval asked with `input_schema`, once it is known to compile.
+    pub fn with_schema(input_schema: Value) -> Result<ApprovalGate, String> {
+        compile_schema(&input_schema)?;
+        Ok(ApprovalGate { input_schema })
+    }
+
+    /// What the approver of a call of `tool` is asked.
+    fn reason(tool: &str) -> String {
+        format!("Calls of {tool} need approval.")
+    }
 }
 
 impl Default for ToolSettings {
@@ -57,6 +103,7 @@ impl Default for ToolSettings {
             timeout: Duration::from_secs(30),
             max_concurrency: 256,
             approval_ttl: None,
+            approval: None,
         }
     }
 }
@@ -86,15 +133,6 @@ impl Default for DispatchConfig {
     }
 }
 
-/// One tool's settings, with its retry policy adjusted to its effect, its concurrency gate, and
-/// its metrics.
-struct ToolPolicy {
-    settings: ToolSettings,
-    retry: RetryPolicy,
-    slots: Arc<Slots>,
-    metrics: ToolMetrics,
-}
-
 /// Who asks for a call, and the idempotency key they sent, if any.
 #[derive(Debug, Clone, Default)]
 pub struct CallOptions {
@@ -107,9 +145,8 @@ pub struct CallOptions {
 /// Runs calls and resolves suspensions against one tool set and one store. Cheap to clone.
 #[derive(Clone)]
 pub struct Dispatcher {
-    tools: Arc<ToolSet>,
+    live: Arc<Live>,
     store: Arc<dyn Store>,
-    policies: Arc<HashMap<String, ToolPolicy>>,
     running: Running,
     slots: Arc<Slots>,
 }
@@ -290,10 +327,12 @@ pub enum FailureKind {
     Expired,
     /// A person settled the call as failed.
     ReconciledAsFailed,
+    /// The tool's backend (an upstream MCP server) could not be reached.
+    Unavailable,
 }
 
 impl FailureKind {
-    const ALL: [FailureKind; 10] = [
+    const ALL: [FailureKind; 11] = [
         FailureKind::ToolFailed,
         FailureKind::InputRejected,
         FailureKind::OutputUnserializable,
@@ -304,6 +343,7 @@ impl FailureKind {
         FailureKind::Rejected,
         FailureKind::Expired,
         FailureKind::ReconciledAsFailed,
+        FailureKind::Unavailable,
     ];
 
     /// The stable code recorded and answered.
@@ -319,6 +359,7 @@ impl FailureKind {
             FailureKind::Rejected => "rejected",
             FailureKind::Expired => "suspension_expired",
             FailureKind::ReconciledAsFailed => "reconciled_as_failed",
+            FailureKind::Unavailable => "upstream_unavailable",
         }
     }
 
@@ -420,6 +461,15 @@ pub enum DispatchError {
     /// The call does not need reconciliation.
     #[error("the call does not need reconciliation")]
     NotReconcilable(Box<CallRecord>),
+    /// The tool's backend (an upstream MCP server) cannot be reached now; nothing was recorded
+    /// or resolved.
+    #[error("tool `{tool}` cannot be reached now")]
+    Unavailable {
+        /// The tool.
+        tool: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -466,6 +516,12 @@ impl Ran {
             } => Outcome::NeedsReconciliation {
                 error: failure.error.clone(),
             },
+            CallOutcome::Failed {
+                status: CallStatus::Interrupted,
+                failure,
+            } => Outcome::Interrupted {
+                reason: failure.error.message.clone(),
+            },
             CallOutcome::Failed { failure, .. } => Outcome::Failed {
                 error: failure.error.clone(),
             },
@@ -485,27 +541,9 @@ impl Dispatcher {
         store: Arc<dyn Store>,
         config: &DispatchConfig,
     ) -> Self {
-        let policies = tools
-            .iter()
-            .map(|tool| {
-                let settings = config
-                    .tools
-                    .get(tool.name())
-                    .copied()
-                    .unwrap_or(config.defaults);
-                let policy = ToolPolicy {
-                    settings,
-                    retry: RetryPolicy::for_effect(tool.effect(), config.retry),
-                    slots: Slots::new(settings.max_concurrency),
-                    metrics: ToolMetrics::new(tool.name()),
-                };
-                (tool.name().to_owned(), policy)
-            })
-            .collect();
         Dispatcher {
-            tools,
+            live: Arc::new(Live::new(Arc::unwrap_or_clone(tools), config)),
             store,
-            policies: Arc::new(policies),
             running: Running::default(),
             slots: Slots::new(config.max_running_calls),
         }
@@ -516,9 +554,19 @@ impl Dispatcher {
         &self.running
     }
 
-    /// The tools dispatched to.
-    pub fn tools(&self) -> &ToolSet {
-        &self.tools
+    /// The tools dispatched to now (a snapshot: upstream servers may change the set later).
+    pub fn tools(&self) -> Arc<Generation> {
+        self.live.current()
+    }
+
+    /// Replaces the tools proxied from the upstream `source` with `tools`; each that cannot be
+    /// registered (a bad name or schema, a name taken) is left out, and its error returned.
+    pub fn replace_upstream_tools(
+        &self,
+        source: &str,
+        tools: Vec<Arc<dyn DynTool>>,
+    ) -> Vec<RegistryError> {
+        self.live.replace_source(source, tools)
     }
 
     /// The store recorded in.
@@ -526,17 +574,12 @@ impl Dispatcher {
         &self.store
     }
 
-    /// The registered tool `name`, or `UnknownTool`.
-    fn registered(&self, name: &str) -> Result<&Registered, DispatchError> {
-        self.tools
-            .lookup(name)
+    /// The tool `name` as it stands now, or `UnknownTool`.
+    fn entry(&self, name: &str) -> Result<Entry, DispatchError> {
+        self.live
+            .current()
+            .entry(name)
             .ok_or_else(|| DispatchError::UnknownTool(name.to_owned()))
-    }
-
-    fn policy(&self, tool: &str) -> &ToolPolicy {
-        self.policies
-            .get(tool)
-            .expect("every registered tool has a policy")
     }
 
     /// Calls the tool `tool` with `input`.
@@ -552,14 +595,13 @@ impl Dispatcher {
     ) -> Result<CallResult, DispatchError> {
         // Input that does not fit never reaches the tool, nor the store; a `null` that stands
         // for a property left out is taken out first, and what is left is the call's input.
-        let registered = self.registered(tool)?;
-        let declared =
-            registered
-                .admit(&mut input)
-                .map_err(|violations| DispatchError::InvalidInput {
-                    tool: tool.to_owned(),
-                    violations,
-                })?;
+        let entry = self.entry(tool)?;
+        let declared = entry.registered.admit(&mut input).map_err(|violations| {
+            DispatchError::InvalidInput {
+                tool: tool.to_owned(),
+                violations,
+            }
+        })?;
         // The tool's own key names the effect and wins; a client's key is scoped to its caller.
         let key = declared.or_else(|| {
             options
@@ -570,15 +612,14 @@ impl Dispatcher {
         // A read without an idempotency key has no effect to protect and no intent record that
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.
-        let inline = key.is_none() && registered.tool.effect() == Effect::Read;
+        let inline = key.is_none() && entry.registered.tool.effect() == Effect::Read;
         let caller = options.caller;
         if inline {
-            return self.run_call(tool, input, caller, key).await;
+            return self.run_call(&entry, input, caller, key).await;
         }
         let this = self.clone();
-        let tool = tool.to_owned();
         detached(&self.running, async move {
-            this.run_call(&tool, input, caller, key).await
+            this.run_call(&entry, input, caller, key).await
         })
         .await
     }
@@ -634,7 +675,8 @@ impl Dispatcher {
         actor: Option<&str>,
     ) -> Result<CallResult, DispatchError> {
         let approval = self.pending(token).await?;
-        let registered = self.registered(&approval.tool)?;
+        let entry = self.entry(&approval.tool)?;
+        let registered = &entry.registered;
         if !registered.has_output_schema() {
             return Err(DispatchError::CompletionNotAllowed(approval.tool));
         }
@@ -678,7 +720,7 @@ impl Dispatcher {
                 .call(call_id)
                 .await?
                 .ok_or_else(|| DispatchError::UnknownCall(call_id.to_owned()))?;
-            if let Some(registered) = self.tools.lookup(&call.tool) {
+            if let Some(registered) = self.live.current().lookup(&call.tool) {
                 registered
                     .check_output(output)
                     .map_err(DispatchError::OutputSchemaViolation)?;
@@ -698,15 +740,25 @@ impl Dispatcher {
     /// idempotency `key` it derived.
     async fn run_call(
         &self,
-        tool: &str,
+        entry: &Entry,
         input: Value,
         caller: Option<String>,
         key: Option<String>,
     ) -> Result<CallResult, DispatchError> {
-        let registered = self.registered(tool)?;
+        let registered = entry.registered.as_ref();
         let dyn_tool = registered.tool.as_ref();
-        let policy = self.policy(dyn_tool.name());
+        let policy = entry.policy.as_ref();
         let _slot = self.take_slot(policy, dyn_tool.name())?;
+        // A backend known to be down is answered before anything is recorded; a gated call
+        // sends nothing now, so it may wait for its approval meanwhile.
+        if policy.settings.approval.is_none() {
+            dyn_tool
+                .ready()
+                .map_err(|unready| DispatchError::Unavailable {
+                    tool: dyn_tool.name().to_owned(),
+                    retry_after: unready.retry_after,
+                })?;
+        }
 
         let created_at = Timestamp::now();
         let call_id = ids::new_call_id(created_at.0);
@@ -841,33 +893,8 @@ impl Dispatcher {
                 };
                 // An interrupted re-dispatch of an approval resumes with the approver's input:
                 // the person is not asked twice.
-                let call = rerun.call;
-                let ran = self
-                    .attempts(
-                        registered,
-                        policy,
-                        &call.call_id,
-                        call.idempotency_key.as_deref(),
-                        rerun.resume_input,
-                        call.attempts,
-                        call.input,
-                        false,
-                    )
-                    .await;
-                self.record(
-                    &call.call_id,
-                    Some(ran.first),
-                    ran.attempts,
-                    &ran.recorded(),
-                )
-                .await?;
-                policy.metrics.ran(ran.outcome.status(), ran.took);
-                Ok(CallResult {
-                    call_id: call.call_id,
-                    tool: call.tool,
-                    outcome: ran.outcome,
-                    replayed: false,
-                })
+                self.run_recorded(registered, policy, rerun.call, rerun.resume_input)
+                    .await
             }
             _ => match CallOutcome::from_record(&existing) {
                 Some(outcome) => Ok(CallResult {
@@ -918,9 +945,19 @@ impl Dispatcher {
         let validator = compile_schema(&approval.input_schema)
             .map_err(|e| StoreError::Corrupt(format!("stored resume schema: {e}")))?;
         violations(&validator, &resume_input).map_err(DispatchError::InvalidResumeInput)?;
-        let registered = self.registered(&approval.tool)?;
-        let policy = self.policy(&approval.tool);
+        let entry = self.entry(&approval.tool)?;
+        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
         let _slot = self.take_slot(policy, &approval.tool)?;
+        // An upstream that cannot be reached now would take the approval and fail: the
+        // suspension stays pending instead, for when it is back.
+        entry
+            .registered
+            .tool
+            .ready()
+            .map_err(|unready| DispatchError::Unavailable {
+                tool: approval.tool.clone(),
+                retry_after: unready.retry_after,
+            })?;
 
         let resolution = Resolution::Approve {
             resume_input: resume_input.clone(),
@@ -932,13 +969,26 @@ impl Dispatcher {
             Resolved::Approved(call) => call,
             other => return Err(unexpected_resolution(other)),
         };
+        self.run_recorded(registered, policy, call, Some(resume_input))
+            .await
+    }
+
+    /// Runs the recorded call `call` again (approved, or interrupted and claimed), with the
+    /// approver's input when it has one, and records what it comes to.
+    async fn run_recorded(
+        &self,
+        registered: &Registered,
+        policy: &ToolPolicy,
+        call: CallRecord,
+        resume: Option<Value>,
+    ) -> Result<CallResult, DispatchError> {
         let ran = self
             .attempts(
                 registered,
                 policy,
                 &call.call_id,
                 call.idempotency_key.as_deref(),
-                Some(resume_input),
+                resume,
                 call.attempts,
                 call.input,
                 false,
@@ -978,7 +1028,20 @@ impl Dispatcher {
         let tool = registered.tool.as_ref();
         let started = Instant::now();
         let mut attempt = first;
+        // A call its configuration gates waits for a person before anything runs; the approval
+        // comes back here with `resume` set.
+        let gate = policy
+            .settings
+            .approval
+            .as_ref()
+            .filter(|_| resume.is_none());
+        let mut resent = 0;
         let outcome = loop {
+            if let Some(gate) = gate {
+                let asked =
+                    Suspension::new(ApprovalGate::reason(tool.name()), gate.input_schema.clone());
+                break self.settle(registered, policy, call_id, Ok(ToolOutcome::Suspend(asked)));
+            }
             let made = attempt - first + 1;
             let mut ctx = ToolCtx::new(call_id)
                 .with_attempt(attempt)
@@ -1049,6 +1112,39 @@ impl Dispatcher {
                         "tool panicked"
                     );
                     break failed(Failure::new(FailureKind::Panicked, "The tool panicked."));
+                }
+                // The tool's backend could not be reached. A request that never left may be
+                // sent again whatever the tool's effect; one that may have arrived only when
+                // the effect allows a retry.
+                Ok(Ok(Err(ToolError::Unavailable {
+                    unavailable,
+                    may_have_run,
+                    ..
+                }))) => {
+                    let retry = if may_have_run {
+                        policy.retry
+                    } else {
+                        policy.resend
+                    };
+                    resent += u32::from(!may_have_run);
+                    let made = if may_have_run { made } else { resent };
+                    if retry.allows_another(made) {
+                        let wait = retry.backoff(made).max(Duration::from_millis(50));
+                        tracing::warn!(
+                            tool = tool.name(),
+                            call_id,
+                            attempt,
+                            error = %unavailable.message,
+                            may_have_run,
+                            "the tool's backend cannot be reached; trying again"
+                        );
+                        tokio::time::sleep(wait).await;
+                        if may_have_run {
+                            attempt += 1;
+                        }
+                        continue;
+                    }
+                    break unavailable_outcome(tool, unavailable, may_have_run);
                 }
                 Ok(Ok(result)) => break self.settle(registered, policy, call_id, result),
             }
@@ -1123,6 +1219,11 @@ impl Dispatcher {
             Err(ToolError::Handler { source, .. }) => {
                 failed(Failure::new(FailureKind::ToolFailed, source.to_string()))
             }
+            Err(ToolError::Unavailable {
+                unavailable,
+                may_have_run,
+                ..
+            }) => unavailable_outcome(registered.tool.as_ref(), unavailable, may_have_run),
             Err(ToolError::OutputSerialization { source, .. }) => {
                 tracing::error!(
                     tool = registered.tool.name(),
@@ -1137,6 +1238,32 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// What a call ends as when its tool's backend could not be reached. A write that may have
+/// reached it needs a person; any other call is released as interrupted (nothing happened, or
+/// nothing that repeating it can harm), so the same request may run it again.
+fn unavailable_outcome(
+    tool: &dyn DynTool,
+    unavailable: crate::contract::error::Unavailable,
+    may_have_run: bool,
+) -> CallOutcome {
+    let (status, message) = if may_have_run && tool.effect() == Effect::Write {
+        (
+            CallStatus::NeedsReconciliation,
+            format!(
+                "{} The request may have reached it: whether the write happened must be settled \
+                 by a person.",
+                unavailable.message
+            ),
+        )
+    } else {
+        (CallStatus::Interrupted, unavailable.message)
+    };
+    let mut failure = Failure::new(FailureKind::Unavailable, message);
+    failure.error.details =
+        Some(json!({ "retry_after_s": unavailable.retry_after.as_secs().max(1) }));
+    CallOutcome::Failed { status, failure }
 }
 
 /// The longest suspension reason kept, in characters; a tool may quote a caller's input in it,
@@ -1228,7 +1355,7 @@ impl Dispatcher {
 
     /// Counts a call of `tool` recorded in `status` without a run of its tool.
     fn counted(&self, tool: &str, status: CallStatus) {
-        match self.policies.get(tool) {
+        match self.live.current().policy(tool) {
             Some(policy) => policy.metrics.outcome(status),
             // A tool no longer served, whose suspended calls are still resolved.
             None => crate::metrics::call_outcome(tool, status),

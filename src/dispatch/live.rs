@@ -1,0 +1,209 @@
+//! The tools a dispatcher serves now: one generation at a time, replaced whole when an upstream
+//! MCP server's tool list changes.
+//!
+//! A call takes the current [`Generation`] once and runs on it to the end, so a tool that goes
+//! away mid-call still finishes, and a list that changes never shows a call half of one
+//! generation and half of the next. A tool keeps its [`ToolPolicy`] (its concurrency slots, its
+//! metrics) from one generation to the next. What is derived from the list (the serialized
+//! `GET /tools`, the OpenAPI document, the MCP catalog) is rebuilt from a new generation the
+//! first time it is asked for: see [`Derived`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use crate::contract::erased::DynTool;
+use crate::contract::registry::{Registered, RegistryError, ToolSet};
+use crate::contract::retry::RetryPolicy;
+use crate::metrics::ToolMetrics;
+use crate::slots::Slots;
+
+use super::{DispatchConfig, ToolSettings};
+
+/// One tool's settings, with its retry policy adjusted to its effect, its concurrency gate, and
+/// its metrics.
+pub(crate) struct ToolPolicy {
+    pub(crate) settings: ToolSettings,
+    pub(crate) retry: RetryPolicy,
+    /// Retries of a request that provably never reached the tool's backend: the configured
+    /// policy, whatever the effect (nothing ran that a retry could repeat).
+    pub(crate) resend: RetryPolicy,
+    pub(crate) slots: Arc<Slots>,
+    pub(crate) metrics: ToolMetrics,
+}
+
+/// A registered tool and its policy: what one call runs with.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub(crate) registered: Arc<Registered>,
+    pub(crate) policy: Arc<ToolPolicy>,
+}
+
+/// The tool set as it stands, with each tool's policy; numbered, so what is derived from it
+/// knows when it is stale.
+pub struct Generation {
+    number: u64,
+    tools: ToolSet,
+    policies: HashMap<String, Arc<ToolPolicy>>,
+}
+
+impl Generation {
+    /// Counts up by one each time the tool set changes.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// The tools.
+    pub fn tools(&self) -> &ToolSet {
+        &self.tools
+    }
+
+    pub(crate) fn entry(&self, name: &str) -> Option<Entry> {
+        Some(Entry {
+            registered: self.tools.lookup_shared(name)?.clone(),
+            policy: self.policies.get(name)?.clone(),
+        })
+    }
+
+    pub(crate) fn policy(&self, name: &str) -> Option<&ToolPolicy> {
+        self.policies.get(name).map(Arc::as_ref)
+    }
+}
+
+impl std::ops::Deref for Generation {
+    type Target = ToolSet;
+
+    fn deref(&self) -> &ToolSet {
+        &self.tools
+    }
+}
+
+/// The current generation, and what a new one's policies are made from.
+pub(crate) struct Live {
+    current: RwLock<Arc<Generation>>,
+    /// Taken by whoever builds the next generation, so two changes never lose one another.
+    replacing: Mutex<()>,
+    config: DispatchConfig,
+}
+
+impl Live {
+    pub(crate) fn new(tools: ToolSet, config: &DispatchConfig) -> Live {
+        let live = Live {
+            current: RwLock::new(Arc::new(Generation {
+                number: 0,
+                tools: ToolSet::new(),
+                policies: HashMap::new(),
+            })),
+            replacing: Mutex::new(()),
+            config: config.clone(),
+        };
+        live.install(tools);
+        live
+    }
+
+    /// The generation serving now.
+    pub(crate) fn current(&self) -> Arc<Generation> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the tools of the upstream `source` with `tools`. Those that cannot be
+    /// registered (see [`ToolSet::with_source`]) are left out and returned.
+    pub(crate) fn replace_source(
+        &self,
+        source: &str,
+        tools: Vec<Arc<dyn DynTool>>,
+    ) -> Vec<RegistryError> {
+        let _replacing = self
+            .replacing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (next, errors) = self.current().tools.with_source(source, tools);
+        self.install(next);
+        errors
+    }
+
+    /// Makes `tools` the current generation, keeping the policy of each tool that stays.
+    fn install(&self, tools: ToolSet) {
+        let previous = self.current();
+        let policies = tools
+            .iter()
+            .map(|tool| {
+                let policy = match previous.policies.get(tool.name()) {
+                    // Same name, same effect: the slots in use and the metrics carry over.
+                    Some(policy)
+                        if RetryPolicy::for_effect(tool.effect(), self.config.retry)
+                            == policy.retry =>
+                    {
+                        policy.clone()
+                    }
+                    _ => Arc::new(self.policy_of(tool)),
+                };
+                (tool.name().to_owned(), policy)
+            })
+            .collect();
+        let next = Arc::new(Generation {
+            number: previous.number + 1,
+            tools,
+            policies,
+        });
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = next;
+    }
+
+    fn policy_of(&self, tool: &dyn DynTool) -> ToolPolicy {
+        let settings = self
+            .config
+            .tools
+            .get(tool.name())
+            .cloned()
+            .unwrap_or_else(|| self.config.defaults.clone());
+        ToolPolicy {
+            slots: Slots::new(settings.max_concurrency),
+            retry: RetryPolicy::for_effect(tool.effect(), self.config.retry),
+            resend: self.config.retry,
+            metrics: ToolMetrics::new(tool.name()),
+            settings,
+        }
+    }
+}
+
+/// A value built from a generation (a serialized tool list, say), rebuilt the first time it is
+/// asked for after the generation changed.
+pub(crate) struct Derived<T> {
+    built: RwLock<Arc<(u64, T)>>,
+    build: Box<dyn Fn(&Generation) -> T + Send + Sync>,
+}
+
+impl<T> Derived<T> {
+    /// Builds from `generation` now, and from each later one with `build`.
+    pub(crate) fn new(
+        generation: &Generation,
+        build: impl Fn(&Generation) -> T + Send + Sync + 'static,
+    ) -> Self {
+        Derived {
+            built: RwLock::new(Arc::new((generation.number, build(generation)))),
+            build: Box::new(build),
+        }
+    }
+
+    /// The value for `generation`. Two requests that find it stale at once may both build it;
+    /// either result is right.
+    pub(crate) fn get(&self, generation: &Generation) -> Arc<(u64, T)> {
+        let built = self
+            .built
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if built.0 == generation.number {
+            return built;
+        }
+        let fresh = Arc::new((generation.number, (self.build)(generation)));
+        let mut slot = self.built.write().unwrap_or_else(PoisonError::into_inner);
+        // A build from a newer generation that landed meanwhile stays.
+        if slot.0 < fresh.0 {
+            *slot = fresh.clone();
+        }
+        fresh
+    }
+}

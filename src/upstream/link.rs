@@ -1,0 +1,289 @@
+//! One upstream MCP server's connection, and the task that keeps it up.
+//!
+//! A [`Link`] holds the current session, if there is one: calls take its peer, and find out at
+//! once when there is none (the tool answers `503 upstream_unavailable` before anything is
+//! recorded). The supervisor ([`Link::supervise`]) owns the session: it re-reads the tool list
+//! on `notifications/tools/list_changed` (and every `refresh_s`), and when the session ends (a
+//! stdio server that exited, an HTTP server a call found unreachable) it logs why, and connects
+//! again with a growing wait; each new session re-reads the list.
+
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, Tool as McpTool};
+use rmcp::service::{NotificationContext, Peer, RunningService};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use tokio::sync::Notify;
+
+use super::config::{Transport, Upstream};
+
+/// The longest wait between two attempts to reach a server that is down.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The first wait after a session ends.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// How long connecting (spawning, or reaching the URL, and the `initialize` handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long reading the tool list may take.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest JSON answer read from an HTTP upstream (a tool's result, its tool list).
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// A session with the server, as the supervisor runs it.
+pub(super) type Session = RunningService<RoleClient, Listener>;
+
+/// Hears the server's notifications: a changed tool list wakes the supervisor.
+pub(super) struct Listener {
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Listener {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.notify_one();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// One upstream: how to reach it, and the session calls go through when it is up.
+pub(crate) struct Link {
+    pub(super) config: Upstream,
+    /// The current session's number and peer.
+    peer: RwLock<Option<(u64, Peer<RoleClient>)>>,
+    /// The number of the last session made.
+    sessions: std::sync::atomic::AtomicU64,
+    /// The server said its tool list changed.
+    changed: Arc<Notify>,
+    /// A call found the server unreachable: the session is dropped and made again.
+    broken: Notify,
+}
+
+impl Link {
+    pub(super) fn new(config: Upstream) -> Arc<Link> {
+        Arc::new(Link {
+            config,
+            peer: RwLock::new(None),
+            sessions: std::sync::atomic::AtomicU64::new(0),
+            changed: Arc::new(Notify::new()),
+            broken: Notify::new(),
+        })
+    }
+
+    /// The upstream's name.
+    pub(super) fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// The current session's number and peer; `None` while the server is down.
+    pub(super) fn peer(&self) -> Option<(u64, Peer<RoleClient>)> {
+        self.peer
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_peer(&self, peer: Option<(u64, Peer<RoleClient>)>) {
+        *self.peer.write().unwrap_or_else(PoisonError::into_inner) = peer;
+    }
+
+    /// A call on session `session` found the server unreachable: the supervisor drops that
+    /// session now (later calls are refused at once until it is back). A report about a session
+    /// already replaced changes nothing.
+    pub(super) fn report_broken(&self, session: u64) {
+        let mut current = self.peer.write().unwrap_or_else(PoisonError::into_inner);
+        if current
+            .as_ref()
+            .is_some_and(|(number, _)| *number == session)
+        {
+            *current = None;
+            drop(current);
+            self.broken.notify_one();
+        }
+    }
+
+    /// Spawns the server (stdio) or reaches it (HTTP), and shakes hands.
+    pub(super) async fn connect(&self) -> Result<Session, String> {
+        let listener = Listener {
+            changed: self.changed.clone(),
+        };
+        let connecting = async {
+            match &self.config.transport {
+                Transport::Stdio { program, args, env } => {
+                    let mut command = tokio::process::Command::new(program);
+                    command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+                    let (child, _) = rmcp::transport::TokioChildProcess::builder(command)
+                        .stderr(std::process::Stdio::inherit())
+                        .spawn()
+                        .map_err(|err| format!("cannot start `{program}`: {err}"))?;
+                    listener
+                        .serve(child)
+                        .await
+                        .map_err(|err| format!("the MCP handshake failed: {err}"))
+                }
+                Transport::Http { url, headers } => {
+                    use rmcp::transport::StreamableHttpClientTransport;
+                    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+                    let mut custom = std::collections::HashMap::new();
+                    for (name, value) in headers {
+                        // Checked when the config was read; a value from the environment may
+                        // still be no header value.
+                        let name = axum::http::HeaderName::from_bytes(name.as_bytes())
+                            .map_err(|_| format!("`{name}` is not a header name"))?;
+                        let value = axum::http::HeaderValue::from_str(value).map_err(|_| {
+                            format!("the value of header `{name}` is not a header value")
+                        })?;
+                        custom.insert(name, value);
+                    }
+                    // reqwest is built without a crypto provider of its own (an https URL).
+                    crate::feed::webhooks::install_crypto();
+                    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        .custom_headers(custom)
+                        .max_json_response_size(MAX_RESPONSE_BYTES)
+                        .reinit_on_expired_session(true);
+                    let transport = StreamableHttpClientTransport::from_config(config);
+                    listener
+                        .serve(transport)
+                        .await
+                        .map_err(|err| format!("cannot reach {url}: {err}"))
+                }
+            }
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+            .await
+            .map_err(|_| format!("no MCP handshake within {} s", CONNECT_TIMEOUT.as_secs()))?
+    }
+
+    /// The server's tool list, every page of it.
+    pub(super) async fn list(session: &Peer<RoleClient>) -> Result<Vec<McpTool>, String> {
+        tokio::time::timeout(LIST_TIMEOUT, session.list_all_tools())
+            .await
+            .map_err(|_| format!("no tool list within {} s", LIST_TIMEOUT.as_secs()))?
+            .map_err(|err| format!("cannot read the tool list: {err}"))
+    }
+
+    /// Keeps the server reachable for as long as the process runs, starting from `session`
+    /// when the start made one. `publish` is handed each tool list read.
+    pub(super) async fn supervise(
+        self: Arc<Self>,
+        mut session: Option<Session>,
+        publish: impl Fn(Vec<McpTool>),
+    ) {
+        let mut backoff = FIRST_BACKOFF;
+        let mut logged_down = false;
+        loop {
+            let current = match session.take() {
+                Some(current) => current,
+                None => match self.connect().await {
+                    Ok(current) => current,
+                    Err(err) => {
+                        if logged_down {
+                            tracing::debug!(upstream = self.name(), error = %err, "still down");
+                        } else {
+                            tracing::warn!(
+                                upstream = self.name(),
+                                error = %err,
+                                "the upstream MCP server cannot be reached; trying again"
+                            );
+                            logged_down = true;
+                        }
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                },
+            };
+            let peer = current.peer().clone();
+            match Link::list(&peer).await {
+                Ok(tools) => {
+                    tracing::info!(
+                        upstream = self.name(),
+                        tools = tools.len(),
+                        "the upstream MCP server is up"
+                    );
+                    publish(tools);
+                }
+                Err(err) => {
+                    tracing::warn!(upstream = self.name(), error = %err, "dropping the session");
+                    drop(current);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+            }
+            let number = self
+                .sessions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
+            self.set_peer(Some((number, peer.clone())));
+            logged_down = false;
+            backoff = FIRST_BACKOFF;
+            let why = self.serve(current, &peer, number, &publish).await;
+            self.set_peer(None);
+            tracing::warn!(
+                upstream = self.name(),
+                reason = why,
+                retry_in_ms = backoff.as_millis() as u64,
+                "the upstream MCP server went away; its tools answer 503 until it is back"
+            );
+            tokio::time::sleep(backoff).await;
+        }
+    }
+
+    /// Runs one session until it ends, re-reading the tool list when it changes; says why it
+    /// ended.
+    async fn serve(
+        &self,
+        session: Session,
+        peer: &Peer<RoleClient>,
+        number: u64,
+        publish: &impl Fn(Vec<McpTool>),
+    ) -> &'static str {
+        let cancel = session.cancellation_token();
+        let mut ended = std::pin::pin!(session.waiting());
+        let mut refresh = self.config.refresh.map(|every| {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks
+        });
+        loop {
+            let tick = async {
+                match &mut refresh {
+                    Some(ticks) => {
+                        ticks.tick().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut ended => return "the session ended (a stdio server that exited, or a closed connection)",
+                () = self.broken.notified() => {
+                    // A report about the session before this one, left for this one to see.
+                    if self.peer().is_some_and(|(current, _)| current == number) {
+                        continue;
+                    }
+                    cancel.cancel();
+                    return "a call could not reach it";
+                }
+                () = self.changed.notified() => {}
+                () = tick => {}
+            }
+            match Link::list(peer).await {
+                Ok(tools) => {
+                    tracing::info!(
+                        upstream = self.name(),
+                        tools = tools.len(),
+                        "tool list read again"
+                    );
+                    publish(tools);
+                }
+                Err(err) => {
+                    tracing::warn!(upstream = self.name(), error = %err, "cannot read the tool list again");
+                }
+            }
+        }
+    }
+}

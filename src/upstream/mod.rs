@@ -1,0 +1,238 @@
+//! Upstream MCP servers, served as toolgate tools: `[[upstreams]]` in the configuration.
+//!
+//! Each server's tools become [`DynTool`]s named `<upstream>__<tool>` ([`tool`]), so every door
+//! (REST, OpenAPI, the provider formats, `/mcp`, the inbox) serves them, and every call of one
+//! goes through the one lifecycle: approval gates from the configuration, idempotency keys from
+//! a template, intent recorded before anything is sent, retries by effect, reconciliation of a
+//! write that may have happened. Annotations are the server's hints: an unannotated tool is a
+//! write.
+//!
+//! The servers are reached with the official Rust SDK's client: a child process over stdio, or
+//! Streamable HTTP ([`link`]). At start, each is connected once: a stdio server that cannot be
+//! started stops the start, an HTTP server that does not answer does not (its tools appear once
+//! it does). Then each has a supervisor task that keeps it connected, re-reads its tool list when
+//! it changes, and swaps the tools into the dispatcher's live set.
+
+pub mod config;
+mod link;
+mod tool;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rmcp::model::Tool as McpTool;
+
+use crate::contract::erased::DynTool;
+use crate::contract::registry::{RegistryError, ToolSet, is_valid_tool_name};
+use crate::dispatch::Dispatcher;
+use config::{Transport, Upstream, glob_matches};
+use link::{Link, Session};
+use tool::{UpstreamTool, prefixed};
+
+/// Why the upstreams could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamError {
+    /// A stdio server could not be started, or did not complete the MCP handshake.
+    #[error("upstream `{upstream}` could not start: {message}")]
+    Start {
+        /// The upstream.
+        upstream: String,
+        /// Why.
+        message: String,
+    },
+    /// An upstream tool's name, prefixed, is not a valid tool name.
+    #[error(
+        "tool `{tool}` of upstream `{upstream}` would be served as `{name}`, which is not a \
+         valid tool name (^[a-zA-Z0-9_-]{{1,64}}$); leave it out with the upstream's `tools` globs"
+    )]
+    InvalidName {
+        /// The upstream.
+        upstream: String,
+        /// The tool's name upstream.
+        tool: String,
+        /// The name it would be served as.
+        name: String,
+    },
+    /// Two tools would be served under one name.
+    #[error(
+        "two tools would be served as `{name}`: {first} and {second}; leave one out with its \
+         upstream's `tools` globs"
+    )]
+    Collision {
+        /// The name.
+        name: String,
+        /// One tool.
+        first: String,
+        /// The other.
+        second: String,
+    },
+}
+
+/// The upstreams, connected once and ready to be supervised by the server they serve in.
+#[derive(Default)]
+pub struct Upstreams {
+    started: Vec<Started>,
+}
+
+struct Started {
+    link: Arc<Link>,
+    /// The session made at start; `None` for an HTTP server that did not answer.
+    session: Option<Session>,
+    tools: Vec<Arc<dyn DynTool>>,
+}
+
+impl Upstreams {
+    /// No upstreams.
+    pub fn none() -> Self {
+        Upstreams::default()
+    }
+
+    /// Connects each upstream once (all at once) and reads its tools. Fails when a stdio
+    /// server cannot be started, or when a tool's name is invalid or taken (by `natives` or by
+    /// another upstream's tool), naming the tools.
+    pub async fn connect(
+        upstreams: Vec<Upstream>,
+        natives: &ToolSet,
+    ) -> Result<Upstreams, UpstreamError> {
+        let connecting = upstreams.into_iter().map(|config| async move {
+            let link = Link::new(config);
+            let session = match link.connect().await {
+                Ok(session) => session,
+                Err(message) if matches!(link.config.transport, Transport::Stdio { .. }) => {
+                    return Err(UpstreamError::Start {
+                        upstream: link.name().to_owned(),
+                        message,
+                    });
+                }
+                Err(message) => {
+                    tracing::warn!(
+                        upstream = link.name(),
+                        error = %message,
+                        "the upstream MCP server does not answer; its tools appear once it does"
+                    );
+                    return Ok((link, None, Vec::new()));
+                }
+            };
+            let listed =
+                Link::list(session.peer())
+                    .await
+                    .map_err(|message| UpstreamError::Start {
+                        upstream: link.name().to_owned(),
+                        message,
+                    })?;
+            Ok((link, Some(session), listed))
+        });
+        let mut started = Vec::new();
+        // Every served name, and what it is, to name both sides of a collision.
+        let mut names: BTreeMap<String, String> = natives
+            .iter()
+            .map(|tool| {
+                (
+                    tool.name().to_owned(),
+                    format!("the tool `{}`", tool.name()),
+                )
+            })
+            .collect();
+        for connected in futures_util::future::join_all(connecting).await {
+            let (link, session, listed) = connected?;
+            let mut tools = Vec::new();
+            for remote in selected(&link, &listed) {
+                let name = prefixed(link.name(), &remote.name);
+                if !is_valid_tool_name(&name) {
+                    return Err(UpstreamError::InvalidName {
+                        upstream: link.name().to_owned(),
+                        tool: remote.name.to_string(),
+                        name,
+                    });
+                }
+                let this = format!("tool `{}` of upstream `{}`", remote.name, link.name());
+                if let Some(first) = names.insert(name.clone(), this.clone()) {
+                    return Err(UpstreamError::Collision {
+                        name,
+                        first,
+                        second: this,
+                    });
+                }
+                tools.push(upstream_tool(&link, remote));
+            }
+            started.push(Started {
+                link,
+                session,
+                tools,
+            });
+        }
+        Ok(Upstreams { started })
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.started.is_empty()
+    }
+
+    /// Adds the tools read at start to `dispatcher`, and starts each upstream's supervisor
+    /// (inside the current tokio runtime).
+    pub(crate) fn start(self, dispatcher: &Dispatcher) {
+        for Started {
+            link,
+            session,
+            tools,
+        } in self.started
+        {
+            for err in dispatcher.replace_upstream_tools(link.name(), tools) {
+                tracing::error!(upstream = link.name(), error = %err, "an upstream tool is not served");
+            }
+            let dispatcher = dispatcher.clone();
+            let publisher = link.clone();
+            let publish = move |listed: Vec<McpTool>| {
+                publish(&dispatcher, &publisher, &listed);
+            };
+            tokio::spawn(link.supervise(session, publish));
+        }
+    }
+}
+
+/// The tools of `listed` that `link`'s globs select.
+fn selected<'a>(link: &Link, listed: &'a [McpTool]) -> impl Iterator<Item = &'a McpTool> {
+    let globs = &link.config.tools;
+    listed
+        .iter()
+        .filter(|tool| globs.iter().any(|glob| glob_matches(glob, &tool.name)))
+}
+
+fn upstream_tool(link: &Arc<Link>, remote: &McpTool) -> Arc<dyn DynTool> {
+    let policy = link.config.policies.get(remote.name.as_ref());
+    Arc::new(UpstreamTool::new(link.clone(), remote, policy))
+}
+
+/// Swaps a tool list read after the start into the dispatcher: a tool whose name is invalid or
+/// taken is left out, and logged.
+fn publish(dispatcher: &Dispatcher, link: &Arc<Link>, listed: &[McpTool]) {
+    let mut tools = Vec::new();
+    for remote in selected(link, listed) {
+        let name = prefixed(link.name(), &remote.name);
+        if is_valid_tool_name(&name) {
+            tools.push(upstream_tool(link, remote));
+        } else {
+            tracing::error!(
+                upstream = link.name(),
+                tool = %remote.name,
+                name,
+                "an upstream tool's name is not a valid tool name; not served"
+            );
+        }
+    }
+    let count = tools.len();
+    for err in dispatcher.replace_upstream_tools(link.name(), tools) {
+        let reason = match &err {
+            RegistryError::DuplicateName { .. } => "its name is taken by another tool",
+            _ => "it cannot be registered",
+        };
+        tracing::error!(upstream = link.name(), error = %err, reason, "an upstream tool is not served");
+    }
+    tracing::debug!(
+        upstream = link.name(),
+        tools = count,
+        "upstream tools swapped in"
+    );
+}

@@ -1,0 +1,237 @@
+//! One upstream tool as a toolgate tool: a [`DynTool`] named `<upstream>__<tool>` whose attempt
+//! is one `tools/call` to the server.
+//!
+//! The lifecycle around it is the native tools' one (schema check, approval, intent, timeout,
+//! retries by effect, output check, record); what is decided here is what the server's answer
+//! means: `isError` is the tool failing (permanently: the server said no, asking again will not
+//! change that), `structuredContent` (else the text content) is the output, and a link that
+//! failed is [`ToolError::Unavailable`], saying whether the request may have arrived.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rmcp::ServiceError;
+use rmcp::model::{CallToolRequestParams, ContentBlock, Tool as McpTool};
+use serde_json::Value;
+
+use super::config::{KeyTemplate, SEPARATOR, UpstreamPolicy};
+use super::link::Link;
+use crate::contract::ctx::ToolCtx;
+use crate::contract::erased::DynTool;
+use crate::contract::error::{HandlerError, ToolError, Unavailable};
+use crate::contract::meta::Effect;
+use crate::contract::outcome::ToolOutcome;
+
+/// When to try a tool whose server is down again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A tool served by an upstream MCP server.
+pub(crate) struct UpstreamTool {
+    name: String,
+    /// Its name on the upstream server.
+    remote: Arc<str>,
+    description: String,
+    effect: Effect,
+    input_schema: Value,
+    output_schema: Option<Value>,
+    key: Option<KeyTemplate>,
+    link: Arc<Link>,
+}
+
+impl UpstreamTool {
+    /// The toolgate tool for the upstream's `tool`, with its policy from the configuration.
+    pub(crate) fn new(link: Arc<Link>, tool: &McpTool, policy: Option<&UpstreamPolicy>) -> Self {
+        let hints = tool.annotations.as_ref();
+        // Annotations are the server's word, not a guarantee: without them, a write.
+        let annotated = match hints {
+            Some(hints) if hints.read_only_hint == Some(true) => Effect::Read,
+            Some(hints) if hints.idempotent_hint == Some(true) => Effect::Idempotent,
+            _ => Effect::Write,
+        };
+        let input = Value::Object(tool.input_schema.as_ref().clone());
+        UpstreamTool {
+            name: prefixed(link.name(), &tool.name),
+            remote: Arc::from(tool.name.as_ref()),
+            description: tool
+                .description
+                .as_deref()
+                .map(str::to_owned)
+                .unwrap_or_default(),
+            effect: policy.and_then(|p| p.effect).unwrap_or(annotated),
+            input_schema: crate::schema::clean_input_schema(&input),
+            output_schema: tool
+                .output_schema
+                .as_ref()
+                .map(|schema| crate::schema::clean_schema(&Value::Object(schema.as_ref().clone()))),
+            key: policy
+                .and_then(|p| p.idempotency_key.as_deref())
+                .and_then(|template| KeyTemplate::parse(template).ok()),
+            link,
+        }
+    }
+
+    fn unavailable(&self, message: String, may_have_run: bool) -> ToolError {
+        ToolError::Unavailable {
+            tool: self.name.clone(),
+            unavailable: Unavailable {
+                message,
+                retry_after: RETRY_AFTER,
+            },
+            may_have_run,
+        }
+    }
+
+    fn down(&self) -> Unavailable {
+        Unavailable {
+            message: format!(
+                "The upstream MCP server `{}` is not reachable now.",
+                self.link.name()
+            ),
+            retry_after: RETRY_AFTER,
+        }
+    }
+}
+
+/// The toolgate name of the upstream `server`'s tool `tool`.
+pub(crate) fn prefixed(server: &str, tool: &str) -> String {
+    format!("{server}{SEPARATOR}{tool}")
+}
+
+#[async_trait]
+impl DynTool for UpstreamTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn effect(&self) -> Effect {
+        self.effect
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.input_schema
+    }
+
+    fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_ref()
+    }
+
+    fn idempotency_key(&self, input: &Value) -> Option<String> {
+        self.key.as_ref()?.render(input)
+    }
+
+    fn ready(&self) -> Result<(), Unavailable> {
+        match self.link.peer() {
+            Some((_, peer)) if !peer.is_transport_closed() => Ok(()),
+            _ => Err(self.down()),
+        }
+    }
+
+    async fn call_json(
+        &self,
+        _ctx: &ToolCtx,
+        input: Value,
+    ) -> Result<ToolOutcome<Value>, ToolError> {
+        let Some((session, peer)) = self
+            .link
+            .peer()
+            .filter(|(_, peer)| !peer.is_transport_closed())
+        else {
+            return Err(self.unavailable(self.down().message, false));
+        };
+        let Value::Object(arguments) = input else {
+            // The input schema's root is an object: the check before this lets nothing else in.
+            return Err(ToolError::InvalidInput {
+                tool: self.name.clone(),
+                violations: vec![crate::contract::error::InputViolation {
+                    path: String::new(),
+                    message: "the input must be an object".into(),
+                }],
+            });
+        };
+        let params = CallToolRequestParams::new(self.remote.to_string()).with_arguments(arguments);
+        let failed = |message: String| ToolError::Handler {
+            tool: self.name.clone(),
+            source: HandlerError::message(message).permanent(),
+        };
+        match peer.call_tool(params).await {
+            Ok(result) if result.is_error == Some(true) => {
+                let text = text_of(&result.content);
+                Err(failed(if text.is_empty() {
+                    "The upstream tool reported an error without a message.".into()
+                } else {
+                    text
+                }))
+            }
+            Ok(result) => Ok(ToolOutcome::Output(match result.structured_content {
+                Some(structured) => structured,
+                None => Value::String(text_of(&result.content)),
+            })),
+            Err(ServiceError::McpError(error)) => Err(failed(format!(
+                "The upstream MCP server refused the call: {} ({}).",
+                error.message, error.code.0
+            ))),
+            Err(ServiceError::UnexpectedResponse) => Err(failed(
+                "The upstream MCP server answered the call with something other than a tool \
+                 result."
+                    .into(),
+            )),
+            Err(err) => {
+                // The request was handed to a live session: it may have arrived, unless the
+                // link says it was refused before anything was sent.
+                let may_have_run = !never_sent(&err);
+                tracing::warn!(
+                    tool = %self.name,
+                    upstream = self.link.name(),
+                    error = %err,
+                    may_have_run,
+                    "a call could not reach its upstream MCP server"
+                );
+                self.link.report_broken(session);
+                Err(self.unavailable(
+                    format!(
+                        "The upstream MCP server `{}` could not be reached.",
+                        self.link.name()
+                    ),
+                    may_have_run,
+                ))
+            }
+        }
+    }
+}
+
+/// The text blocks of a result, one per line.
+fn text_of(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `err` proves the request never left: the connection to the server was refused
+/// before anything was written.
+fn never_sent(err: &ServiceError) -> bool {
+    let ServiceError::TransportSend(send) = err else {
+        return false;
+    };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(send.error.as_ref());
+    while let Some(current) = source {
+        if let Some(http) = current.downcast_ref::<reqwest::Error>() {
+            return http.is_connect();
+        }
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            // Refused, or a pipe to a stdio server with no reader left: nothing was read.
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        source = current.source();
+    }
+    false
+}
