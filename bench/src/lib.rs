@@ -76,6 +76,16 @@ pub enum BareMode {
     InProcess,
 }
 
+/// The configuration of the toolgate that serves the FastMCP echo at `peer` as an upstream: no
+/// example tools, and echo declared a read (FastMCP does not annotate it, which would make it a
+/// write: a durable intent per call, not what an echo is measured by).
+fn gate_config(peer: std::net::SocketAddr) -> String {
+    format!(
+        "[examples]\nenabled = false\n\n[[upstreams]]\nname = \"peer\"\nurl = \"http://{peer}/mcp\"\n\n\
+         [upstreams.policies.echo]\neffect = \"read\"\n"
+    )
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -156,6 +166,7 @@ impl Report {
                     }
                     _ => String::new(),
                 },
+                "gate_mcp_echo" | "gate_echo" => ratio(&s.name, "peer_mcp_echo"),
                 "pg_echo_r2" | "pg_echo_r3" => ratio(&s.name, "pg_echo"),
                 "pg_write" => ratio("pg_write", "pg_commits"),
                 "pg_write_r2" | "pg_write_r3" => ratio(&s.name, "pg_write"),
@@ -526,6 +537,17 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         None
     };
 
+    // toolgate in front of that FastMCP server, as an upstream: what the gate costs.
+    let gate = match &mcp_peer {
+        Some(peer) => {
+            let dir = fresh_dir("gate")?;
+            let config = dir.join("toolgate.toml");
+            std::fs::write(&config, gate_config(peer.addr)).map_err(|e| e.to_string())?;
+            Some(ServerProcess::toolgate_with(&options.toolgate, &dir, Some(&config), &[]).await?)
+        }
+        None => None,
+    };
+
     let mut postgres_skipped = None;
     let pg = match &options.postgres {
         None => {
@@ -583,6 +605,18 @@ pub async fn run(options: &Options) -> Result<Report, String> {
             Some(peer.pid()),
         ));
     }
+    if let Some(gate) = &gate {
+        plan.push(Step::http(
+            Scenario::GatedMcpEcho("gate_mcp_echo"),
+            gate.addr,
+            Some(gate.pid()),
+        ));
+        plan.push(Step::http(
+            Scenario::GatedEcho("gate_echo"),
+            gate.addr,
+            Some(gate.pid()),
+        ));
+    }
     let rounds = load::run_rounds(&plan, options, pg.as_ref().map(|pg| &pg.admin)).await;
     // The scratch databases go whatever happened.
     let pg_report = match pg {
@@ -595,6 +629,9 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         && let Some(result) = best.iter_mut().find(|r| r.name == "peer_echo")
     {
         result.peak_rss_kib = peer.peak_rss_kib();
+    }
+    if let Some(gate) = gate {
+        gate.stop().await;
     }
     drop(mcp_peer);
     let toolgate_peak = toolgate.peak_rss_kib();

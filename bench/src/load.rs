@@ -30,6 +30,11 @@ pub enum Scenario {
     /// MCP `tools/call` of echo, one stateless JSON-RPC request per operation (`POST /mcp`, the
     /// 2025-11-25 era: no handshake needed): toolgate's door, or FastMCP's own server.
     McpEcho(&'static str),
+    /// MCP `tools/call` of `peer__echo` on toolgate's `/mcp`: FastMCP's echo, served through
+    /// toolgate as an upstream (the gate's cost, against `McpEcho` on FastMCP itself).
+    GatedMcpEcho(&'static str),
+    /// `POST /tools/peer__echo/call` on toolgate: the same upstream echo over REST.
+    GatedEcho(&'static str),
     /// `GET /approvals?limit=50`.
     Approvals(&'static str),
     /// PostgreSQL alone: one row inserted and committed per operation, on a client of its own
@@ -51,6 +56,8 @@ impl Scenario {
             | Scenario::SuspendApprove(n)
             | Scenario::PeerEcho(n)
             | Scenario::McpEcho(n)
+            | Scenario::GatedMcpEcho(n)
+            | Scenario::GatedEcho(n)
             | Scenario::Approvals(n)
             | Scenario::Commits(n)
             | Scenario::WebhookPost(n) => n,
@@ -110,6 +117,8 @@ const ASK_BODY: &str = r#"{"input":{"question":"ship it?"}}"#;
 pub(crate) const ANSWER_BODY: &str = r#"{"input":{"answer":"yes"}}"#;
 const PEER_BODY: &str = r#"{"text":"hello, tools"}"#;
 const MCP_ECHO_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, tools"}}}"#;
+const GATED_MCP_ECHO_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"peer__echo","arguments":{"text":"hello, tools"}}}"#;
+const GATED_ECHO_BODY: &str = r#"{"input":{"text":"hello, tools"}}"#;
 
 /// A unique suffix for idempotency keys across runs and connections.
 static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
@@ -289,15 +298,30 @@ async fn operate(
             send(sender, Method::POST, "/echo", None, PEER_BODY).await?,
             StatusCode::OK,
         ),
-        Scenario::McpEcho(_) => {
+        Scenario::McpEcho(_) | Scenario::GatedMcpEcho(_) => {
             let headers = [
                 ("accept", "application/json, text/event-stream"),
                 ("mcp-protocol-version", "2025-11-25"),
             ];
+            let body = match scenario {
+                Scenario::GatedMcpEcho(_) => GATED_MCP_ECHO_BODY,
+                _ => MCP_ECHO_BODY,
+            };
             let (status, body) =
-                send_with(sender, Method::POST, "/mcp", None, &headers, MCP_ECHO_BODY).await?;
+                send_with(sender, Method::POST, "/mcp", None, &headers, body).await?;
             status == StatusCode::OK && contains(&body, "\"isError\":false")
         }
+        Scenario::GatedEcho(_) => ok(
+            send(
+                sender,
+                Method::POST,
+                "/tools/peer__echo/call",
+                None,
+                GATED_ECHO_BODY,
+            )
+            .await?,
+            StatusCode::OK,
+        ),
         Scenario::Write(_) => {
             let key = format!(
                 "bench-{}-{}",
