@@ -13,7 +13,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use common::{Api, Binary, assert_error, ci_python, eventually, repo_root, temp_dir};
+use common::{
+    Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, repo_root, temp_dir,
+};
 
 fn server_script() -> PathBuf {
     repo_root().join("tests/upstream/server.py")
@@ -118,10 +120,11 @@ fn http_upstream(url: &str, extra: &str) -> String {
     format!("[[upstreams]]\nname = \"web\"\nurl = {url:?}\n{extra}\n")
 }
 
-/// The binary serving the examples and `config`, on SQLite in `data`.
-fn serve(data: &Path, config: &str) -> Binary {
-    let path = config_file(data, config);
-    Binary::start_with(data, &["--config", path.to_str().unwrap()], &[])
+/// The binary serving the examples and `config`, on the store at `at` (a bare directory is
+/// SQLite in it).
+fn serve(at: &(impl Site + ?Sized), config: &str) -> Binary {
+    let path = config_file(at.data_dir(), config);
+    Binary::start_with(at, &["--config", path.to_str().unwrap()], &[])
 }
 
 async fn tool_names(api: &Api) -> Vec<String> {
@@ -209,6 +212,23 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
             .any(|tool| tool["function"]["name"] == "files__lookup")
     );
     let listed = mcp_tools(api).await;
+    // And /mcp calls them through the same lifecycle.
+    let response = api
+        .client
+        .post(format!("{}/mcp", api.base))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "files__lookup", "arguments": {"key": "k"}}}))
+        .send()
+        .await
+        .unwrap();
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"],
+        json!({"key": "k", "value": "K"}),
+        "{answer}"
+    );
     let write = listed
         .iter()
         .find(|tool| tool["name"] == "files__write_file")
@@ -242,12 +262,11 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
     assert_eq!(runs(upstream.path(), "fail"), 1);
 }
 
-#[tokio::test]
-async fn a_gated_write_reaches_the_server_only_when_approved_and_once() {
-    let data = temp_dir();
+async fn a_gated_write_reaches_the_server_only_when_approved_and_once(backend: Backend) {
+    let data = Location::new(backend).await;
     let upstream = temp_dir();
     let policy = "[upstreams.policies.write_file]\nrequire_approval = true\n";
-    let server = serve(data.path(), &stdio_upstream(upstream.path(), policy));
+    let server = serve(&data, &stdio_upstream(upstream.path(), policy));
     let api = &server.api;
     let input = json!({"path": "notes.txt", "content": "hello"});
 
@@ -362,13 +381,14 @@ async fn an_idempotency_key_template_runs_the_upstream_once() {
     assert_eq!(runs(upstream.path(), "write_file"), 2);
 }
 
-#[tokio::test]
-async fn kill_9_during_a_slow_upstream_write_needs_reconciliation_and_is_not_repeated() {
-    let data = temp_dir();
+async fn kill_9_during_a_slow_upstream_write_needs_reconciliation_and_is_not_repeated(
+    backend: Backend,
+) {
+    let data = Location::new(backend).await;
     let upstream_dir = temp_dir();
     let upstream = HttpUpstream::start(upstream_dir.path(), free_port()).await;
     let config = http_upstream(&upstream.url(), "");
-    let server = serve(data.path(), &config);
+    let server = serve(&data, &config);
     let api = server.api.clone();
 
     let call = tokio::spawn(async move {
@@ -388,17 +408,19 @@ async fn kill_9_during_a_slow_upstream_write_needs_reconciliation_and_is_not_rep
     // The upstream finishes its write on its own.
     tokio::time::sleep(Duration::from_millis(1700)).await;
 
-    let server = serve(data.path(), &config);
+    let server = serve(&data, &config);
     let (status, list) = server.api.get("/calls?tool=web__slow_write").await;
     assert_eq!(status, StatusCode::OK, "{list}");
     let calls = list["calls"].as_array().unwrap();
     assert_eq!(calls.len(), 1, "{list}");
-    assert_eq!(calls[0]["status"], "needs_reconciliation");
+    let call_id = calls[0]["call_id"].as_str().unwrap().to_owned();
+    // SQLite settles it as it opens; on PostgreSQL the live replica sweeps the dead one's lease.
+    let call = backend.recovered(&server.api, &call_id).await;
+    assert_eq!(call["status"], "needs_reconciliation", "{call}");
     // Nothing ran it again: not the restart, not a while after.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(runs(upstream_dir.path(), "slow_write"), 1);
     // The person settles it.
-    let call_id = calls[0]["call_id"].as_str().unwrap();
     let (status, body) = server
         .api
         .post(
@@ -559,4 +581,9 @@ fn a_missing_variable_or_a_bad_entry_stops_the_start_naming_it() {
         "[[upstreams]]\nname = \"gone\"\ncommand = [\"/nonexistent/mcp-server\"]\n",
     );
     assert!(log.contains("upstream `gone` could not start"), "{log}");
+}
+
+on_each_backend! {
+    #[tokio::test] async fn a_gated_write_reaches_the_server_only_when_approved_and_once;
+    #[tokio::test] async fn kill_9_during_a_slow_upstream_write_needs_reconciliation_and_is_not_repeated;
 }

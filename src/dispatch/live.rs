@@ -207,3 +207,98 @@ impl<T> Derived<T> {
         fresh
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::ctx::ToolCtx;
+    use crate::contract::error::ToolError;
+    use crate::contract::meta::Effect;
+    use crate::contract::outcome::ToolOutcome;
+    use serde_json::{Value, json};
+
+    struct Named(String, Value);
+
+    #[async_trait::async_trait]
+    impl DynTool for Named {
+        fn name(&self) -> &str {
+            &self.0
+        }
+        fn description(&self) -> &str {
+            ""
+        }
+        fn effect(&self) -> Effect {
+            Effect::Read
+        }
+        fn input_schema(&self) -> &Value {
+            &self.1
+        }
+        fn output_schema(&self) -> Option<&Value> {
+            None
+        }
+        fn idempotency_key(&self, _: &Value) -> Option<String> {
+            None
+        }
+        async fn call_json(
+            &self,
+            _: &ToolCtx,
+            input: Value,
+        ) -> Result<ToolOutcome<Value>, ToolError> {
+            Ok(ToolOutcome::Output(input))
+        }
+    }
+
+    fn tool(name: &str) -> Arc<dyn DynTool> {
+        Arc::new(Named(name.into(), json!({"type": "object"})))
+    }
+
+    fn names(generation: &Generation) -> Vec<String> {
+        generation.iter().map(|t| t.name().to_owned()).collect()
+    }
+
+    #[test]
+    fn an_upstreams_tools_are_replaced_whole_and_a_taken_name_is_refused() {
+        let mut natives = ToolSet::new();
+        natives
+            .register_dyn(Box::new(Named("echo".into(), json!({"type": "object"}))))
+            .unwrap();
+        let live = Live::new(natives, &DispatchConfig::default());
+        let first = live.current();
+        assert_eq!(names(&first), ["echo"]);
+
+        let refused = live.replace_source("files", vec![tool("files__a"), tool("files__b")]);
+        assert!(refused.is_empty());
+        let second = live.current();
+        assert_eq!(names(&second), ["echo", "files__a", "files__b"]);
+        assert!(second.number() > first.number());
+        // A tool that stays keeps its policy (its slots, its metrics).
+        let kept = second.entry("files__a").unwrap().policy;
+
+        let refused = live.replace_source(
+            "files",
+            vec![tool("files__a"), tool("echo"), tool("bad name")],
+        );
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        assert!(refused.contains(&RegistryError::DuplicateName {
+            name: "echo".into()
+        }));
+        let third = live.current();
+        assert_eq!(names(&third), ["echo", "files__a"]);
+        assert!(Arc::ptr_eq(&kept, &third.entry("files__a").unwrap().policy));
+        // The generation a call took still has what it had.
+        assert_eq!(names(&second), ["echo", "files__a", "files__b"]);
+
+        // What is derived follows, built once per generation.
+        let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = builds.clone();
+        let derived = Derived::new(&third, move |g: &Generation| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            g.len()
+        });
+        assert_eq!(derived.get(&third).1, 2);
+        assert_eq!(derived.get(&third).1, 2);
+        live.replace_source("files", Vec::new());
+        assert_eq!(derived.get(&live.current()).1, 1);
+        assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 2);
+    }
+}

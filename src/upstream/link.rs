@@ -21,6 +21,9 @@ use super::config::{Transport, Upstream};
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// The first wait after a session ends.
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// A session that lasted this long was healthy: the next wait starts again from the first. One
+/// that ended sooner (a server that crashes as it starts) makes the wait grow.
+const HEALTHY_SESSION: Duration = Duration::from_secs(10);
 /// How long connecting (spawning, or reaching the URL, and the `initialize` handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long reading the tool list may take.
@@ -220,9 +223,14 @@ impl Link {
                 + 1;
             self.set_peer(Some((number, peer.clone())));
             logged_down = false;
-            backoff = FIRST_BACKOFF;
+            let began = tokio::time::Instant::now();
             let why = self.serve(current, &peer, number, &publish).await;
             self.set_peer(None);
+            backoff = if began.elapsed() >= HEALTHY_SESSION {
+                FIRST_BACKOFF
+            } else {
+                (backoff * 2).min(MAX_BACKOFF)
+            };
             tracing::warn!(
                 upstream = self.name(),
                 reason = why,

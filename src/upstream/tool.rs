@@ -25,6 +25,9 @@ use crate::contract::outcome::ToolOutcome;
 
 /// When to try a tool whose server is down again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The most characters of an upstream's error text kept: it is recorded on the call, and shown
+/// to callers and approvers.
+const MAX_ERROR_CHARS: usize = 4000;
 
 /// A tool served by an upstream MCP server.
 pub(crate) struct UpstreamTool {
@@ -156,7 +159,7 @@ impl DynTool for UpstreamTool {
         let params = CallToolRequestParams::new(self.remote.to_string()).with_arguments(arguments);
         let failed = |message: String| ToolError::Handler {
             tool: self.name.clone(),
-            source: HandlerError::message(message).permanent(),
+            source: HandlerError::message(bounded(message)).permanent(),
         };
         match peer.call_tool(params).await {
             Ok(result) if result.is_error == Some(true) => {
@@ -201,6 +204,14 @@ impl DynTool for UpstreamTool {
                 ))
             }
         }
+    }
+}
+
+/// `text`, cut to [`MAX_ERROR_CHARS`].
+fn bounded(text: String) -> String {
+    match text.char_indices().nth(MAX_ERROR_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
     }
 }
 
