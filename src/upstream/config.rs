@@ -181,6 +181,14 @@ impl UpstreamConfig {
                 if !matches!(parsed.scheme(), "http" | "https") {
                     return Err(invalid("url", "must be http:// or https://"));
                 }
+                // A URL is logged; a secret goes in a header, from the environment.
+                if !parsed.username().is_empty() || parsed.password().is_some() {
+                    return Err(invalid(
+                        "url",
+                        "must not carry credentials (they would be logged): send them in \
+                         `headers`, e.g. Authorization = \"Bearer ${TOKEN}\"",
+                    ));
+                }
                 if !self.env.is_empty() {
                     return Err(invalid(
                         "env",
@@ -488,6 +496,10 @@ mod tests {
                 .check()
                 .is_ok()
         );
+        let err = entry("name = \"f\"\nurl = \"http://me:pw@127.0.0.1:9/mcp\"")
+            .check()
+            .unwrap_err();
+        assert_eq!(err.key, "url");
         let err = entry("name = \"files\"").check().unwrap_err();
         assert_eq!(err.key, "command");
         let err = entry("name = \"fi les\"\ncommand = [\"x\"]")
