@@ -520,28 +520,41 @@ async fn an_http_server_that_is_down_answers_503_and_is_found_again() {
     assert_eq!(answer["output"], json!({"text": "again"}));
 }
 
+/// Asks the upstream served as `prefix` to add a tool, and checks that it is served once the
+/// server says its list changed.
+async fn grows_a_tool(api: &Api, prefix: &str) {
+    let extra = format!("{prefix}__extra");
+    assert!(!tool_names(api).await.contains(&extra));
+    let (status, body) = api
+        .call(&format!("{prefix}__grow"), json!({"name": "extra"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually(&format!("{extra} is listed"), async || {
+        tool_names(api).await.contains(&extra).then_some(())
+    })
+    .await;
+    let listed = mcp_tools(api).await;
+    assert!(listed.iter().any(|tool| tool["name"] == extra.as_str()));
+    let (status, body) = api.call(&extra, json!({"text": "new"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["output"], json!({"text": "new", "tool": "extra"}));
+}
+
 #[tokio::test]
 async fn a_tool_added_upstream_appears_after_list_changed() {
     let data = temp_dir();
     let upstream = temp_dir();
     let server = serve(data.path(), &stdio_upstream(upstream.path(), ""));
-    let api = &server.api;
-    assert!(!tool_names(api).await.contains(&"files__extra".to_owned()));
+    grows_a_tool(&server.api, "files").await;
+}
 
-    let (status, body) = api.call("files__grow", json!({"name": "extra"})).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    eventually("files__extra is listed", async || {
-        tool_names(api)
-            .await
-            .contains(&"files__extra".to_owned())
-            .then_some(())
-    })
-    .await;
-    let listed = mcp_tools(api).await;
-    assert!(listed.iter().any(|tool| tool["name"] == "files__extra"));
-    let (status, body) = api.call("files__extra", json!({"text": "new"})).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(body["output"], json!({"text": "new", "tool": "extra"}));
+#[tokio::test]
+async fn a_tool_added_upstream_appears_after_list_changed_over_http() {
+    let data = temp_dir();
+    let upstream_dir = temp_dir();
+    let upstream = HttpUpstream::start(upstream_dir.path(), free_port()).await;
+    let server = serve(data.path(), &http_upstream(&upstream.url(), ""));
+    grows_a_tool(&server.api, "web").await;
 }
 
 /// The binary with `config`, expected to refuse to start; its log.

@@ -239,7 +239,11 @@ impl Report {
         let us = |s: f64, n: f64| format!("{:.1} µs", s * 1e6 / n);
         for s in &self.scenarios {
             let Some(c) = s.cpu else { continue };
-            if !(s.name == "echo" || s.name == "write" || s.name.starts_with("pg_")) {
+            let measured = matches!(
+                s.name.as_str(),
+                "echo" | "write" | "mcp_echo" | "peer_mcp_echo" | "gate_mcp_echo" | "gate_echo"
+            );
+            if !(measured || s.name.starts_with("pg_")) {
                 continue;
             }
             let n = s.operations_all.max(1) as f64;

@@ -184,10 +184,8 @@ impl Upstreams {
             }
             let dispatcher = dispatcher.clone();
             let publisher = link.clone();
-            let publish = move |listed: Vec<McpTool>| {
-                publish(&dispatcher, &publisher, &listed);
-            };
-            tokio::spawn(link.supervise(session, publish));
+            let on_list = move |listed: Vec<McpTool>| publish(&dispatcher, &publisher, &listed);
+            tokio::spawn(link.supervise(session, on_list));
         }
     }
 }
