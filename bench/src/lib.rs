@@ -421,6 +421,8 @@ pub async fn load_once(
         "tools" => Scenario::Tools("tools"),
         "echo" => Scenario::Echo("echo"),
         "mcp_echo" => Scenario::McpEcho("mcp_echo"),
+        "gate_echo" => Scenario::GatedEcho("gate_echo"),
+        "gate_mcp_echo" => Scenario::GatedMcpEcho("gate_mcp_echo"),
         "echo_recorded" => Scenario::RecordedEcho("echo_recorded"),
         "write" => Scenario::Write("write"),
         "suspend_approve" => Scenario::SuspendApprove("suspend_approve"),
