@@ -185,7 +185,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .initialize(store.as_ref())
         .await
         .map_err(|e| format!("cannot start the webhooks' outbox: {e}"))?;
-    let tool_count = tools.len();
+    let tool_count = tools.len() + upstreams.tool_count();
     let dispatch = config.dispatch_config();
     // Calls still running when the server stops get as long as the slowest tool may take, its
     // retries and their waits included.

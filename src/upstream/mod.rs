@@ -170,6 +170,11 @@ impl Upstreams {
         self.started.is_empty()
     }
 
+    /// How many upstream tools were read at start.
+    pub fn tool_count(&self) -> usize {
+        self.started.iter().map(|started| started.tools.len()).sum()
+    }
+
     /// Adds the tools read at start to `dispatcher`, and starts each upstream's supervisor
     /// (inside the current tokio runtime).
     pub(crate) fn start(self, dispatcher: &Dispatcher) {
