@@ -520,6 +520,76 @@ async fn an_http_server_that_is_down_answers_503_and_is_found_again() {
     assert_eq!(answer["output"], json!({"text": "again"}));
 }
 
+#[tokio::test]
+async fn a_write_to_an_http_server_that_is_down_is_released_not_reconciled() {
+    let data = temp_dir();
+    let upstream_dir = temp_dir();
+    let mut upstream = HttpUpstream::start(upstream_dir.path(), free_port()).await;
+    let server = serve(data.path(), &http_upstream(&upstream.url(), ""));
+    let api = &server.api;
+    let input = json!({"path": "w.txt", "content": "x"});
+    let (status, body) = api.call("web__write_file", input.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    // Down, and toolgate not told: the write's connection is refused, so it provably never
+    // left. It is released (interrupted), not left for a person to reconcile.
+    upstream.kill();
+    let (status, body) = api.call("web__write_file", input.clone()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_error(&body, "upstream_unavailable");
+    let (_, list) = api.get("/calls?tool=web__write_file").await;
+    let statuses: Vec<&str> = list["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|call| call["status"].as_str().unwrap())
+        .collect();
+    assert!(!statuses.contains(&"needs_reconciliation"), "{statuses:?}");
+    assert_eq!(runs(upstream_dir.path(), "write_file"), 1);
+}
+
+#[tokio::test]
+async fn an_approval_given_while_the_server_is_down_runs_once_it_is_back() {
+    let data = temp_dir();
+    let upstream_dir = temp_dir();
+    let mut upstream = HttpUpstream::start(upstream_dir.path(), free_port()).await;
+    let policy = "[upstreams.policies.write_file]\nrequire_approval = true\n";
+    let server = serve(data.path(), &http_upstream(&upstream.url(), policy));
+    let api = &server.api;
+    let (status, body) = api
+        .call(
+            "web__write_file",
+            json!({"path": "late.txt", "content": "ok"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let token = body["suspension"]["token"].as_str().unwrap().to_owned();
+
+    // Approved while the server is down: 503 with Retry-After, and nothing ran.
+    upstream.kill();
+    let (status, body) = api.approve(&token, json!({"note": "go"})).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(runs(upstream_dir.path(), "write_file"), 0);
+
+    // Approved again once it is back: it runs, once (whether the first approval was refused
+    // before it was taken, or taken and its run released).
+    upstream.restart().await;
+    let answer = eventually("the approval runs once the server is back", async || {
+        let (status, body) = api.approve(&token, json!({"note": "go"})).await;
+        match status {
+            StatusCode::OK => Some(body),
+            StatusCode::SERVICE_UNAVAILABLE => None,
+            other => panic!("unexpected {other}: {body}"),
+        }
+    })
+    .await;
+    assert_eq!(answer["output"], json!({"path": "late.txt", "bytes": 2}));
+    assert_eq!(runs(upstream_dir.path(), "write_file"), 1);
+    let (status, body) = api.approve(&token, json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(runs(upstream_dir.path(), "write_file"), 1);
+}
+
 /// Asks the upstream served as `prefix` to add a tool, and checks that it is served once the
 /// server says its list changed.
 async fn grows_a_tool(api: &Api, prefix: &str) {

@@ -497,8 +497,10 @@ impl Dispatcher {
         let policy = entry.policy.as_ref();
         let _slot = self.take_slot(policy, dyn_tool.name())?;
         // A backend known to be down is answered before anything is recorded; a gated call
-        // sends nothing now, so it may wait for its approval meanwhile.
-        if policy.settings.approval.is_none() {
+        // sends nothing now, so it may wait for its approval meanwhile; and a keyed call is
+        // answered from its record when it has one (its run, if any, then finds the backend
+        // down and releases the call).
+        if policy.settings.approval.is_none() && key.is_none() {
             dyn_tool
                 .ready()
                 .map_err(|unready| DispatchError::Unavailable {
@@ -522,6 +524,40 @@ impl Dispatcher {
             attempts: 1,
             created_at,
         };
+
+        // A gated call runs nothing now: it is recorded suspended in one write, so no crash can
+        // leave it `running` (and a write needing reconciliation that never happened).
+        if policy.settings.approval.is_some() {
+            let ran = self
+                .attempts(
+                    registered,
+                    policy,
+                    &call_id,
+                    key.as_deref(),
+                    None,
+                    1,
+                    input.clone(),
+                    false,
+                )
+                .await;
+            let call = NewCall {
+                input: input.clone(),
+                attempts: ran.attempts,
+                ..call
+            };
+            if let Inserted::Existing(existing) =
+                self.store.insert_call(call, Some(ran.recorded())).await?
+            {
+                return self.repeat(*existing, &input, registered, policy).await;
+            }
+            policy.metrics.ran(ran.outcome.status(), ran.took);
+            return Ok(CallResult {
+                call_id,
+                tool: dyn_tool.name().to_owned(),
+                outcome: ran.outcome,
+                replayed: false,
+            });
+        }
 
         // A tool with effects, or a keyed call, has its intent committed before it runs: a crash
         // mid-run leaves a `running` record behind instead of an effect nobody knows about, and
@@ -686,7 +722,14 @@ impl Dispatcher {
         resume_input: Value,
         actor: Option<&str>,
     ) -> Result<CallResult, DispatchError> {
-        let approval = self.pending(token).await?;
+        let approval = match self.pending(token).await {
+            // Approved before, and its run released before it reached the tool (its backend
+            // was down): approving again runs it, with the input approved the first time.
+            Err(DispatchError::AlreadyResolved(call)) if call.status == CallStatus::Interrupted => {
+                return self.rerun_approved(*call).await;
+            }
+            other => other?,
+        };
         // The schema compiled when the tool suspended (see `attempts`), so failing now means
         // the stored copy is damaged.
         let validator = compile_schema(&approval.input_schema)
@@ -717,6 +760,30 @@ impl Dispatcher {
             other => return Err(unexpected_resolution(other)),
         };
         self.run_recorded(registered, policy, call, Some(resume_input))
+            .await
+    }
+
+    /// Runs again the approved call `call`, whose run was released (interrupted) before its
+    /// tool could run it. Only a call that repeating cannot harm is ever released so: a read
+    /// or idempotent call, or one whose request provably never reached the backend.
+    async fn rerun_approved(&self, call: CallRecord) -> Result<CallResult, DispatchError> {
+        let entry = self.entry(&call.tool)?;
+        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
+        let _slot = self.take_slot(policy, &call.tool)?;
+        registered
+            .tool
+            .ready()
+            .map_err(|unready| DispatchError::Unavailable {
+                tool: call.tool.clone(),
+                retry_after: unready.retry_after,
+            })?;
+        let Some(rerun) = self.store.rerun_interrupted(&call.call_id).await? else {
+            return Err(DispatchError::CallInProgress {
+                call_id: call.call_id,
+            });
+        };
+        tracing::Span::current().record("call_id", rerun.call.call_id.as_str());
+        self.run_recorded(registered, policy, rerun.call, rerun.resume_input)
             .await
     }
 

@@ -137,7 +137,14 @@ fn outcome_response(result: CallResult) -> Response {
         )
             .into_response(),
         CallOutcome::Failed { status, failure } => {
-            let http_status = failure_status(failure.kind);
+            // A write that may have reached a backend that then failed: not a 503, which
+            // invites a retry; a person settles it.
+            let http_status = match (failure.kind, status) {
+                (FailureKind::Unavailable, CallStatus::NeedsReconciliation) => {
+                    StatusCode::BAD_GATEWAY
+                }
+                (kind, _) => failure_status(kind),
+            };
             // A call released because its upstream was down may be sent again: say when.
             let retry_after = (failure.kind == FailureKind::Unavailable
                 && status == CallStatus::Interrupted)

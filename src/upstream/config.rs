@@ -18,6 +18,9 @@ use crate::contract::meta::Effect;
 /// The separator between an upstream's name and its tool's: `files__write_file`.
 pub const SEPARATOR: &str = "__";
 
+/// The longest `refresh_s`: a day.
+const MAX_REFRESH_S: u64 = 86_400;
+
 /// `[[upstreams]]`: one MCP server whose tools toolgate serves as its own.
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -113,7 +116,7 @@ impl fmt::Debug for Transport {
             Transport::Stdio { program, args, .. } => {
                 write!(f, "stdio `{program}` {args:?}")
             }
-            Transport::Http { url, .. } => write!(f, "{url}"),
+            Transport::Http { url, .. } => write!(f, "{}", super::link::shown_url(url)),
         }
     }
 }
@@ -163,6 +166,15 @@ impl UpstreamConfig {
                 "must be 1 to 32 of A-Z, a-z, 0-9, `_`, `-` (it prefixes the tools' names)",
             ));
         }
+        // `<name>__<tool>` must say which upstream a tool is from: with `__` inside a name, or
+        // `_` at its end, two upstreams could serve one name (`a` + `b__c`, `a__b` + `c`).
+        if self.name.contains(SEPARATOR) || self.name.starts_with('_') || self.name.ends_with('_') {
+            return Err(invalid(
+                "name",
+                "must not contain `__`, nor begin or end with `_` (`__` separates it from the \
+                 tool's name)",
+            ));
+        }
         match (&self.command, &self.url) {
             (Some(command), None) => {
                 if command.first().is_none_or(|program| program.is_empty()) {
@@ -206,9 +218,11 @@ impl UpstreamConfig {
                 return Err(invalid("command", "set `command` (stdio) or `url` (HTTP)"));
             }
         }
-        for (key, value) in self.headers.iter().chain(&self.env) {
-            expand(value, |_| Some(String::new()))
-                .map_err(|message| invalid(format!("headers.{key}"), message))?;
+        for (table, entries) in [("headers", &self.headers), ("env", &self.env)] {
+            for (key, value) in entries {
+                expand(value, |_| Some(String::new()))
+                    .map_err(|message| invalid(format!("{table}.{key}"), message))?;
+            }
         }
         for (key, value) in &self.headers {
             axum::http::HeaderName::from_bytes(key.as_bytes())
@@ -223,8 +237,13 @@ impl UpstreamConfig {
                 "must list at least one glob (`*` serves every tool)",
             ));
         }
-        if self.refresh_s == Some(0) {
-            return Err(invalid("refresh_s", "must be at least 1"));
+        if let Some(refresh) = self.refresh_s
+            && !(1..=MAX_REFRESH_S).contains(&refresh)
+        {
+            return Err(invalid(
+                "refresh_s",
+                format!("must be 1 to {MAX_REFRESH_S} (a day)"),
+            ));
         }
         for (tool, policy) in &self.policies {
             let key = |field: &str| format!("policies.{tool}.{field}");
@@ -506,6 +525,17 @@ mod tests {
             .check()
             .unwrap_err();
         assert_eq!(err.key, "name");
+        for name in ["a__b", "a_", "_a"] {
+            let err = entry(&format!("name = \"{name}\"\ncommand = [\"x\"]"))
+                .check()
+                .unwrap_err();
+            assert_eq!(err.key, "name", "{name}");
+        }
+        assert!(entry("name = \"a_b-c\"\ncommand = [\"x\"]").check().is_ok());
+        let err = entry("name = \"f\"\ncommand = [\"x\"]\nenv = { A = \"${\" }")
+            .check()
+            .unwrap_err();
+        assert_eq!(err.key, "env.A");
         let err = entry("name = \"f\"\ncommand = [\"x\"]\nurl = \"http://h/\"")
             .check()
             .unwrap_err();

@@ -26,10 +26,31 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const HEALTHY_SESSION: Duration = Duration::from_secs(10);
 /// How long connecting (spawning, or reaching the URL, and the `initialize` handshake) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The least time between two readings of a session's tool list.
+const RELIST_PAUSE: Duration = Duration::from_millis(250);
 /// How long reading the tool list may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest JSON answer read from an HTTP upstream (a tool's result, its tool list).
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// What a stdio server inherits of toolgate's environment; everything else it is given is its
+/// entry's `env`.
+pub(crate) const INHERITED_ENV: &[&str] = &[
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+];
+
+/// `url` as it may be logged: without its query (a key, maybe).
+pub(super) fn shown_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.query().is_some() {
+                parsed.set_query(Some("…"));
+            }
+            parsed.to_string()
+        }
+        Err(_) => "<the upstream's URL>".into(),
+    }
+}
 
 /// A session with the server, as the supervisor runs it.
 pub(super) type Session = RunningService<RoleClient, Listener>;
@@ -108,6 +129,22 @@ impl Link {
         }
     }
 
+    /// `text` with the HTTP upstream's URL in it shown without its query, which may carry a
+    /// key (an error of the HTTP client names the URL).
+    pub(super) fn redacted(&self, text: &str) -> String {
+        match &self.config.transport {
+            Transport::Http { url, .. } => {
+                let shown = shown_url(url);
+                let mut text = text.replace(url.as_str(), &shown);
+                if let Ok(parsed) = url::Url::parse(url) {
+                    text = text.replace(parsed.as_str(), &shown);
+                }
+                text
+            }
+            Transport::Stdio { .. } => text.to_owned(),
+        }
+    }
+
     /// Spawns the server (stdio) or reaches it (HTTP), and shakes hands.
     pub(super) async fn connect(&self) -> Result<Session, String> {
         let listener = Listener {
@@ -117,7 +154,15 @@ impl Link {
             match &self.config.transport {
                 Transport::Stdio { program, args, env } => {
                     let mut command = tokio::process::Command::new(program);
-                    command.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+                    // Not toolgate's environment (its database URL, other upstreams' tokens):
+                    // only what a program needs to run, and the entry's own `env`.
+                    command.args(args).env_clear();
+                    for name in INHERITED_ENV {
+                        if let Some(value) = std::env::var_os(name) {
+                            command.env(name, value);
+                        }
+                    }
+                    command.envs(env.iter().map(|(k, v)| (k, v)));
                     let (child, _) = rmcp::transport::TokioChildProcess::builder(command)
                         .stderr(std::process::Stdio::inherit())
                         .spawn()
@@ -148,10 +193,10 @@ impl Link {
                         .max_json_response_size(MAX_RESPONSE_BYTES)
                         .reinit_on_expired_session(true);
                     let transport = StreamableHttpClientTransport::from_config(config);
-                    listener
-                        .serve(transport)
-                        .await
-                        .map_err(|err| format!("cannot reach {url}: {err}"))
+                    listener.serve(transport).await.map_err(|err| {
+                        let err = self.redacted(&err.to_string());
+                        format!("cannot reach {}: {err}", shown_url(url))
+                    })
                 }
             }
         };
@@ -200,14 +245,15 @@ impl Link {
                 },
             };
             let peer = current.peer().clone();
-            match Link::list(&peer).await {
+            let listed = match Link::list(&peer).await {
                 Ok(tools) => {
                     tracing::info!(
                         upstream = self.name(),
                         tools = tools.len(),
                         "the upstream MCP server is up"
                     );
-                    publish(tools);
+                    publish(tools.clone());
+                    tools
                 }
                 Err(err) => {
                     tracing::warn!(upstream = self.name(), error = %err, "dropping the session");
@@ -216,7 +262,7 @@ impl Link {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
-            }
+            };
             let number = self
                 .sessions
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -224,7 +270,7 @@ impl Link {
             self.set_peer(Some((number, peer.clone())));
             logged_down = false;
             let began = tokio::time::Instant::now();
-            let why = self.serve(current, &peer, number, &publish).await;
+            let why = self.serve(current, &peer, number, listed, &publish).await;
             self.set_peer(None);
             backoff = if began.elapsed() >= HEALTHY_SESSION {
                 FIRST_BACKOFF
@@ -248,6 +294,7 @@ impl Link {
         session: Session,
         peer: &Peer<RoleClient>,
         number: u64,
+        mut last: Vec<McpTool>,
         publish: &impl Fn(Vec<McpTool>),
     ) -> &'static str {
         let cancel = session.cancellation_token();
@@ -280,18 +327,23 @@ impl Link {
                 () = tick => {}
             }
             match Link::list(peer).await {
+                Ok(tools) if tools == last => {}
                 Ok(tools) => {
                     tracing::info!(
                         upstream = self.name(),
                         tools = tools.len(),
                         "tool list read again"
                     );
+                    last = tools.clone();
                     publish(tools);
                 }
                 Err(err) => {
                     tracing::warn!(upstream = self.name(), error = %err, "cannot read the tool list again");
                 }
             }
+            // A server that says its list changed over and over is read at most 4 times a
+            // second (the notifications meanwhile are one).
+            tokio::time::sleep(RELIST_PAUSE).await;
         }
     }
 }

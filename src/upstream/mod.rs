@@ -114,13 +114,24 @@ impl Upstreams {
                     return Ok((link, None, Vec::new()));
                 }
             };
-            let listed =
-                Link::list(session.peer())
-                    .await
-                    .map_err(|message| UpstreamError::Start {
+            let listed = match Link::list(session.peer()).await {
+                Ok(listed) => listed,
+                Err(message) if matches!(link.config.transport, Transport::Stdio { .. }) => {
+                    return Err(UpstreamError::Start {
                         upstream: link.name().to_owned(),
                         message,
-                    })?;
+                    });
+                }
+                // Like one that does not answer: its supervisor reads the list again.
+                Err(message) => {
+                    tracing::warn!(
+                        upstream = link.name(),
+                        error = %message,
+                        "the upstream MCP server gave no tool list; its tools appear once it does"
+                    );
+                    return Ok((link, None, Vec::new()));
+                }
+            };
             Ok((link, Some(session), listed))
         });
         let mut started = Vec::new();
@@ -195,12 +206,37 @@ impl Upstreams {
     }
 }
 
-/// The tools of `listed` that `link`'s globs select.
-fn selected<'a>(link: &Link, listed: &'a [McpTool]) -> impl Iterator<Item = &'a McpTool> {
+/// The most tools served from one upstream; past it, the rest of its list is left out.
+const MAX_TOOLS: usize = 1000;
+
+/// The tools of `listed` that `link`'s globs select (at most [`MAX_TOOLS`]). A policy that
+/// names no tool selected is logged: a misspelt name would leave a tool without its gate.
+fn selected<'a>(link: &Link, listed: &'a [McpTool]) -> Vec<&'a McpTool> {
     let globs = &link.config.tools;
-    listed
+    let mut chosen: Vec<&McpTool> = listed
         .iter()
         .filter(|tool| globs.iter().any(|glob| glob_matches(glob, &tool.name)))
+        .collect();
+    if chosen.len() > MAX_TOOLS {
+        tracing::error!(
+            upstream = link.name(),
+            tools = chosen.len(),
+            served = MAX_TOOLS,
+            "the upstream lists more tools than are served from one upstream; the rest are left out"
+        );
+        chosen.truncate(MAX_TOOLS);
+    }
+    for policy in link.config.policies.keys() {
+        if !chosen.iter().any(|tool| tool.name == policy.as_str()) {
+            tracing::warn!(
+                upstream = link.name(),
+                tool = %policy,
+                "a policy names a tool the upstream does not serve now (misspelt, or not listed \
+                 yet): its settings apply once a tool of that name is listed"
+            );
+        }
+    }
+    chosen
 }
 
 fn upstream_tool(link: &Arc<Link>, remote: &McpTool) -> Arc<dyn DynTool> {

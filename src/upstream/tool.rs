@@ -56,11 +56,13 @@ impl UpstreamTool {
         UpstreamTool {
             name: prefixed(link.name(), &tool.name),
             remote: Arc::from(tool.name.as_ref()),
-            description: tool
-                .description
-                .as_deref()
-                .map(str::to_owned)
-                .unwrap_or_default(),
+            // Shown to models and approvers in every list: bounded like an error's text.
+            description: bounded(
+                tool.description
+                    .as_deref()
+                    .map(str::to_owned)
+                    .unwrap_or_default(),
+            ),
             effect: policy.and_then(|p| p.effect).unwrap_or(annotated),
             input_schema: crate::schema::clean_input_schema(&input),
             output_schema: tool
@@ -184,23 +186,25 @@ impl DynTool for UpstreamTool {
                     .into(),
             )),
             Err(err) => {
-                // The request was handed to a live session: it may have arrived, unless the
-                // link says it was refused before anything was sent.
-                let may_have_run = !never_sent(&err);
+                let failure = LinkFailure::of(&err);
                 tracing::warn!(
                     tool = %self.name,
                     upstream = self.link.name(),
-                    error = %err,
-                    may_have_run,
+                    error = %self.link.redacted(&err.to_string()),
+                    may_have_run = failure.may_have_run,
                     "a call could not reach its upstream MCP server"
                 );
-                self.link.report_broken(session);
+                // Only a link that is gone is dropped: one bad answer (a proxy's 502, a body
+                // over the limit) fails this call alone, not every call in flight on it.
+                if failure.link_gone {
+                    self.link.report_broken(session);
+                }
                 Err(self.unavailable(
                     format!(
                         "The upstream MCP server `{}` could not be reached.",
                         self.link.name()
                     ),
-                    may_have_run,
+                    failure.may_have_run,
                 ))
             }
         }
@@ -224,19 +228,49 @@ fn text_of(content: &[ContentBlock]) -> String {
         .join("\n")
 }
 
-/// Whether `err` proves the request never left: the connection to the server was refused
-/// before anything was written.
-fn never_sent(err: &ServiceError) -> bool {
-    let ServiceError::TransportSend(send) = err else {
-        return false;
-    };
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(send.error.as_ref());
-    while let Some(current) = source {
-        if let Some(http) = current.downcast_ref::<reqwest::Error>() {
-            return http.is_connect();
+/// What a failed request to the upstream says about the request and the link.
+struct LinkFailure {
+    /// Whether the request may have reached the server (`false`: provably never left).
+    may_have_run: bool,
+    /// Whether the session is gone, so it must be made again.
+    link_gone: bool,
+}
+
+impl LinkFailure {
+    fn of(err: &ServiceError) -> LinkFailure {
+        match err {
+            // The session closed under the request: whether it arrived is unknown.
+            ServiceError::TransportClosed => LinkFailure {
+                may_have_run: true,
+                link_gone: true,
+            },
+            ServiceError::TransportSend(send) if refused(send.error.as_ref()) => LinkFailure {
+                may_have_run: false,
+                link_gone: true,
+            },
+            _ => LinkFailure {
+                may_have_run: true,
+                link_gone: false,
+            },
         }
+    }
+}
+
+/// Whether the transport's error proves nothing was sent: the HTTP connection was refused (the
+/// client opens one per request), or a stdio server's pipe had no reader left (messages are
+/// newline-framed, so a part of one is never read as a request).
+fn refused(error: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    if let Some(http) = error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        return match http {
+            StreamableHttpError::Client(client) => client.is_connect(),
+            StreamableHttpError::Io(io) => io.kind() == std::io::ErrorKind::ConnectionRefused,
+            _ => false,
+        };
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
         if let Some(io) = current.downcast_ref::<std::io::Error>() {
-            // Refused, or a pipe to a stdio server with no reader left: nothing was read.
             return matches!(
                 io.kind(),
                 std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::BrokenPipe
