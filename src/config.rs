@@ -812,9 +812,10 @@ impl Config {
                 );
                 let settings = ToolOverride {
                     timeout_ms: policy.timeout_ms,
+                    max_concurrency: policy.max_concurrency,
+                    approval_ttl_s: policy.approval_ttl_s,
                     require_approval: policy.require_approval,
                     approval_schema: policy.approval_schema.clone(),
-                    ..ToolOverride::default()
                 };
                 (name, settings)
             })
@@ -1016,5 +1017,50 @@ mod tests {
         assert_eq!(email.timeout, Duration::from_millis(50));
         assert_eq!(email.max_concurrency, 2);
         assert_eq!(email.approval_ttl, Some(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn upstream_policies_and_approval_gates_become_tool_settings() {
+        let config = Config::from_toml(
+            "[tools.echo]\nrequire_approval = true\n\
+             [[upstreams]]\nname = \"files\"\ncommand = [\"server\"]\n\
+             [upstreams.policies.write_file]\nrequire_approval = true\ntimeout_ms = 70\n\
+             max_concurrency = 3\napproval_ttl_s = 9\n\
+             approval_schema = { type = \"object\", required = [\"ticket\"] }\n",
+        )
+        .unwrap();
+        let dispatch = config.dispatch_config();
+        let echo = dispatch.tools["echo"].approval.as_ref().unwrap();
+        assert_eq!(echo, &crate::dispatch::ApprovalGate::default());
+        let write = &dispatch.tools["files__write_file"];
+        assert_eq!(write.timeout, Duration::from_millis(70));
+        assert_eq!(write.max_concurrency, 3);
+        assert_eq!(write.approval_ttl, Some(Duration::from_secs(9)));
+        let gate = write.approval.as_ref().unwrap();
+        assert_eq!(gate.input_schema["required"], serde_json::json!(["ticket"]));
+        assert!(config.is_upstream_tool("files__anything"));
+        assert!(!config.is_upstream_tool("files__"));
+        assert!(!config.is_upstream_tool("other__x"));
+
+        let refused = |text: &str| match Config::from_toml(text) {
+            Err(ConfigError::Invalid { key, .. }) => key,
+            other => panic!("{other:?}"),
+        };
+        // A schema without the gate it is for, or one that does not compile.
+        assert_eq!(
+            refused("[tools.echo]\napproval_schema = { type = \"object\" }\n"),
+            "tools.echo.approval_schema"
+        );
+        assert_eq!(
+            refused("[tools.echo]\nrequire_approval = true\napproval_schema = { type = 5 }\n"),
+            "tools.echo.approval_schema"
+        );
+        // One tool's settings in two places; two upstreams of one name.
+        let twice = "[tools.files__w]\ntimeout_ms = 5\n[[upstreams]]\nname = \"files\"\n\
+                     command = [\"s\"]\n[upstreams.policies.w]\ntimeout_ms = 6\n";
+        assert_eq!(refused(twice), "tools.files__w");
+        let same = "[[upstreams]]\nname = \"a\"\ncommand = [\"s\"]\n\
+                    [[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        assert_eq!(refused(same), "upstreams[1].name");
     }
 }

@@ -83,6 +83,10 @@ pub struct UpstreamPolicy {
     pub require_approval: Option<bool>,
     /// The longest one attempt may run, in milliseconds.
     pub timeout_ms: Option<u64>,
+    /// The most calls of the tool running at once.
+    pub max_concurrency: Option<usize>,
+    /// How long a suspension of the tool waits for a person, in seconds; unset: forever.
+    pub approval_ttl_s: Option<u64>,
     /// The idempotency key, as a template over top-level input fields: `write:{path}`.
     pub idempotency_key: Option<String>,
     /// The JSON Schema of the approver's answer (default `{"note"?: string}`).
@@ -249,6 +253,9 @@ impl UpstreamConfig {
             let key = |field: &str| format!("policies.{tool}.{field}");
             if policy.timeout_ms == Some(0) {
                 return Err(invalid(key("timeout_ms"), "must be at least 1"));
+            }
+            if policy.max_concurrency == Some(0) {
+                return Err(invalid(key("max_concurrency"), "must be at least 1"));
             }
             if let Some(template) = &policy.idempotency_key {
                 KeyTemplate::parse(template)
