@@ -40,7 +40,7 @@ use crate::dispatch::{CallOptions, CallOutcome, Dispatcher};
 use crate::feed::Feed;
 use crate::server::auth::Principal;
 use crate::server::error::ApiError;
-use crate::server::wait::{Held, HeldSlot, hold_until};
+use crate::server::wait::{Held, HeldSlot, Waited, hold_until};
 use crate::store::{CallRecord, CallStatus};
 use catalog::{AWAIT_TOOL, McpCatalog};
 
@@ -252,11 +252,13 @@ impl Door {
             })
             .await;
             match changed {
-                Ok(Some(now)) => now,
-                Ok(None) => match read().await {
+                Ok(Waited::Ready(now)) => now,
+                Ok(Waited::TimedOut) => match read().await {
                     Ok(now) => now,
                     Err(err) => return answers::api_error(err),
                 },
+                // Stopping: from the first read, whose status nothing has changed since.
+                Ok(Waited::Released) => call,
                 Err(err) => return answers::api_error(err),
             }
         } else {

@@ -10,7 +10,7 @@ use super::approvals::page;
 use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
-use super::wait::{Wait, hold_until, parse_wait};
+use super::wait::{Wait, Waited, hold_until, parse_wait};
 use crate::store::{CallFilter, CallRecord, CallStatus, CallSummary, Settlement};
 
 /// Filters and paging of `GET /calls`.
@@ -132,8 +132,10 @@ pub(super) async fn get(
     })
     .await?;
     match now {
-        Some(now) => Ok(Json(now)),
-        None => Ok(Json(read().await?)),
+        Waited::Ready(now) => Ok(Json(now)),
+        Waited::TimedOut => Ok(Json(read().await?)),
+        // Its status is the one first read: a change since would have woken it.
+        Waited::Released => Ok(Json(call)),
     }
 }
 

@@ -13,7 +13,7 @@ use super::auth::Principal;
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
 use super::responses::{CallCompleted, CallSuspended, call_response};
-use super::wait::{Held, Wait, hold_until};
+use super::wait::{Held, Wait, Waited, hold_until};
 use crate::contract::erased::ToolDescriptor;
 use crate::dispatch::{CallOptions, CallOutcome, CallResult, DispatchError};
 use crate::schema::Format;
@@ -269,7 +269,7 @@ async fn hold_for_decision(
     })
     .await?;
     match decided {
-        Some(answer) => answer.map(call_response),
-        None => Ok(call_response(suspended)),
+        Waited::Ready(answer) => answer.map(call_response),
+        Waited::TimedOut | Waited::Released => Ok(call_response(suspended)),
     }
 }

@@ -123,16 +123,28 @@ pub(super) fn asks_to_wait(query: Option<&str>) -> bool {
     query.is_some_and(|q| q.contains("wait="))
 }
 
+/// How a held request ended.
+pub(crate) enum Waited<T> {
+    /// `ready` had an answer.
+    Ready(T),
+    /// The time was up without one: answer with the state as it is now.
+    TimedOut,
+    /// The server is stopping: answer at once, from what was last read. Every change of the
+    /// call since then would have woken the request, so that is the state as it is; and
+    /// thousands of requests released together do not all read the store at once (on
+    /// PostgreSQL, more than the pool can serve before its wait runs out).
+    Released,
+}
+
 /// Holds a request about the call `call_id` until `ready` has an answer, the feed says nothing
 /// more will come in time, or the server shuts down: `ready` is asked once the request is
 /// registered (so a change in between is not missed), then after every change of the call.
-/// `None`: the time is up (or the server is stopping) without an answer.
 pub(crate) async fn hold_until<T, F, Fut>(
     feed: &crate::feed::Feed,
     mut held: Held,
     call_id: &str,
     mut ready: F,
-) -> Result<Option<T>, ApiError>
+) -> Result<Waited<T>, ApiError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>, ApiError>>,
@@ -142,15 +154,16 @@ where
     loop {
         let waiter = feed.watch_call(call_id).await;
         if let Some(answer) = ready().await? {
-            return Ok(Some(answer));
+            return Ok(Waited::Ready(answer));
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if left.is_zero() {
-            return Ok(None);
+            return Ok(Waited::TimedOut);
         }
         match waiter.wait(left).await {
             crate::feed::Woken::Changed => {}
-            crate::feed::Woken::TimedOut | crate::feed::Woken::Released => return Ok(None),
+            crate::feed::Woken::TimedOut => return Ok(Waited::TimedOut),
+            crate::feed::Woken::Released => return Ok(Waited::Released),
         }
     }
 }
