@@ -138,7 +138,13 @@ impl Live {
                     {
                         policy.clone()
                     }
-                    _ => Arc::new(self.policy_of(tool)),
+                    // Another effect (an upstream's annotations changed): another retry
+                    // policy, but the same slots, so the calls running still count.
+                    Some(policy) => Arc::new(ToolPolicy {
+                        slots: policy.slots.clone(),
+                        ..self.policy_of(tool)
+                    }),
+                    None => Arc::new(self.policy_of(tool)),
                 };
                 (tool.name().to_owned(), policy)
             })
@@ -217,7 +223,7 @@ mod tests {
     use crate::contract::outcome::ToolOutcome;
     use serde_json::{Value, json};
 
-    struct Named(String, Value);
+    struct Named(String, Value, Effect);
 
     #[async_trait::async_trait]
     impl DynTool for Named {
@@ -228,7 +234,7 @@ mod tests {
             ""
         }
         fn effect(&self) -> Effect {
-            Effect::Read
+            self.2
         }
         fn input_schema(&self) -> &Value {
             &self.1
@@ -249,7 +255,7 @@ mod tests {
     }
 
     fn tool(name: &str) -> Arc<dyn DynTool> {
-        Arc::new(Named(name.into(), json!({"type": "object"})))
+        Arc::new(Named(name.into(), json!({"type": "object"}), Effect::Read))
     }
 
     fn names(generation: &Generation) -> Vec<String> {
@@ -260,7 +266,11 @@ mod tests {
     fn an_upstreams_tools_are_replaced_whole_and_a_taken_name_is_refused() {
         let mut natives = ToolSet::new();
         natives
-            .register_dyn(Box::new(Named("echo".into(), json!({"type": "object"}))))
+            .register_dyn(Box::new(Named(
+                "echo".into(),
+                json!({"type": "object"}),
+                Effect::Read,
+            )))
             .unwrap();
         let live = Live::new(natives, &DispatchConfig::default());
         let first = live.current();
@@ -287,6 +297,17 @@ mod tests {
         assert!(Arc::ptr_eq(&kept, &third.entry("files__a").unwrap().policy));
         // The generation a call took still has what it had.
         assert_eq!(names(&second), ["echo", "files__a", "files__b"]);
+        // A tool whose effect changes gets the retries of its new effect, and keeps its slots.
+        let write: Arc<dyn DynTool> = Arc::new(Named(
+            "files__a".into(),
+            json!({"type": "object"}),
+            Effect::Write,
+        ));
+        assert!(live.replace_source("files", vec![write]).is_empty());
+        let changed = live.current().entry("files__a").unwrap().policy;
+        assert_eq!(changed.retry.max_attempts, 1);
+        assert!(Arc::ptr_eq(&kept.slots, &changed.slots));
+        live.replace_source("files", vec![tool("files__a")]);
 
         // What is derived follows, built once per generation.
         let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
