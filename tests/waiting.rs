@@ -225,6 +225,60 @@ async fn held_requests_count_against_no_limit_and_a_shutdown_answers_them(backen
     stop.await.unwrap();
 }
 
+/// A transaction left open elsewhere on the PostgreSQL server, in another database or in
+/// toolgate's own without touching the feed, does not hold back the feed: a caller held with
+/// `?wait=` hears of the decision. (Were the feed read below the server's oldest transaction,
+/// the caller would get its `202` only when the wait ran out.)
+#[tokio::test]
+async fn a_transaction_left_open_elsewhere_does_not_hold_back_a_wake_up() {
+    let location = Location::new(Backend::Postgres).await;
+    let server = TestServer::examples(&location).await;
+    let open = async |url: String| {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        // With an xid: the transaction holds back the server's snapshot horizon.
+        client
+            .batch_execute("BEGIN; SELECT pg_current_xact_id()")
+            .await
+            .unwrap();
+        client
+    };
+    let elsewhere = open(common::pg::admin_url()).await;
+    let here = open(location.database_url().unwrap().to_owned()).await;
+
+    let held = {
+        let api = server.api.clone();
+        tokio::spawn(async move {
+            api.post(
+                &format!("/tools/ask_human/call?wait={LONG}"),
+                json!({"input": {"question": "Now?"}}),
+            )
+            .await
+        })
+    };
+    let token = common::eventually("the suspension is listed", async || {
+        let (_, list) = server.api.get("/approvals").await;
+        list["approvals"][0]["token"].as_str().map(str::to_owned)
+    })
+    .await;
+    let (status, _) = server.api.approve(&token, json!({"answer": "now"})).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = tokio::time::timeout(Duration::from_secs(LONG.into()), held)
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "held to the end of its wait: {body}"
+    );
+    assert_eq!(body["output"], json!({"answer": "now"}));
+    drop((elsewhere, here));
+    server.stop().await;
+}
+
 crate::on_each_backend! {
     #[tokio::test] async fn a_long_poll_on_a_suspended_call_is_answered_by_its_approval;
     #[tokio::test] async fn a_long_poll_that_times_out_answers_the_call_as_it_is;

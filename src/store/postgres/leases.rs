@@ -87,10 +87,23 @@ pub(super) async fn sweep(conn: &deadpool_postgres::ClientWrapper) -> Result<usi
     let statement = conn.prepare_cached(SWEEP).await.map_err(pg_error)?;
     let mut settled = 0;
     loop {
-        let rows = conn
-            .query(&statement, &[&Timestamp::now().0])
+        // It writes the feed: its transaction takes the writers' lock before it has an xid
+        // (see `feed::horizon`). The connection is the heartbeat's own: nothing interleaves.
+        if let Err(err) = conn
+            .batch_execute(&format!("BEGIN; {}", super::feed::BEGIN_WRITE))
             .await
-            .map_err(pg_error)?;
+        {
+            let _ = conn.batch_execute("ROLLBACK").await;
+            return Err(pg_error(err));
+        }
+        let rows = match conn.query(&statement, &[&Timestamp::now().0]).await {
+            Ok(rows) => rows,
+            Err(err) => {
+                let _ = conn.batch_execute("ROLLBACK").await;
+                return Err(pg_error(err));
+            }
+        };
+        conn.batch_execute("COMMIT").await.map_err(pg_error)?;
         for row in &rows {
             let call_id: String = row.try_get(0).map_err(pg_error)?;
             let tool: String = row.try_get(1).map_err(pg_error)?;

@@ -424,14 +424,19 @@ async fn apply(
     records: &[(PreparedCall, Prepared)],
 ) -> Result<Results, StoreError> {
     let tx = conn.transaction().await.map_err(pg_error)?;
+    // First, before the transaction has an xid: it may write the feed (see `feed::horizon`).
     // Only the read records written behind, which nobody waits for and whose loss costs
-    // nothing: their commit need not wait for the disk.
+    // nothing: their commit need not wait for the disk. One round trip for both.
     let durable = ops.iter().any(|op| !matches!(op, WriteOp::Ping));
-    if !durable {
-        tx.batch_execute("SET LOCAL synchronous_commit = off")
-            .await
-            .map_err(pg_error)?;
-    }
+    let first = if durable {
+        super::feed::BEGIN_WRITE.to_owned()
+    } else {
+        format!(
+            "{}; SET LOCAL synchronous_commit = off",
+            super::feed::BEGIN_WRITE
+        )
+    };
+    tx.batch_execute(&first).await.map_err(pg_error)?;
     let c = Conn::Tx(&tx);
     let now = Timestamp::now().0;
     let mut results: Vec<Option<Result<Reply, StoreError>>> = ops.iter().map(|_| None).collect();
