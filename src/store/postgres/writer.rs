@@ -436,113 +436,123 @@ async fn apply(
             super::feed::BEGIN_WRITE
         )
     };
-    tx.batch_execute(&first).await.map_err(pg_error)?;
+    // Sent first and not waited for: the batch's statements follow it on the connection, and
+    // PostgreSQL runs them in order, so the lock is taken before anything gets an xid, at no
+    // round trip of its own.
+    let lock = tx.batch_execute(&first);
     let c = Conn::Tx(&tx);
-    let now = Timestamp::now().0;
-    let mut results: Vec<Option<Result<Reply, StoreError>>> = ops.iter().map(|_| None).collect();
-    let mut suspensions = SuspensionRows::default();
-    let mut feed = FeedRows::default();
+    let body = async {
+        let now = Timestamp::now().0;
+        let mut results: Vec<Option<Result<Reply, StoreError>>> =
+            ops.iter().map(|_| None).collect();
+        let mut suspensions = SuspensionRows::default();
+        let mut feed = FeedRows::default();
 
-    // New calls and read records: one statement.
-    let mut rows = CallRows::default();
-    for op in ops {
-        if let WriteOp::Insert(call, outcome) = op {
-            rows.push(call, outcome.as_ref());
-        }
-    }
-    for (call, outcome) in records {
-        rows.push(call, Some(outcome));
-    }
-    let inserted = rows.insert(&c, replica).await?;
-    for (index, op) in ops.iter().enumerate() {
-        let WriteOp::Insert(call, outcome) = op else {
-            continue;
-        };
-        results[index] = Some(if inserted.contains(&call.call_id) {
-            if let Some(outcome) = outcome {
-                suspensions.push(&call.call_id, outcome);
-                feed.push_outcome(&call.call_id, outcome);
+        // New calls and read records: one statement.
+        let mut rows = CallRows::default();
+        for op in ops {
+            if let WriteOp::Insert(call, outcome) = op {
+                rows.push(call, outcome.as_ref());
             }
-            Ok(Reply::Inserted(Inserted::New))
-        } else {
-            existing(&c, call, now).await?
-        });
-    }
-    for (call, _) in records {
-        if !inserted.contains(&call.call_id) {
-            tracing::error!(call_id = %call.call_id, "a read call's record could not be written: the call id is taken");
         }
-    }
+        for (call, outcome) in records {
+            rows.push(call, Some(outcome));
+        }
+        let inserted = rows.insert(&c, replica).await?;
+        for (index, op) in ops.iter().enumerate() {
+            let WriteOp::Insert(call, outcome) = op else {
+                continue;
+            };
+            results[index] = Some(if inserted.contains(&call.call_id) {
+                if let Some(outcome) = outcome {
+                    suspensions.push(&call.call_id, outcome);
+                    feed.push_outcome(&call.call_id, outcome);
+                }
+                Ok(Reply::Inserted(Inserted::New))
+            } else {
+                existing(&c, call, now).await?
+            });
+        }
+        for (call, _) in records {
+            if !inserted.contains(&call.call_id) {
+                tracing::error!(call_id = %call.call_id, "a read call's record could not be written: the call id is taken");
+            }
+        }
 
-    // Outcomes: one statement; those refused are late.
-    finish(
-        &c,
-        replica,
-        ops,
-        &mut results,
-        &mut suspensions,
-        &mut feed,
-        now,
-    )
-    .await?;
-    suspensions.insert(&c, now).await?;
+        // Outcomes: one statement; those refused are late.
+        finish(
+            &c,
+            replica,
+            ops,
+            &mut results,
+            &mut suspensions,
+            &mut feed,
+            now,
+        )
+        .await?;
+        suspensions.insert(&c, now).await?;
 
-    // The rest, one after another.
-    for (index, op) in ops.iter().enumerate() {
-        let result = match op {
-            WriteOp::Insert(..) | WriteOp::Finish { .. } => continue,
-            WriteOp::Rerun(call_id) => rerun(&c, replica, call_id, now)
-                .await
-                .map(|rerun| Reply::Rerun(rerun.map(Box::new))),
-            WriteOp::Resolve(token, resolution, actor) => resolve(
-                &c,
-                replica,
-                token,
-                resolution,
-                actor.as_deref(),
-                &mut feed,
-                now,
-            )
-            .await
-            .map(|resolved| Reply::Resolved(Box::new(resolved))),
-            WriteOp::Reconcile(call_id, settlement, actor) => {
-                reconcile(&c, call_id, settlement, actor.as_deref(), &mut feed, now)
+        // The rest, one after another.
+        for (index, op) in ops.iter().enumerate() {
+            let result = match op {
+                WriteOp::Insert(..) | WriteOp::Finish { .. } => continue,
+                WriteOp::Rerun(call_id) => rerun(&c, replica, call_id, now)
                     .await
-                    .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
-            }
-            WriteOp::PruneFeed(before) => prune_feed(&c, *before).await.map(Reply::Pruned),
-            WriteOp::EnqueueDeliveries {
-                from,
-                to,
-                deliveries,
-            } => webhooks::enqueue(&c, from.as_deref(), to, deliveries, now)
+                    .map(|rerun| Reply::Rerun(rerun.map(Box::new))),
+                WriteOp::Resolve(token, resolution, actor) => resolve(
+                    &c,
+                    replica,
+                    token,
+                    resolution,
+                    actor.as_deref(),
+                    &mut feed,
+                    now,
+                )
                 .await
-                .map(Reply::Enqueued),
-            WriteOp::ClaimDeliveries { limit, lease_ms } => {
-                webhooks::claim(&c, *limit, *lease_ms, now)
+                .map(|resolved| Reply::Resolved(Box::new(resolved))),
+                WriteOp::Reconcile(call_id, settlement, actor) => {
+                    reconcile(&c, call_id, settlement, actor.as_deref(), &mut feed, now)
+                        .await
+                        .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
+                }
+                WriteOp::PruneFeed(before) => prune_feed(&c, *before).await.map(Reply::Pruned),
+                WriteOp::EnqueueDeliveries {
+                    from,
+                    to,
+                    deliveries,
+                } => webhooks::enqueue(&c, from.as_deref(), to, deliveries, now)
                     .await
-                    .map(Reply::Claimed)
+                    .map(Reply::Enqueued),
+                WriteOp::ClaimDeliveries { limit, lease_ms } => {
+                    webhooks::claim(&c, *limit, *lease_ms, now)
+                        .await
+                        .map(Reply::Claimed)
+                }
+                WriteOp::SettleDelivery(id, result) => webhooks::settle(&c, *id, result, now)
+                    .await
+                    .map(|()| Reply::Done),
+                WriteOp::RetryDelivery(id) => webhooks::retry(&c, *id, now)
+                    .await
+                    .map(|delivery| Reply::Delivery(delivery.map(Box::new))),
+                WriteOp::CreateSession(session) => {
+                    sessions::create(&c, session).await.map(|()| Reply::Done)
+                }
+                WriteOp::DeleteSession(id) => sessions::delete(&c, id).await.map(Reply::Pruned),
+                WriteOp::PruneSessions(now) => sessions::prune(&c, *now).await.map(Reply::Pruned),
+                WriteOp::Ping => Ok(Reply::Done),
+            };
+            // A statement that failed aborted the transaction: the whole batch is retried op by op.
+            if let Err(err @ (StoreError::Backend(_) | StoreError::Unavailable(_))) = &result {
+                return Err(err.clone());
             }
-            WriteOp::SettleDelivery(id, result) => webhooks::settle(&c, *id, result, now)
-                .await
-                .map(|()| Reply::Done),
-            WriteOp::RetryDelivery(id) => webhooks::retry(&c, *id, now)
-                .await
-                .map(|delivery| Reply::Delivery(delivery.map(Box::new))),
-            WriteOp::CreateSession(session) => {
-                sessions::create(&c, session).await.map(|()| Reply::Done)
-            }
-            WriteOp::DeleteSession(id) => sessions::delete(&c, id).await.map(Reply::Pruned),
-            WriteOp::PruneSessions(now) => sessions::prune(&c, *now).await.map(Reply::Pruned),
-            WriteOp::Ping => Ok(Reply::Done),
-        };
-        // A statement that failed aborted the transaction: the whole batch is retried op by op.
-        if let Err(err @ (StoreError::Backend(_) | StoreError::Unavailable(_))) = &result {
-            return Err(err.clone());
+            results[index] = Some(result);
         }
-        results[index] = Some(result);
-    }
-    feed.insert(&c, now).await?;
+        feed.insert(&c, now).await?;
+        Ok(results)
+    };
+    let (locked, body) = futures_util::future::join(lock, body).await;
+    locked.map_err(pg_error)?;
+    let results = body?;
     tx.commit().await.map_err(pg_error)?;
     Ok(results
         .into_iter()
