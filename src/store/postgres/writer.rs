@@ -424,22 +424,23 @@ async fn apply(
     records: &[(PreparedCall, Prepared)],
 ) -> Result<Results, StoreError> {
     let tx = conn.transaction().await.map_err(pg_error)?;
-    // First, before the transaction has an xid: it may write the feed (see `feed::horizon`).
     // Only the read records written behind, which nobody waits for and whose loss costs
-    // nothing: their commit need not wait for the disk. One round trip for both.
+    // nothing: their commit need not wait for the disk. Then, before the transaction has an
+    // xid, the feed writers' lock: it may write the feed (see `feed::horizon`).
     let durable = ops.iter().any(|op| !matches!(op, WriteOp::Ping));
-    let first = if durable {
-        super::feed::BEGIN_WRITE.to_owned()
-    } else {
-        format!(
-            "{}; SET LOCAL synchronous_commit = off",
-            super::feed::BEGIN_WRITE
-        )
-    };
+    if !durable {
+        tx.batch_execute("SET LOCAL synchronous_commit = off")
+            .await
+            .map_err(pg_error)?;
+    }
     // Sent first and not waited for: the batch's statements follow it on the connection, and
     // PostgreSQL runs them in order, so the lock is taken before anything gets an xid, at no
-    // round trip of its own.
-    let lock = tx.batch_execute(&first);
+    // round trip of its own (and, prepared once per connection, with no parse either).
+    let begin_write = tx
+        .prepare_cached(super::feed::BEGIN_WRITE)
+        .await
+        .map_err(pg_error)?;
+    let lock = tx.execute(&begin_write, &[]);
     let c = Conn::Tx(&tx);
     let body = async {
         let now = Timestamp::now().0;
