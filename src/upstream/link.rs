@@ -213,20 +213,21 @@ impl Link {
             .map_err(|err| format!("cannot read the tool list: {err}"))
     }
 
-    /// Keeps the server reachable for as long as the process runs, starting from `session`
-    /// when the start made one. `publish` is handed each tool list read.
+    /// Keeps the server reachable for as long as the process runs, starting from the session
+    /// the start made and the tool list it read (already served), if it made one. `publish` is
+    /// handed each tool list read after that.
     pub(super) async fn supervise(
         self: Arc<Self>,
-        mut session: Option<Session>,
+        mut started: Option<(Session, Vec<McpTool>)>,
         publish: impl Fn(Vec<McpTool>),
     ) {
         let mut backoff = FIRST_BACKOFF;
         let mut logged_down = false;
         loop {
-            let current = match session.take() {
-                Some(current) => current,
+            let (current, known) = match started.take() {
+                Some((current, listed)) => (current, Some(listed)),
                 None => match self.connect().await {
-                    Ok(current) => current,
+                    Ok(current) => (current, None),
                     Err(err) => {
                         if logged_down {
                             tracing::debug!(upstream = self.name(), error = %err, "still down");
@@ -245,14 +246,19 @@ impl Link {
                 },
             };
             let peer = current.peer().clone();
-            let listed = match Link::list(&peer).await {
+            let read = match known {
+                Some(listed) => Ok(listed),
+                None => Link::list(&peer)
+                    .await
+                    .inspect(|tools| publish(tools.clone())),
+            };
+            let listed = match read {
                 Ok(tools) => {
                     tracing::info!(
                         upstream = self.name(),
                         tools = tools.len(),
                         "the upstream MCP server is up"
                     );
-                    publish(tools.clone());
                     tools
                 }
                 Err(err) => {

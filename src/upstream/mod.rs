@@ -77,8 +77,9 @@ pub struct Upstreams {
 
 struct Started {
     link: Arc<Link>,
-    /// The session made at start; `None` for an HTTP server that did not answer.
-    session: Option<Session>,
+    /// The session made at start and the tool list it read; `None` for an HTTP server that did
+    /// not answer.
+    session: Option<(Session, Vec<McpTool>)>,
     tools: Vec<Arc<dyn DynTool>>,
 }
 
@@ -97,42 +98,30 @@ impl Upstreams {
     ) -> Result<Upstreams, UpstreamError> {
         let connecting = upstreams.into_iter().map(|config| async move {
             let link = Link::new(config);
-            let session = match link.connect().await {
-                Ok(session) => session,
+            let reached = async {
+                let session = link.connect().await?;
+                let listed = Link::list(session.peer()).await?;
+                Ok::<_, String>((session, listed))
+            };
+            match reached.await {
+                Ok((session, listed)) => Ok((link, Some(session), listed)),
                 Err(message) if matches!(link.config.transport, Transport::Stdio { .. }) => {
-                    return Err(UpstreamError::Start {
+                    Err(UpstreamError::Start {
                         upstream: link.name().to_owned(),
                         message,
-                    });
+                    })
                 }
+                // Not a reason to stop: its supervisor keeps trying, and its tools appear then.
                 Err(message) => {
                     tracing::warn!(
                         upstream = link.name(),
                         error = %message,
-                        "the upstream MCP server does not answer; its tools appear once it does"
+                        "the upstream MCP server does not answer with its tools; they appear \
+                         once it does"
                     );
-                    return Ok((link, None, Vec::new()));
+                    Ok((link, None, Vec::new()))
                 }
-            };
-            let listed = match Link::list(session.peer()).await {
-                Ok(listed) => listed,
-                Err(message) if matches!(link.config.transport, Transport::Stdio { .. }) => {
-                    return Err(UpstreamError::Start {
-                        upstream: link.name().to_owned(),
-                        message,
-                    });
-                }
-                // Like one that does not answer: its supervisor reads the list again.
-                Err(message) => {
-                    tracing::warn!(
-                        upstream = link.name(),
-                        error = %message,
-                        "the upstream MCP server gave no tool list; its tools appear once it does"
-                    );
-                    return Ok((link, None, Vec::new()));
-                }
-            };
-            Ok((link, Some(session), listed))
+            }
         });
         let mut started = Vec::new();
         // Every served name, and what it is, to name both sides of a collision.
@@ -169,7 +158,7 @@ impl Upstreams {
             }
             started.push(Started {
                 link,
-                session,
+                session: session.map(|session| (session, listed)),
                 tools,
             });
         }
