@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::contract::retry::RetryPolicy;
 use crate::dispatch::{DispatchConfig, ToolSettings};
-use crate::server::auth::{ApiKey, Role};
+use crate::http::auth::{ApiKey, Role};
 
 /// The prefix of configuration environment variables.
 pub const ENV_PREFIX: &str = "TOOLGATE_";
@@ -344,9 +344,9 @@ impl Default for Config {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("toolgate-data"),
             log: "info".into(),
-            max_body_bytes: crate::server::DEFAULT_MAX_BODY_BYTES,
-            max_json_depth: crate::server::DEFAULT_MAX_JSON_DEPTH,
-            max_in_flight: crate::server::DEFAULT_MAX_IN_FLIGHT,
+            max_body_bytes: crate::http::DEFAULT_MAX_BODY_BYTES,
+            max_json_depth: crate::http::DEFAULT_MAX_JSON_DEPTH,
+            max_in_flight: crate::http::DEFAULT_MAX_IN_FLIGHT,
             retry: RetryConfig::default(),
             tool_defaults: ToolConfig::default(),
             tools: BTreeMap::new(),

@@ -3,26 +3,38 @@
 //!
 //! # A tour
 //!
+//! Below the doors, from the tool up:
 //! - [`contract`]: what a tool author writes. A tool is a type with [`ToolMeta`] (usually
 //!   `#[derive(Tool)]`) and a [`ToolHandler`] with typed input and output. [`TypedTool`] erases
 //!   it into a [`DynTool`]; a [`ToolSet`] holds tools by name and checks them once.
-//! - [`dispatch`]: the call lifecycle, the only path by which a tool runs: validate the input,
-//!   record the intent, run, record the outcome; approvals re-enter the same path.
-//! - [`store`]: durable calls and suspensions behind the [`Store`](store::Store) trait;
-//!   [`SqliteStore`](store::SqliteStore) is the embedded default, and
-//!   [`PostgresStore`](store::PostgresStore) lets several replicas share one database. Every
-//!   change of a call's status lands in the store's change feed.
-//! - [`feed`]: what follows the change feed in this process: requests held until a call changes
-//!   or a suspension arrives.
+//! - [`store`]: durable calls and suspensions, the change feed, the webhooks' outbox and inbox
+//!   sessions, behind the [`Store`](store::Store) traits; [`SqliteStore`](store::SqliteStore)
+//!   is the embedded default, and [`PostgresStore`](store::PostgresStore) lets several replicas
+//!   share one database.
+//! - [`feed`]: what follows the store's change feed in this process: requests held until a
+//!   call changes, the event stream a principal may see, and the webhooks.
+//! - [`dispatch`]: the call lifecycle, the only path by which a tool runs (validate the input,
+//!   record the intent, run, record the outcome; approvals re-enter the same path), and the
+//!   rules every door shares: who sees which call, the bounds on what a client sends, what a
+//!   person may write, how a request waits for a change.
+//! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`.
 //! - [`schema`]: JSON Schema cleaning and each LLM provider's tool-list format (OpenAI,
 //!   Anthropic, Gemini, MCP), built once from the tools' own schemas.
-//! - [`server`]: the axum HTTP API. [`ServerBuilder`] turns a tool set and a store into an
-//!   `axum::Router` you can serve alone or mount in your own app.
+//!
+//! The doors, side by side over one floor:
+//! - [`http`]: what every HTTP door shares, no handlers: keys, roles and the gate on each
+//!   route, the one error envelope, extractors, `?wait=`, the feed as Server-Sent Events.
+//! - [`rest`]: the REST API, one file per resource.
+//! - [`mcp`]: `/mcp`, the same tools over the Model Context Protocol (rmcp).
 //! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key, the live queue, one
 //!   approval with a form generated from its schema; every decision goes through the dispatcher.
-//! - `metrics`: what the server does, counted (calls by tool and outcome, requests by route,
-//!   store batches), for `GET /metrics` in the Prometheus text format.
+//!
+//! And what puts them together:
+//! - [`app`]: [`ServerBuilder`], the composition root: it builds the dispatcher, starts and
+//!   stops the background work (upstreams, webhooks, the store's upkeep) and merges the doors
+//!   into one `axum::Router` you can serve alone or mount in your own app.
 //! - [`config`]: the binary's configuration (file, environment, flags), read once.
+//! - `metrics`: what the server does, counted, for `GET /metrics` in the Prometheus text format.
 //! - [`examples`]: demo tools (`echo`, `ask_human`, `issue_refund`, `send_email`), written the
 //!   way a user writes tools.
 //!
@@ -32,17 +44,19 @@
 // Lets `#[derive(Tool)]`'s `::toolgate::...` paths resolve inside this crate too.
 extern crate self as toolgate;
 
+pub mod app;
 pub mod config;
 pub mod contract;
 pub mod dispatch;
 pub mod examples;
 pub mod feed;
+pub mod http;
 mod ids;
 pub mod inbox;
 pub mod mcp;
 mod metrics;
+pub mod rest;
 pub mod schema;
-pub mod server;
 mod slots;
 pub mod store;
 pub mod upstream;
@@ -52,6 +66,7 @@ pub use schemars;
 pub use serde_json;
 pub use toolgate_macros::Tool;
 
+pub use app::{ServerBuilder, Serving};
 pub use contract::ctx::ToolCtx;
 pub use contract::erased::{DynTool, ToolDescriptor, TypedTool};
 pub use contract::error::{HandlerError, InputViolation, ToolError};
@@ -59,7 +74,6 @@ pub use contract::meta::{Effect, ToolHandler, ToolMeta};
 pub use contract::outcome::{Suspension, ToolOutcome};
 pub use contract::registry::{AWAIT_CALL_TOOL, RegistryError, ToolSet, is_valid_tool_name};
 pub use contract::retry::RetryPolicy;
-pub use server::ServerBuilder;
 
 /// The README's Rust examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

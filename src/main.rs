@@ -112,10 +112,7 @@ fn hash_token() -> ExitCode {
         eprintln!("toolgate: the token is empty");
         return ExitCode::from(2);
     }
-    println!(
-        "{}",
-        hex::encode(toolgate::server::auth::token_sha256(token))
-    );
+    println!("{}", hex::encode(toolgate::http::auth::token_sha256(token)));
     ExitCode::SUCCESS
 }
 
@@ -186,57 +183,18 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .await
         .map_err(|e| format!("cannot start the webhooks' outbox: {e}"))?;
     let tool_count = tools.len() + upstreams.tool_count();
-    let dispatch = config.dispatch_config();
-    // Calls still running when the server stops get as long as the slowest tool may take, its
-    // retries and their waits included.
-    let retry = dispatch.retry;
-    let backoffs: std::time::Duration = (1..retry.max_attempts).map(|n| retry.backoff(n)).sum();
-    let grace = dispatch
-        .tools
-        .values()
-        .map(|tool| tool.timeout)
-        .chain([dispatch.defaults.timeout])
-        .max()
-        .unwrap_or_default()
-        .saturating_mul(retry.max_attempts)
-        + backoffs
-        + std::time::Duration::from_secs(1);
-    let (router, running) = ServerBuilder::with_shared_store(tools, store.clone())
+    let serving = ServerBuilder::with_shared_store(tools, store)
         .max_body_bytes(config.max_body_bytes)
         .max_json_depth(config.max_json_depth)
         .max_in_flight(config.max_in_flight)
         .api_keys(keys)
-        .dispatch_config(dispatch)
+        .dispatch_config(config.dispatch_config())
         .webhooks(webhooks)
         .mcp(config.mcp.options(config.bind.ip()))
         .inbox(config.inbox.options())
         .upstreams(upstreams)
-        .build_with_running();
-
-    // The feed keeps `retention_s` of history; older entries (and ended inbox sessions) are
-    // dropped every minute.
-    let retention = std::time::Duration::from_secs(config.feed.retention_s);
-    let pruned = store.clone();
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(std::time::Duration::from_secs(60));
-        loop {
-            ticks.tick().await;
-            let keep_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-            let before = toolgate::store::Timestamp(
-                toolgate::store::Timestamp::now().0.saturating_sub(keep_ms),
-            );
-            if let Err(err) = pruned.prune_feed(before).await {
-                tracing::debug!(error = %err, "cannot prune the feed now");
-            }
-            // Inbox sessions that ran out, too (they are refused from their expiry on anyway).
-            if let Err(err) = pruned
-                .prune_sessions(toolgate::store::Timestamp::now())
-                .await
-            {
-                tracing::debug!(error = %err, "cannot prune inbox sessions now");
-            }
-        }
-    });
+        .feed_retention(std::time::Duration::from_secs(config.feed.retention_s))
+        .serve();
 
     release_startup_memory();
     let listener = tokio::net::TcpListener::bind(config.bind)
@@ -252,31 +210,20 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     if config.inbox.enabled {
         tracing::info!("the approval inbox is at http://{addr}/inbox");
     }
-    let releaser = running.clone();
     // With each connection's address: the inbox limits sign-in attempts per client address.
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    let service = serving
+        .router
+        .clone()
+        .into_make_service_with_connect_info::<SocketAddr>();
+    let running = serving.running().clone();
     axum::serve(listener, service)
         .with_graceful_shutdown(async move {
             shutdown_signal().await;
             // Requests held for a change (`?wait=`) are answered now, with the state as it is.
-            releaser.release_held();
+            running.release_held();
         })
         .await?;
-    if running.count() > 0 {
-        tracing::info!(
-            calls = running.count(),
-            "waiting for running calls to be recorded"
-        );
-        if tokio::time::timeout(grace, running.idle()).await.is_err() {
-            tracing::warn!(
-                calls = running.count(),
-                "calls still running at exit; the next start recovers them"
-            );
-        }
-    }
-    if let Err(err) = store.close().await {
-        tracing::warn!(error = %err, "the store did not close cleanly");
-    }
+    serving.drain().await;
     tracing::info!("toolgate stopped");
     Ok(())
 }

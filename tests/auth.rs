@@ -7,7 +7,7 @@ mod common;
 use common::{Api, Backend, Location, Site, TestServer, assert_error, open_store, temp_dir};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use toolgate::server::auth::{ApiKey, Role, token_sha256};
+use toolgate::http::auth::{ApiKey, Role, token_sha256};
 use toolgate::{ServerBuilder, ToolSet};
 
 const CALLER: &str = "caller-token-9f2c";

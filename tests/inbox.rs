@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use reqwest::StatusCode;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
+use toolgate::http::auth::{ApiKey, Role, token_sha256};
 use toolgate::inbox::InboxOptions;
-use toolgate::server::auth::{ApiKey, Role, token_sha256};
 use toolgate::{ServerBuilder, ToolSet};
 
 use common::{Backend, Location, Site, TestServer};

@@ -10,8 +10,8 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use toolgate::http::auth::{ApiKey, Role, token_sha256};
 use toolgate::schemars::{self, JsonSchema};
-use toolgate::server::auth::{ApiKey, Role, token_sha256};
 use toolgate::{HandlerError, Tool, ToolCtx, ToolHandler, ToolOutcome, ToolSet, serde_json};
 
 use common::{Backend, Location, Site, TestServer, repo_root};

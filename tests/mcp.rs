@@ -14,7 +14,7 @@ use std::process::Command;
 use common::{Api, Backend, Location, TestServer, assert_error, outbox, repo_root};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use toolgate::server::auth::Role;
+use toolgate::http::auth::Role;
 
 const CALLER: &str = "mcp-caller-token-1b7e";
 const OTHER_CALLER: &str = "mcp-other-caller-token-5c20";

@@ -16,7 +16,7 @@ use openmetrics_parser::{MetricsExposition, PrometheusType, PrometheusValue};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use toolgate::dispatch::{DispatchConfig, ToolSettings};
-use toolgate::server::auth::{ApiKey, Role};
+use toolgate::http::auth::{ApiKey, Role};
 use toolgate::{ServerBuilder, ToolSet};
 
 /// One test at a time moves the process's counters.

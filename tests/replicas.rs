@@ -362,7 +362,7 @@ async fn an_approval_made_on_one_replica_is_listed_and_approved_on_another_and_r
     let config_dir = temp_dir();
     let config = config_dir.path().join("toolgate.toml");
     let key = |name: &str, role: &str, token: &str| {
-        let hash = hex::encode(toolgate::server::auth::token_sha256(token));
+        let hash = hex::encode(toolgate::http::auth::token_sha256(token));
         format!("[[auth.keys]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\n")
     };
     std::fs::write(

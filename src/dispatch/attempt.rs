@@ -12,7 +12,8 @@ use futures_util::FutureExt;
 use serde_json::{Value, json};
 
 use super::live::ToolPolicy;
-use super::{ApprovalGate, CallOutcome, Dispatcher, Failure, FailureKind, Ran};
+use super::record::Ran;
+use super::{ApprovalGate, CallOutcome, Dispatcher, Failure, FailureKind, MAX_REASON_CHARS};
 use crate::contract::ctx::ToolCtx;
 use crate::contract::erased::DynTool;
 use crate::contract::error::ToolError;
@@ -279,10 +280,8 @@ fn unavailable_outcome(
     CallOutcome::Failed { status, failure }
 }
 
-/// The longest suspension reason kept, in characters; a tool may quote a caller's input in it,
+/// A suspension's reason, cut at [`MAX_REASON_CHARS`]: a tool may quote a caller's input in it,
 /// and every page of the approvals queue carries it.
-pub const MAX_REASON_CHARS: usize = 2000;
-
 fn bounded_reason(reason: String) -> String {
     match reason.char_indices().nth(MAX_REASON_CHARS) {
         Some((cut, _)) => format!("{}…", &reason[..cut]),

@@ -224,8 +224,13 @@ pub enum DispatchError {
     },
     /// The call with this idempotency key may or may not have had its effect; a person must
     /// settle it first.
-    #[error("the call with this idempotency key needs reconciliation")]
-    NeedsReconciliation(Box<CallRecord>),
+    #[error("call {call_id} with this idempotency key needs reconciliation")]
+    NeedsReconciliation {
+        /// The call.
+        call_id: String,
+        /// Its record, when the asker may see it (a caller sees only its own calls).
+        call: Option<Box<CallRecord>>,
+    },
     /// No suspension ever had this token.
     #[error("no suspension has this token")]
     UnknownToken,
@@ -259,10 +264,46 @@ pub enum DispatchError {
         /// When to try again.
         retry_after: Duration,
     },
+    /// JSON nested deeper than the dispatcher accepts (its `max_json_depth`).
+    #[error("the JSON is nested deeper than {0} levels")]
+    TooDeep(usize),
+    /// What a person wrote does not fit the lifecycle's rules (see `resolve`); the message says
+    /// what it must be.
+    #[error("{0}")]
+    BadRequest(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The lifecycle task itself failed (a bug, not a tool's failure).
     #[error("the call's task failed: {0}")]
     Internal(String),
+}
+
+/// What kind of refusal an error is, which is what a door decides its answer by (an HTTP
+/// status, an MCP tool error or protocol error), never the other way round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request cannot be done as asked (it names nothing, does not fit, conflicts with the
+    /// call's state): whoever asked can act on it.
+    InvalidRequest,
+    /// The tool or its backend is busy or unreachable now; nothing ran: retry later.
+    Unavailable,
+    /// The server itself failed (its store, a bug); logged where it happened, answered without
+    /// its cause.
+    Internal,
+}
+
+impl DispatchError {
+    /// What kind of refusal this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            DispatchError::Overloaded(_) | DispatchError::Unavailable { .. } => {
+                ErrorKind::Unavailable
+            }
+            // A lost lease is the call's state (settled meanwhile), not the server failing.
+            DispatchError::Store(StoreError::LeaseLost(_)) => ErrorKind::InvalidRequest,
+            DispatchError::Store(_) | DispatchError::Internal(_) => ErrorKind::Internal,
+            _ => ErrorKind::InvalidRequest,
+        }
+    }
 }

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::store::{FeedEntry, Store, StoreError};
 
+pub mod stream;
 pub mod webhooks;
 
 /// An entry as the event stream and webhooks show it: `{"type", "at", "call", "suspension"?}`,

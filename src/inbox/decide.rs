@@ -10,15 +10,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde_json::Value;
 
+use super::InboxState;
 use super::form::{self, Submitted};
 use super::pages::{Typed, call_page, decided, require};
 use super::session::Signed;
 use super::views::{Base, PageError, see_other};
 use crate::contract::error::InputViolation;
 use crate::dispatch::DispatchError;
-use crate::server::AppState;
-use crate::server::approvals::MAX_REASON_CHARS;
-use crate::server::extract::check_depth;
+use crate::dispatch::{MAX_REASON_CHARS, settlement_error};
 use crate::store::{CallRecord, CallStatus, Settlement};
 
 /// A submitted form: its pairs in order.
@@ -35,7 +34,7 @@ fn field<'p>(pairs: &'p [(String, String)], name: &str) -> Option<&'p str> {
 
 /// What every decision starts with: the session, its CSRF token, the call.
 struct Decision {
-    app: AppState,
+    app: InboxState,
     signed: Signed,
     base: Base,
     call: CallRecord,
@@ -43,7 +42,7 @@ struct Decision {
 
 impl Decision {
     async fn begin(
-        app: AppState,
+        app: InboxState,
         base: Base,
         headers: &HeaderMap,
         call_id: &str,
@@ -139,19 +138,19 @@ impl Decision {
             ))),
             // A lost lease: the call was settled meanwhile; its page says how.
             DispatchError::Store(crate::store::StoreError::LeaseLost(_)) => Ok(self.done()),
-            other => Err(crate::server::error::ApiError::from(other).into()),
+            other => Err(crate::http::error::ApiError::from(other).into()),
         }
     }
 
     /// The answer `schema` reads from the form, or the form again with what is wrong.
     fn read(&self, schema: &Value, submitted: &Submitted) -> Result<Value, Vec<InputViolation>> {
         let value = form::read(schema, submitted)?;
-        check_depth(&value, self.app.max_json_depth).map_err(|_| {
+        self.app.dispatcher.check_depth(&value).map_err(|_| {
             vec![InputViolation {
                 path: String::new(),
                 message: format!(
                     "The answer is nested deeper than {} levels.",
-                    self.app.max_json_depth
+                    self.app.dispatcher.max_json_depth()
                 ),
             }]
         })?;
@@ -161,7 +160,7 @@ impl Decision {
 
 /// `POST /inbox/calls/{call_id}/approve`: the answer from the suspension's `input_schema` form.
 pub(crate) async fn approve(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Path(call_id): Path<String>,
@@ -194,9 +193,9 @@ pub(crate) async fn approve(
     }
 }
 
-/// `POST /inbox/calls/{call_id}/reject`: with a reason, required.
+/// `POST /inbox/calls/{call_id}/reject`: with a reason, if the person gives one.
 pub(crate) async fn reject(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Path(call_id): Path<String>,
@@ -206,22 +205,18 @@ pub(crate) async fn reject(
     let Some(token) = decision.token() else {
         return decision.too_late(StatusCode::CONFLICT).await;
     };
+    // The form asks for a reason (the caller reads it), but the rule is the lifecycle's, as
+    // on every door: an empty one is recorded as none.
     let reason = field(&pairs, "reason")
         .unwrap_or_default()
         .trim()
         .to_owned();
-    let wrong = if reason.is_empty() {
-        Some("Say why the call is rejected: the caller reads it.".to_owned())
-    } else if reason.chars().count() > MAX_REASON_CHARS {
-        Some(format!(
-            "The reason is longer than {MAX_REASON_CHARS} characters."
-        ))
-    } else {
-        None
-    };
-    if let Some(wrong) = wrong {
+    if reason.chars().count() > MAX_REASON_CHARS {
         let typed = Typed {
-            reject: Some((reason, wrong)),
+            reject: Some((
+                reason,
+                format!("The reason is longer than {MAX_REASON_CHARS} characters."),
+            )),
             ..Typed::default()
         };
         return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
@@ -229,7 +224,7 @@ pub(crate) async fn reject(
     match decision
         .app
         .dispatcher
-        .reject(&token, reason, decision.actor())
+        .reject(&token, Some(reason), decision.actor())
         .await
     {
         Ok(_) => Ok(decision.done()),
@@ -240,7 +235,7 @@ pub(crate) async fn reject(
 /// `POST /inbox/calls/{call_id}/complete`: the work was done outside the server; the output
 /// from the tool's output-schema form is its receipt.
 pub(crate) async fn complete(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Path(call_id): Path<String>,
@@ -290,7 +285,7 @@ pub(crate) async fn complete(
 /// `POST /inbox/calls/{call_id}/resolve`: settles a call that needs reconciliation, as done
 /// (`settle=output`, with the output form) or not done (`settle=error`, with a reason).
 pub(crate) async fn resolve(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Path(call_id): Path<String>,
@@ -321,19 +316,22 @@ pub(crate) async fn resolve(
         }
         Some("error") => {
             let error = field(&pairs, "error").unwrap_or_default().trim().to_owned();
-            if error.is_empty() || error.chars().count() > MAX_REASON_CHARS {
-                let typed = Typed {
-                    settle_error: Some((
-                        error,
-                        format!(
-                            "Say why the effect did not happen (1 to {MAX_REASON_CHARS} characters)."
-                        ),
-                    )),
-                    ..Typed::default()
-                };
-                return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
+            match settlement_error(error.clone()) {
+                Ok(error) => Settlement::Error(error),
+                Err(_) => {
+                    let typed = Typed {
+                        settle_error: Some((
+                            error,
+                            format!(
+                                "Say why the effect did not happen (1 to {MAX_REASON_CHARS} \
+                                 characters)."
+                            ),
+                        )),
+                        ..Typed::default()
+                    };
+                    return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
+                }
             }
-            Settlement::Error(error)
         }
         _ => {
             return Err(PageError::BadRequest(

@@ -34,8 +34,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, post};
 
-use crate::server::AppState;
-use crate::server::auth::Keys;
+use crate::dispatch::Dispatcher;
+use crate::http::auth::{Access, Keys};
+use crate::http::gate::Gates;
 
 /// How long a sign-in lasts by default: 12 hours.
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(43_200);
@@ -62,28 +63,36 @@ impl Default for InboxOptions {
     }
 }
 
-/// The inbox's state beside the server's: its options, the keys people sign in with, and the
-/// sign-in limiter.
+/// What every inbox handler shares: the dispatcher every decision goes through, its options,
+/// the keys people sign in with, and the sign-in limiter. One `Arc`, cloned per request.
+#[derive(Clone)]
+pub(crate) struct InboxState(Arc<Inbox>);
+
 pub(crate) struct Inbox {
+    dispatcher: Dispatcher,
     options: InboxOptions,
     keys: Arc<Keys>,
     limiter: limit::Limiter,
 }
 
-impl Inbox {
-    /// The inbox with `options`, signing people in with `keys`.
-    pub(crate) fn new(options: InboxOptions, keys: Arc<Keys>) -> Self {
-        Inbox {
-            options,
-            keys,
-            limiter: limit::Limiter::default(),
-        }
+impl std::ops::Deref for InboxState {
+    type Target = Inbox;
+
+    fn deref(&self) -> &Inbox {
+        &self.0
     }
 }
 
-/// The inbox's routes. They carry no bearer-token gate: each page checks the session cookie
-/// itself and answers HTML.
-pub(crate) fn routes() -> Router<AppState> {
+/// The inbox's routes, over `dispatcher`. Their gate sheds load and counts requests but checks
+/// no bearer token: each page checks the session cookie itself (a browser sends no bearer
+/// token) and answers HTML.
+pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gates) -> Router {
+    let state = InboxState(Arc::new(Inbox {
+        dispatcher,
+        options,
+        keys: gates.keys().clone(),
+        limiter: limit::Limiter::default(),
+    }));
     Router::new()
         .route("/inbox", get(pages::queue))
         .route("/inbox/queue", get(pages::queue_fragment))
@@ -97,4 +106,6 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/inbox/sign-in", post(session::sign_in))
         .route("/inbox/sign-out", post(session::sign_out))
         .route("/inbox/assets/{file}", get(assets::serve))
+        .route_layer(gates.route(Access::Inbox))
+        .with_state(state)
 }

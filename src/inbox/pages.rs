@@ -8,12 +8,14 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::InboxState;
 use super::form::{self, Form, Kind, Node, Submitted};
 use super::session::{Signed, sign_in_page, signed};
 use super::views::{Base, Nav, PageError, ago, page, secure, see_other, until};
 use crate::contract::error::InputViolation;
-use crate::server::AppState;
-use crate::server::error::ApiError;
+use crate::feed::stream::{Audience, follow};
+use crate::http::error::ApiError;
+use crate::http::sse::{resume_point, sse, start_cursor};
 use crate::store::{CallFilter, CallRecord, CallStatus, Timestamp};
 
 /// Approvals per page of the queue.
@@ -95,7 +97,7 @@ struct QueuePage {
 }
 
 async fn queue_list(
-    app: &AppState,
+    app: &InboxState,
     base: &Base,
     query: &QueueQuery,
 ) -> Result<QueueList, PageError> {
@@ -135,7 +137,7 @@ async fn queue_list(
 /// `GET /inbox`: the queue of pending approvals, oldest first; or, without a session, the
 /// sign-in page.
 pub(crate) async fn queue(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Query(query): Query<QueueQuery>,
@@ -164,7 +166,7 @@ pub(crate) async fn queue(
 
 /// `GET /inbox/queue`: the queue's list alone, for the page's script to swap in.
 pub(crate) async fn queue_fragment(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Query(query): Query<QueueQuery>,
@@ -176,7 +178,7 @@ pub(crate) async fn queue_fragment(
 
 /// The signed-in person, or [`PageError::SignedOut`].
 pub(crate) async fn require(
-    app: &AppState,
+    app: &InboxState,
     headers: &HeaderMap,
     base: &Base,
 ) -> Result<Signed, PageError> {
@@ -189,21 +191,27 @@ pub(crate) async fn require(
 /// `GET /events` (authenticated by the session, as `EventSource` sends no bearer token), with
 /// no suspension tokens: the page never needs one.
 pub(crate) async fn events(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
 ) -> Result<Response, PageError> {
     let signed = require(&app, &headers, &base).await?;
-    let resume = crate::server::events::resume_point(&headers, None);
-    let cursor = match crate::server::events::start_cursor(&app, resume).await {
+    let store = app.dispatcher.store();
+    let resume = resume_point(&headers, None);
+    let cursor = match start_cursor(store.as_ref(), resume).await {
         Ok(cursor) => cursor,
         // A cursor too old (or from another server): start with what comes next.
         Err(ApiError::CursorExpired | ApiError::BadRequest(_)) => {
-            crate::server::events::start_cursor(&app, None).await?
+            start_cursor(store.as_ref(), None).await?
         }
         Err(err) => return Err(err.into()),
     };
-    let stream = crate::server::events::follow(&app, signed.principal, cursor, None, None, false);
+    let audience = Audience {
+        only: signed.principal.only_own(),
+        ..Audience::default()
+    };
+    let released = app.dispatcher.running().released();
+    let stream = sse(follow(store.clone(), cursor, released, audience));
     let mut response = stream.into_response();
     secure(response.headers_mut());
     Ok(response)
@@ -231,7 +239,7 @@ struct ReconcilePage {
 /// `GET /inbox/reconcile`: calls whose effect may or may not have happened, newest first, each
 /// linking to its page, where it is settled.
 pub(crate) async fn reconcile(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Query(query): Query<QueueQuery>,
@@ -274,7 +282,7 @@ pub(crate) async fn reconcile(
 /// `GET /inbox/calls/{call_id}`: one call: its approval while it waits for a person, its
 /// settlement while it needs reconciliation, and always its history.
 pub(crate) async fn call(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Path(call_id): Path<String>,
@@ -415,7 +423,7 @@ pub(crate) fn decided(call: &CallRecord) -> String {
 
 /// The page of `call`, with what was typed into its forms.
 pub(crate) fn call_page(
-    app: &AppState,
+    app: &InboxState,
     signed: &Signed,
     base: &Base,
     call: &CallRecord,

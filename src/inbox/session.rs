@@ -24,9 +24,9 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::InboxState;
 use super::views::{Base, Nav, PageError, page, see_other};
-use crate::server::AppState;
-use crate::server::auth::{ApiKey, Principal, Role};
+use crate::http::auth::{ApiKey, Principal, Role};
 use crate::store::{InboxSession, Timestamp};
 
 /// The session cookie.
@@ -146,8 +146,8 @@ fn random_id() -> Result<String, PageError> {
 
 /// Whether cookies are `Secure`: configured so, or the request came over TLS (as a reverse
 /// proxy in front says with `X-Forwarded-Proto`).
-fn secure_cookies(app: &AppState, headers: &HeaderMap) -> bool {
-    app.inbox.options.secure_cookies
+fn secure_cookies(app: &InboxState, headers: &HeaderMap) -> bool {
+    app.options.secure_cookies
         || headers
             .get("x-forwarded-proto")
             .and_then(|value| value.to_str().ok())
@@ -167,11 +167,11 @@ fn set_cookie(name: &str, value: &str, base: &Base, max_age_s: u64, secure: bool
 /// The signed-in person, if the request carries a live session whose key still may decide. With
 /// auth off, a request without one gets a new anonymous session (to be set with the answer).
 pub(crate) async fn signed(
-    app: &AppState,
+    app: &InboxState,
     headers: &HeaderMap,
     base: &Base,
 ) -> Result<Option<Signed>, PageError> {
-    let keys = &app.inbox.keys;
+    let keys = &app.keys;
     if let Some(id) = cookie(headers, SESSION_COOKIE) {
         let hash = id_hash(id);
         let store = app.dispatcher.store();
@@ -222,7 +222,7 @@ pub(crate) async fn signed(
 
 /// Makes a session for `principal` (signed in with `key`, unless auth is off).
 async fn start(
-    app: &AppState,
+    app: &InboxState,
     headers: &HeaderMap,
     base: &Base,
     principal: Principal,
@@ -230,7 +230,7 @@ async fn start(
 ) -> Result<Signed, PageError> {
     let id = random_id()?;
     let now = Timestamp::now();
-    let ttl = app.inbox.options.session_ttl;
+    let ttl = app.options.session_ttl;
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
     let store = app.dispatcher.store();
     // Sessions that ran out are dropped as new ones begin (and every minute by the binary).
@@ -279,7 +279,7 @@ struct SignInPage {
 
 /// The sign-in page, with a fresh double-submit token (`message`: why the last attempt failed).
 pub(crate) fn sign_in_page(
-    app: &AppState,
+    app: &InboxState,
     headers: &HeaderMap,
     base: &Base,
     status: StatusCode,
@@ -322,22 +322,19 @@ pub(crate) struct SignIn {
 /// `POST /inbox/sign-in`: a person pastes their key. A caller key, an unknown key or a form
 /// from elsewhere is refused; the key is never echoed, logged or put in a URL.
 pub(crate) async fn sign_in(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     ClientAddr(address): ClientAddr,
     base: Base,
     headers: HeaderMap,
     Form(form): Form<SignIn>,
 ) -> Result<Response, PageError> {
-    app.inbox
-        .limiter
-        .take(address)
-        .map_err(PageError::RateLimited)?;
+    app.limiter.take(address).map_err(PageError::RateLimited)?;
     let expected = cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
     let sent = form.csrf.as_deref().unwrap_or_default();
     if expected.is_empty() || !bool::from(sent.as_bytes().ct_eq(expected.as_bytes())) {
         return Err(PageError::Csrf);
     }
-    let keys = &app.inbox.keys;
+    let keys = &app.keys;
     if !keys.enabled() {
         // Nothing to sign in with: the inbox is open (auth off).
         return Ok(see_other(&base.0));
@@ -390,7 +387,7 @@ pub(crate) struct SignOut {
 
 /// `POST /inbox/sign-out`: ends the session, here and on every replica.
 pub(crate) async fn sign_out(
-    State(app): State<AppState>,
+    State(app): State<InboxState>,
     base: Base,
     headers: HeaderMap,
     Form(form): Form<SignOut>,

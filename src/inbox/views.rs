@@ -7,7 +7,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::server::error::ApiError;
+use crate::http::error::ApiError;
 use crate::store::{StoreError, Timestamp};
 
 /// Scripts and styles from this server's own files only (none inline), nothing framed, no form

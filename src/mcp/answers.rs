@@ -16,9 +16,8 @@ use serde_json::{Value, json};
 use super::catalog::AWAIT_TOOL;
 use super::text;
 use crate::contract::error::InputViolation;
-use crate::dispatch::{CallOutcome, CallResult, DispatchError};
-use crate::server::auth::Principal;
-use crate::server::error::ApiError;
+use crate::dispatch::{CallOutcome, CallResult, DispatchError, ErrorKind};
+use crate::http::error::ApiError;
 use crate::store::{CallError, CallRecord, CallStatus};
 
 /// The status a pending result's `structuredContent` carries.
@@ -145,11 +144,8 @@ fn violations_error(message: &str, violations: &[InputViolation]) -> CallToolRes
 }
 
 /// A refusal of the lifecycle: a tool error the model can act on, or a protocol error for
-/// what it cannot (the server's own failures).
-pub(super) fn dispatch_error(
-    err: DispatchError,
-    principal: &Principal,
-) -> Result<CallToolResult, McpError> {
+/// what it cannot (an unknown tool; the server's own failures), by the error's kind.
+pub(super) fn dispatch_error(err: DispatchError) -> Result<CallToolResult, McpError> {
     match err {
         DispatchError::UnknownTool(name) => Err(McpError::invalid_params(
             format!("No tool is named `{name}`."),
@@ -159,24 +155,16 @@ pub(super) fn dispatch_error(
             &format!("The input does not fit the input schema of tool `{tool}`."),
             &violations,
         )),
-        // Another caller's call (same tool key): say it waits, not what it holds.
-        DispatchError::NeedsReconciliation(call)
-            if !principal.sees_all_calls() && call.caller != principal.name =>
-        {
-            api_error(ApiError::NeedsReconciliation {
-                call_id: call.call_id,
-                call: None,
-            })
-        }
         other => api_error(other.into()),
     }
 }
 
-/// An [`ApiError`] over MCP: the server's own failures are `-32603` (logged where the error was
-/// made, answered without their cause); every other is a tool error with the REST door's
-/// sentence and code, and never its details (they may hold a call's record, and so a token).
-pub(super) fn api_error(err: ApiError) -> Result<CallToolResult, McpError> {
-    if err.status().is_server_error() && is_servers_own(&err) {
+/// An [`ApiError`] over MCP: the server's own failures (kind `Internal`) are `-32603` (logged
+/// where the error was made, answered without their cause); every other is a tool error with
+/// the REST door's sentence and code, and never its details (they may hold a call's record,
+/// and so a token).
+fn api_error(err: ApiError) -> Result<CallToolResult, McpError> {
+    if err.kind() == ErrorKind::Internal {
         return Err(server_failure());
     }
     let object = err.to_object();
@@ -186,20 +174,14 @@ pub(super) fn api_error(err: ApiError) -> Result<CallToolResult, McpError> {
     ))]))
 }
 
-/// An [`ApiError`] where no tool result can carry it (`tasks/*`).
-pub(super) fn protocol_error(err: ApiError) -> McpError {
-    if is_servers_own(&err) {
+/// A refusal where no tool result can carry it (`tasks/*`).
+pub(super) fn protocol_error(err: DispatchError) -> McpError {
+    let err = ApiError::from(err);
+    if err.kind() == ErrorKind::Internal {
         server_failure()
     } else {
         McpError::invalid_params(err.to_object().message, None)
     }
-}
-
-fn is_servers_own(err: &ApiError) -> bool {
-    matches!(
-        err,
-        ApiError::Internal | ApiError::StoreUnavailable | ApiError::NotReady
-    )
 }
 
 fn server_failure() -> McpError {

@@ -36,11 +36,10 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::dispatch::live::Derived;
-use crate::dispatch::{CallOptions, CallOutcome, Dispatcher};
-use crate::feed::Feed;
-use crate::server::auth::Principal;
-use crate::server::error::ApiError;
-use crate::server::wait::{Held, HeldSlot, Waited, hold_until};
+use crate::dispatch::wait::Hold;
+use crate::dispatch::{CallOptions, CallOutcome, DispatchError, Dispatcher};
+use crate::http::auth::Principal;
+use crate::http::hold::{Held, HeldSlot};
 use crate::store::{CallRecord, CallStatus};
 use catalog::{AWAIT_TOOL, McpCatalog};
 
@@ -127,23 +126,16 @@ pub(crate) struct Door(Arc<Shared>);
 
 struct Shared {
     dispatcher: Dispatcher,
-    feed: Feed,
     catalog: Derived<McpCatalog>,
-    max_json_depth: usize,
 }
 
 impl Door {
-    pub(crate) fn new(
-        dispatcher: Dispatcher,
-        feed: Feed,
-        catalog: Derived<McpCatalog>,
-        max_json_depth: usize,
-    ) -> Self {
+    /// The door over `dispatcher`'s tools.
+    pub(crate) fn new(dispatcher: Dispatcher) -> Self {
+        let catalog = Derived::new(&dispatcher.tools(), |tools| McpCatalog::new(tools));
         Door(Arc::new(Shared {
             dispatcher,
-            feed,
             catalog,
-            max_json_depth,
         }))
     }
 
@@ -196,7 +188,7 @@ fn idempotency_key(context: &RequestContext<RoleServer>) -> Result<Option<String
     let Some(value) = context.meta.get(IDEMPOTENCY_KEY_META) else {
         return Ok(None);
     };
-    crate::server::check_idempotency_key(value.as_str().unwrap_or_default())
+    crate::dispatch::check_idempotency_key(value.as_str().unwrap_or_default())
         .map(Some)
         .map_err(|message| {
             McpError::invalid_params(format!("`_meta.{IDEMPOTENCY_KEY_META}`: {message}"), None)
@@ -204,21 +196,6 @@ fn idempotency_key(context: &RequestContext<RoleServer>) -> Result<Option<String
 }
 
 impl Door {
-    /// Reads a call the principal may see (a caller sees only its own), as REST does.
-    async fn visible_call(
-        &self,
-        principal: &Principal,
-        call_id: &str,
-    ) -> Result<Option<CallRecord>, ApiError> {
-        Ok(self
-            .0
-            .dispatcher
-            .store()
-            .call(call_id)
-            .await?
-            .filter(|call| principal.sees_all_calls() || call.caller == principal.name))
-    }
-
     /// `toolgate_await_call`: holds until the call leaves `running` or `suspended` (or the
     /// time is up), then answers its outcome as the call itself would have.
     async fn await_call(
@@ -231,40 +208,22 @@ impl Door {
             Ok(asked) => asked,
             Err(violations) => return Ok(answers::invalid_await_input(&violations)),
         };
-        let read = || async {
-            self.visible_call(&principal, &asked.call_id)
-                .await?
-                .ok_or_else(|| ApiError::UnknownCall(asked.call_id.clone()))
-        };
-        let waiting =
-            |call: &CallRecord| matches!(call.status, CallStatus::Running | CallStatus::Suspended);
-        let call = match read().await {
-            Ok(call) => call,
-            Err(err) => return answers::api_error(err),
-        };
-        let call = if waiting(&call) && asked.wait_seconds > 0 {
-            let slot = http_parts(context)?.extensions.get::<HeldSlot>().cloned();
-            let held = Held::new(Duration::from_secs(asked.wait_seconds), slot);
-            let first = call.status;
-            let changed = hold_until(&self.0.feed, held, &asked.call_id, || async {
-                let now = read().await?;
-                Ok((now.status != first).then_some(now))
+        let mut held = (asked.wait_seconds > 0)
+            .then(|| {
+                let slot = http_parts(context)?.extensions.get::<HeldSlot>().cloned();
+                Ok::<_, McpError>(Held::new(Duration::from_secs(asked.wait_seconds), slot))
             })
-            .await;
-            match changed {
-                Ok(Waited::Ready(now)) => now,
-                Ok(Waited::TimedOut) => match read().await {
-                    Ok(now) => now,
-                    Err(err) => return answers::api_error(err),
-                },
-                // Stopping: from the first read, whose status nothing has changed since.
-                Ok(Waited::Released) => call,
-                Err(err) => return answers::api_error(err),
-            }
-        } else {
-            call
-        };
-        Ok(answers::from_record(&call))
+            .transpose()?;
+        let hold = held.as_mut().map(|held| held as &mut dyn Hold);
+        match self
+            .0
+            .dispatcher
+            .watch_call(&principal, &asked.call_id, hold)
+            .await
+        {
+            Ok(call) => Ok(answers::from_record(&call)),
+            Err(err) => answers::dispatch_error(err),
+        }
     }
 
     /// A task's state, from its call's record.
@@ -274,9 +233,9 @@ impl Door {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallRecord, McpError> {
         let principal = principal(context)?;
-        match self.visible_call(&principal, task_id).await {
-            Ok(Some(call)) => Ok(call),
-            Ok(None) => Err(McpError::invalid_params(
+        match self.0.dispatcher.visible_call(&principal, task_id).await {
+            Ok(call) => Ok(call),
+            Err(DispatchError::UnknownCall(_)) => Err(McpError::invalid_params(
                 format!("No task has the id `{task_id}`."),
                 None,
             )),
@@ -325,12 +284,9 @@ impl ServerHandler for Door {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        if crate::server::extract::check_depth(&arguments, self.0.max_json_depth).is_err() {
+        if let Err(DispatchError::TooDeep(max)) = self.0.dispatcher.check_depth(&arguments) {
             return Err(McpError::invalid_params(
-                format!(
-                    "The arguments are nested deeper than {} levels.",
-                    self.0.max_json_depth
-                ),
+                format!("The arguments are nested deeper than {max} levels."),
                 None,
             ));
         }
@@ -347,7 +303,7 @@ impl ServerHandler for Door {
         }
         let principal = principal(&context)?;
         let options = CallOptions {
-            caller: principal.name.clone(),
+            principal,
             idempotency_key: idempotency_key(&context)?,
         };
         // Boxed: the SDK spawns and moves the handler's future for every request, and the whole
@@ -356,7 +312,7 @@ impl ServerHandler for Door {
         let call = Box::pin(self.0.dispatcher.call(&request.name, arguments, options));
         let result = match call.await {
             Ok(result) => result,
-            Err(err) => return answers::dispatch_error(err, &principal).map(Into::into),
+            Err(err) => return answers::dispatch_error(err).map(Into::into),
         };
         if matches!(result.outcome, CallOutcome::Suspended { .. }) && declares_tasks(&context) {
             // The task's times are the call's: a replayed call's task is as old as the call.

@@ -555,13 +555,13 @@ pub fn example_tools_with(at: &(impl Site + ?Sized), config: &ExamplesConfig) ->
 
 /// API keys from `(name, role, token)`, configured by their tokens' SHA-256 as the binary does.
 pub fn api_keys(
-    keys: &[(&str, toolgate::server::auth::Role, &str)],
-) -> Vec<toolgate::server::auth::ApiKey> {
+    keys: &[(&str, toolgate::http::auth::Role, &str)],
+) -> Vec<toolgate::http::auth::ApiKey> {
     keys.iter()
-        .map(|&(name, role, token)| toolgate::server::auth::ApiKey {
+        .map(|&(name, role, token)| toolgate::http::auth::ApiKey {
             name: name.into(),
             role,
-            token_sha256: toolgate::server::auth::token_sha256(token),
+            token_sha256: toolgate::http::auth::token_sha256(token),
         })
         .collect()
 }

@@ -1,23 +1,41 @@
 //! `/tools`: the tool list, one tool's descriptor, and calling a tool.
 
-use axum::Extension;
-use axum::extract::{FromRequestParts, State};
-use axum::http::request::Parts;
-use axum::http::{HeaderMap, header};
-use axum::response::{IntoResponse, Response};
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing;
+use axum::{Extension, Router};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::AppState;
-use super::auth::Principal;
-use super::error::{ApiError, ErrorEnvelope};
-use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
+use super::RestState;
+use super::catalog::json_response;
 use super::responses::{CallCompleted, CallSuspended, call_response};
-use super::wait::{Held, Wait, Waited, hold_until};
 use crate::contract::erased::ToolDescriptor;
-use crate::dispatch::{CallOptions, CallOutcome, CallResult, DispatchError};
+use crate::dispatch::{CallOptions, CallOutcome};
+use crate::http::auth::{Access, Principal};
+use crate::http::error::{ApiError, ErrorEnvelope};
+use crate::http::extract::{JsonBody, PathParam, QueryParams};
+use crate::http::gate::Gates;
+use crate::http::hold::Wait;
+use crate::http::idempotency::IdempotencyKey;
 use crate::schema::Format;
-use crate::store::CallStatus;
+
+/// `/tools`, `/tools/{name}`, `/tools/{name}/call`: callers.
+pub(super) fn router(gates: &Gates) -> Router<RestState> {
+    Router::new()
+        .route(
+            "/tools",
+            routing::get(list).route_layer(gates.route(Access::Tools)),
+        )
+        .route(
+            "/tools/{name}",
+            routing::get(get).route_layer(gates.route(Access::Tools)),
+        )
+        .route(
+            "/tools/{name}/call",
+            routing::post(call).route_layer(gates.route(Access::Tools)),
+        )
+}
 
 /// `GET /tools`: every tool, in name order.
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -65,51 +83,6 @@ pub struct CallRequest {
     pub input: Value,
 }
 
-/// The longest `Idempotency-Key` accepted.
-const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
-
-/// The client's `Idempotency-Key` header, if sent: 1 to 255 visible ASCII characters. Read
-/// from the request's headers without copying the rest of them.
-pub(super) struct IdempotencyKey(Option<String>);
-
-impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        idempotency_key(&parts.headers).map(IdempotencyKey)
-    }
-}
-
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let value = value.to_str().unwrap_or("\u{0}");
-    check_idempotency_key(value)
-        .map(Some)
-        .map_err(|message| ApiError::BadRequest(format!("`Idempotency-Key` {message}")))
-}
-
-/// An idempotency key as a client sent it (the REST header, or MCP's `_meta`), trimmed: 1 to
-/// 255 visible ASCII characters; else what it must be.
-pub(crate) fn check_idempotency_key(key: &str) -> Result<String, String> {
-    let key = key.trim();
-    if key.is_empty()
-        || key.len() > MAX_IDEMPOTENCY_KEY_LEN
-        || !key.bytes().all(|b| b.is_ascii_graphic())
-    {
-        return Err(format!(
-            "must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters."
-        ));
-    }
-    Ok(key.to_owned())
-}
-
-/// Answers with JSON serialized once at start-up.
-pub(super) fn json_response(bytes: &axum::body::Bytes) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], bytes.clone()).into_response()
-}
-
 /// Lists every tool with its input and output schemas, as toolgate's own descriptors or in an
 /// LLM provider's format.
 ///
@@ -126,7 +99,7 @@ pub(super) fn json_response(bytes: &axum::body::Bytes) -> Response {
     )
 )]
 pub(super) async fn list(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     QueryParams(query): QueryParams<ToolsQuery>,
 ) -> Result<Response, ApiError> {
     let Some(name) = query.format else {
@@ -153,7 +126,7 @@ pub(super) async fn list(
     )
 )]
 pub(super) async fn get(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
     app.catalog()
@@ -194,82 +167,29 @@ pub(super) async fn get(
     )
 )]
 pub(super) async fn call(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     Extension(principal): Extension<Principal>,
     PathParam(name): PathParam,
     IdempotencyKey(idempotency_key): IdempotencyKey,
     Wait(held): Wait,
     JsonBody(request): JsonBody<CallRequest>,
 ) -> Result<Response, ApiError> {
-    check_depth(&request.input, app.max_json_depth)?;
     let options = CallOptions {
-        caller: principal.name.clone(),
+        principal,
         idempotency_key,
     };
-    let result = app
-        .dispatcher
-        .call(&name, request.input, options)
-        .await
-        .map_err(|err| match err {
-            // Another caller's call (same tool key): say it waits, not what it holds.
-            DispatchError::NeedsReconciliation(call)
-                if !principal.sees_all_calls() && call.caller != principal.name =>
-            {
-                ApiError::NeedsReconciliation {
-                    call_id: call.call_id,
-                    call: None,
-                }
-            }
-            other => other.into(),
-        })?;
+    let result = app.dispatcher.call(&name, request.input, options).await?;
     match (held, &result.outcome) {
-        (Some(held), CallOutcome::Suspended { token, .. }) => {
+        // `?wait=`: held until a person's decision has an outcome, answered as the call's own
+        // answer would be; when the time is up, the usual `202`.
+        (Some(mut held), CallOutcome::Suspended { token, .. }) => {
             let token = token.clone();
-            hold_for_decision(&app, held, result, &token).await
+            let decided = app
+                .dispatcher
+                .await_decision(result, &token, &mut held)
+                .await?;
+            Ok(call_response(decided))
         }
         _ => Ok(call_response(result)),
-    }
-}
-
-/// `?wait=`: a call that suspended is held until a person's decision has an outcome (the
-/// approved re-run's output or error, a rejection, an expiry, a new suspension), answered as
-/// the call's own answer would be; or, when the time is up, the usual `202`.
-async fn hold_for_decision(
-    app: &AppState,
-    held: Held,
-    suspended: CallResult,
-    token: &str,
-) -> Result<Response, ApiError> {
-    let store = app.dispatcher.store();
-    let call_id = suspended.call_id.clone();
-    let decided = hold_until(&app.feed, held, &call_id, || async {
-        let Some(call) = store.call(&call_id).await? else {
-            return Ok(None);
-        };
-        let pending = match &call.suspension {
-            Some(suspension) => suspension.token == token,
-            None => false,
-        };
-        Ok(match call.status {
-            CallStatus::Suspended if pending => None,
-            CallStatus::Running | CallStatus::Interrupted => None,
-            CallStatus::NeedsReconciliation => Some(Err(ApiError::NeedsReconciliation {
-                call_id: call.call_id.clone(),
-                call: Some(Box::new(call)),
-            })),
-            _ => CallOutcome::from_record(&call).map(|outcome| {
-                Ok(CallResult {
-                    call_id: call.call_id,
-                    tool: call.tool,
-                    outcome,
-                    replayed: false,
-                })
-            }),
-        })
-    })
-    .await?;
-    match decided {
-        Waited::Ready(answer) => answer.map(call_response),
-        Waited::TimedOut | Waited::Released => Ok(call_response(suspended)),
     }
 }

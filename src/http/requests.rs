@@ -1,7 +1,6 @@
-//! `GET /metrics` (admin): the process's metrics in the Prometheus text format, with the store's
-//! figures read at the scrape; and the layer that counts each request by route and status.
+//! The layer that counts each request by route and status, for `toolgate_http_requests_total`.
 //!
-//! The layer is on every gated route (see `ServerBuilder::build`), outside the gate, so that the
+//! It is on every gated route of every door (see `crate::app`), outside the gate, so that the
 //! gate's refusals (`401`, `403`, `503 overloaded`) are counted too. A route is named by its
 //! template (axum's `MatchedPath`, such as `/approvals/{token}/approve`), never by its path:
 //! paths carry suspension tokens, which are secrets.
@@ -12,36 +11,16 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::header::CONTENT_TYPE;
-use axum::response::{IntoResponse, Response};
+use axum::extract::{MatchedPath, Request};
+use axum::response::Response;
 use tower::{Layer, Service};
 
-use super::AppState;
-use super::error::{ApiError, ErrorEnvelope};
 use crate::metrics::RouteRequests;
-
-/// The process's metrics, and the store's as they are now.
-#[utoipa::path(
-    get, path = "/metrics", tag = "metrics", operation_id = "metrics",
-    responses(
-        (status = 200, description = "The Prometheus text format, version 0.0.4 (`text/plain; version=0.0.4`): `toolgate_calls_total{tool,status}`, `toolgate_call_duration_seconds{tool}`, `toolgate_approvals_pending`, `toolgate_approval_decision_seconds`, `toolgate_http_requests_total{route,status}`, `toolgate_store_batch_size`, `toolgate_store_commit_seconds`, `toolgate_webhook_deliveries_total{result}`, `toolgate_waiters`, and on PostgreSQL `toolgate_replicas_live`.", content_type = "text/plain", body = String),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
-    )
-)]
-pub(super) async fn serve(State(app): State<AppState>) -> Result<Response, ApiError> {
-    let counts = app.dispatcher.store().counts().await?;
-    let text = crate::metrics::render(&counts).map_err(|err| {
-        tracing::error!(error = %err, "cannot render the metrics");
-        ApiError::Internal
-    })?;
-    Ok(([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
-}
 
 /// Counts the requests of one route by template and status; each route has its own (so its
 /// counters are resolved once, at its first requests).
 #[derive(Clone, Default)]
-pub(super) struct RequestsLayer(Arc<RouteRequests>);
+pub(crate) struct RequestsLayer(Arc<RouteRequests>);
 
 impl<S> Layer<S> for RequestsLayer {
     type Service = Requests<S>;
@@ -56,7 +35,7 @@ impl<S> Layer<S> for RequestsLayer {
 
 /// See [`RequestsLayer`].
 #[derive(Clone)]
-pub(super) struct Requests<S> {
+pub(crate) struct Requests<S> {
     inner: S,
     counts: Arc<RouteRequests>,
 }
@@ -85,7 +64,7 @@ where
 
 pin_project_lite::pin_project! {
     /// The route's answer, counted when it is ready.
-    pub(super) struct Counted<F> {
+    pub(crate) struct Counted<F> {
         #[pin]
         future: F,
         route: Option<(MatchedPath, Arc<RouteRequests>)>,

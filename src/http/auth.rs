@@ -23,25 +23,14 @@ use std::task::{Context, Poll};
 use axum::extract::Request;
 use axum::http::header::AUTHORIZATION;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tower::{Layer, Service};
 
 use super::error::ApiError;
+use super::hold::HeldSlot;
+pub use crate::dispatch::who::{Principal, Role};
 use crate::slots::{Slot, Slots};
-
-/// What a key may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Calls tools and reads its own calls.
-    Caller,
-    /// Approves, rejects and completes suspensions; reads and settles calls.
-    Approver,
-    /// Everything.
-    Admin,
-}
 
 /// One API key: a name (recorded as the actor of what it does), a role, and its token's hash.
 #[derive(Clone)]
@@ -67,22 +56,6 @@ impl std::fmt::Debug for ApiKey {
 /// The SHA-256 of `token`, as configured in `token_sha256` (what `toolgate hash-token` prints).
 pub fn token_sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
-}
-
-/// Who is asking: inserted into every authorized request's extensions.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// The key's name; `None` when auth is off.
-    pub name: Option<String>,
-    /// What it may do.
-    pub role: Role,
-}
-
-impl Principal {
-    /// Whether this principal may see every call, not only its own.
-    pub fn sees_all_calls(&self) -> bool {
-        self.role != Role::Caller
-    }
 }
 
 /// The configured keys; empty means auth is off.
@@ -133,7 +106,7 @@ pub(crate) fn is_open(route: &str) -> bool {
 
 /// What a route gives access to, which decides the roles that may use it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Access {
+pub(crate) enum Access {
     /// `GET /tools*`, `POST /tools/{name}/call`: callers.
     Tools,
     /// `GET /calls/{call_id}`: callers (their own calls) and approvers.
@@ -162,13 +135,13 @@ fn permits(role: Role, access: Access) -> bool {
 }
 
 /// What a gated route checks: the keys, the server's request limit, and the route's access.
-pub(super) struct Gate {
-    pub(super) keys: Arc<Keys>,
-    pub(super) in_flight: Arc<Slots>,
-    pub(super) access: Access,
+pub(crate) struct Gate {
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) in_flight: Arc<Slots>,
+    pub(crate) access: Access,
     /// Whether the route's requests are held (a stream): they share their slot with the
     /// handler, which gives it back, as a `?wait=` request does.
-    pub(super) holds: bool,
+    pub(crate) holds: bool,
 }
 
 impl Gate {
@@ -200,10 +173,7 @@ impl Gate {
                 role: key.role,
             }
         } else {
-            Principal {
-                name: None,
-                role: Role::Admin,
-            }
+            Principal::anonymous()
         };
         if !permits(principal.role, self.access) {
             return Err(ApiError::Forbidden);
@@ -217,7 +187,7 @@ impl Gate {
 /// wherever the router is nested). A plain tower layer rather than `from_fn`: it is on every
 /// request's path, and this way costs no boxing and no clone of the route per request.
 #[derive(Clone)]
-pub(super) struct GateLayer(pub(super) Arc<Gate>);
+pub(crate) struct GateLayer(pub(crate) Arc<Gate>);
 
 impl<S> Layer<S> for GateLayer {
     type Service = GateService<S>;
@@ -232,7 +202,7 @@ impl<S> Layer<S> for GateLayer {
 
 /// See [`GateLayer`].
 #[derive(Clone)]
-pub(super) struct GateService<S> {
+pub(crate) struct GateService<S> {
     inner: S,
     gate: Arc<Gate>,
 }
@@ -253,8 +223,8 @@ where
         match self.gate.admit(&mut request) {
             // A request that may be held shares its slot with the handler, which gives it back
             // when it starts waiting.
-            Ok(slot) if self.gate.holds || super::wait::asks_to_wait(request.uri().query()) => {
-                let held = super::wait::HeldSlot::new(slot);
+            Ok(slot) if self.gate.holds || super::hold::asks_to_wait(request.uri().query()) => {
+                let held = HeldSlot::new(slot);
                 request.extensions_mut().insert(held.clone());
                 GateFuture::Admitted {
                     future: self.inner.call(request),
@@ -277,11 +247,11 @@ where
 pin_project_lite::pin_project! {
     /// The route's answer, or the gate's refusal.
     #[project = GateProjection]
-    pub(super) enum GateFuture<F> {
+    pub(crate) enum GateFuture<F> {
         Admitted {
             #[pin] future: F,
             slot: Option<Slot>,
-            held: Option<super::wait::HeldSlot>,
+            held: Option<HeldSlot>,
         },
         Refused { response: Option<Response> },
     }

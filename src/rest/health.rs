@@ -1,11 +1,19 @@
 //! `/healthz` (the process answers) and `/readyz` (the store answers too).
 
-use axum::Json;
 use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
 use serde::Serialize;
 
-use super::AppState;
-use super::error::{ApiError, ErrorEnvelope};
+use super::RestState;
+use crate::http::error::{ApiError, ErrorEnvelope};
+
+/// `/healthz` and `/readyz`: open to anyone, with no gate (a probe carries no key).
+pub(super) fn router() -> Router<RestState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+}
 
 /// A health answer.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -41,7 +49,7 @@ pub(super) async fn healthz() -> Json<Health> {
         (status = 503, description = "`not_ready`: the store does not answer (the database is down or unreachable).", body = ErrorEnvelope),
     )
 )]
-pub(super) async fn readyz(State(app): State<AppState>) -> Result<Json<Health>, ApiError> {
+pub(super) async fn readyz(State(app): State<RestState>) -> Result<Json<Health>, ApiError> {
     let store = app.dispatcher.store();
     match store.ping().await {
         Ok(()) => Ok(Json(Health {

@@ -2,24 +2,45 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use axum::{Extension, Json};
+use axum::routing;
+use axum::{Extension, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::AppState;
-use super::auth::Principal;
-use super::error::{ApiError, ErrorEnvelope};
-use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
+use super::RestState;
 use super::responses::{CallCompleted, CallSuspended, call_response};
-use super::wait::Wait;
+use crate::dispatch::wait::Hold;
+use crate::http::auth::{Access, Principal};
+use crate::http::error::{ApiError, ErrorEnvelope};
+use crate::http::extract::{JsonBody, PathParam, QueryParams};
+use crate::http::gate::Gates;
+use crate::http::hold::Wait;
 use crate::store::{Approval, ApprovalState, CallRecord};
+
+/// `/approvals*`: approvers.
+pub(super) fn router(gates: &Gates) -> Router<RestState> {
+    let gate = || gates.route(Access::Approvals);
+    Router::new()
+        .route("/approvals", routing::get(list).route_layer(gate()))
+        .route("/approvals/{token}", routing::get(get).route_layer(gate()))
+        .route(
+            "/approvals/{token}/approve",
+            routing::post(approve).route_layer(gate()),
+        )
+        .route(
+            "/approvals/{token}/reject",
+            routing::post(reject).route_layer(gate()),
+        )
+        .route(
+            "/approvals/{token}/complete",
+            routing::post(complete).route_layer(gate()),
+        )
+}
 
 /// The default page size of `GET /approvals`.
 const DEFAULT_LIMIT: u32 = 50;
 /// The largest page size of `GET /approvals`.
 pub(super) const MAX_LIMIT: u32 = 500;
-/// The longest rejection reason accepted, in characters.
-pub(crate) const MAX_REASON_CHARS: usize = 4096;
 
 /// Paging of `GET /approvals`.
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -62,8 +83,10 @@ pub struct ApproveRequest {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RejectRequest {
-    /// Why the call is rejected (at most 4096 characters); recorded on the call.
-    pub reason: String,
+    /// Why the call is rejected (at most 4096 characters), recorded on the call; optional, and
+    /// an empty or blank one is recorded as none.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// The body of an external completion.
@@ -113,31 +136,14 @@ pub(super) fn page(
     )
 )]
 pub(super) async fn list(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     QueryParams(query): QueryParams<ApprovalsQuery>,
     Wait(held): Wait,
 ) -> Result<Json<ApprovalList>, ApiError> {
     let (limit, after) = page(query.limit, query.cursor.as_deref())?;
-    let store = app.dispatcher.store();
-    let mut page = store.pending_approvals(after, limit).await?;
-    if let Some(mut held) = held.filter(|_| page.approvals.is_empty()) {
-        // Held until a suspension arrives: registered first, then read again, so that one
-        // arriving in between is not missed.
-        held.release_slot();
-        let deadline = tokio::time::Instant::now() + held.limit;
-        let mut arrivals = app.feed.watch_suspensions().await;
-        loop {
-            page = store.pending_approvals(after, limit).await?;
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if !page.approvals.is_empty() || left.is_zero() {
-                break;
-            }
-            if arrivals.wait(left).await != crate::feed::Woken::Changed {
-                page = store.pending_approvals(after, limit).await?;
-                break;
-            }
-        }
-    }
+    let mut held = held;
+    let hold = held.as_mut().map(|held| held as &mut dyn Hold);
+    let page = app.dispatcher.pending_approvals(after, limit, hold).await?;
     Ok(Json(ApprovalList {
         approvals: page.approvals,
         next_cursor: page.next_cursor.map(|seq| seq.to_string()),
@@ -158,7 +164,7 @@ pub(super) async fn list(
     )
 )]
 pub(super) async fn get(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     PathParam(token): PathParam,
 ) -> Result<Json<Approval>, ApiError> {
     match app.dispatcher.store().approval(&token).await? {
@@ -190,12 +196,11 @@ pub(super) async fn get(
     )
 )]
 pub(super) async fn approve(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     Extension(principal): Extension<Principal>,
     PathParam(token): PathParam,
     JsonBody(request): JsonBody<ApproveRequest>,
 ) -> Result<Response, ApiError> {
-    check_depth(&request.input, app.max_json_depth)?;
     let result = app
         .dispatcher
         .approve(&token, request.input, principal.name.as_deref())
@@ -210,7 +215,7 @@ pub(super) async fn approve(
     request_body = RejectRequest,
     responses(
         (status = 200, description = "Rejected; the call's record.", body = CallRecord),
-        (status = 400, description = "`bad_request`: malformed JSON, a missing or too long `reason`, or an unknown field.", body = ErrorEnvelope),
+        (status = 400, description = "`bad_request`: malformed JSON, a `reason` longer than 4096 characters, or an unknown field.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
         (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record.", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
@@ -220,16 +225,11 @@ pub(super) async fn approve(
     )
 )]
 pub(super) async fn reject(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     Extension(principal): Extension<Principal>,
     PathParam(token): PathParam,
     JsonBody(request): JsonBody<RejectRequest>,
 ) -> Result<Json<CallRecord>, ApiError> {
-    if request.reason.chars().count() > MAX_REASON_CHARS {
-        return Err(ApiError::BadRequest(format!(
-            "`reason` is longer than {MAX_REASON_CHARS} characters."
-        )));
-    }
     let call = app
         .dispatcher
         .reject(&token, request.reason, principal.name.as_deref())
@@ -256,12 +256,11 @@ pub(super) async fn reject(
     )
 )]
 pub(super) async fn complete(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     Extension(principal): Extension<Principal>,
     PathParam(token): PathParam,
     JsonBody(request): JsonBody<CompleteRequest>,
 ) -> Result<Response, ApiError> {
-    check_depth(&request.output, app.max_json_depth)?;
     let result = app
         .dispatcher
         .complete(&token, request.output, principal.name.as_deref())

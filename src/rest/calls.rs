@@ -1,17 +1,38 @@
 //! `/calls`: reading calls, and settling those that need reconciliation.
 
 use axum::extract::{RawQuery, State};
-use axum::{Extension, Json};
+use axum::routing;
+use axum::{Extension, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::AppState;
+use super::RestState;
 use super::approvals::page;
-use super::auth::Principal;
-use super::error::{ApiError, ErrorEnvelope};
-use super::extract::{JsonBody, PathParam, QueryParams, check_depth};
-use super::wait::{Wait, Waited, hold_until, parse_wait};
+use crate::dispatch::wait::Hold;
+use crate::http::auth::{Access, Principal};
+use crate::http::error::{ApiError, ErrorEnvelope};
+use crate::http::extract::{JsonBody, PathParam, QueryParams};
+use crate::http::gate::Gates;
+use crate::http::hold::{Wait, parse_wait};
 use crate::store::{CallFilter, CallRecord, CallStatus, CallSummary, Settlement};
+
+/// `GET /calls`, `POST /calls/{call_id}/resolve`: approvers; `GET /calls/{call_id}`: callers
+/// too (their own).
+pub(super) fn router(gates: &Gates) -> Router<RestState> {
+    Router::new()
+        .route(
+            "/calls",
+            routing::get(list).route_layer(gates.route(Access::Approvals)),
+        )
+        .route(
+            "/calls/{call_id}",
+            routing::get(get).route_layer(gates.route(Access::OwnCalls)),
+        )
+        .route(
+            "/calls/{call_id}/resolve",
+            routing::post(resolve).route_layer(gates.route(Access::Approvals)),
+        )
+}
 
 /// Filters and paging of `GET /calls`.
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -61,7 +82,7 @@ pub struct ResolveRequest {
     )
 )]
 pub(super) async fn list(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     QueryParams(query): QueryParams<CallsQuery>,
 ) -> Result<Json<CallList>, ApiError> {
     let (limit, after) = page(query.limit, query.cursor.as_deref())?;
@@ -96,7 +117,7 @@ pub(super) async fn list(
     )
 )]
 pub(super) async fn get(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     Extension(principal): Extension<Principal>,
     PathParam(call_id): PathParam,
     RawQuery(query): RawQuery,
@@ -105,38 +126,13 @@ pub(super) async fn get(
     tracing::Span::current().record("call_id", call_id.as_str());
     // `wait` is the only parameter.
     parse_wait(query.as_deref(), true)?;
-    let read = || async {
-        app.dispatcher
-            .store()
-            .call(&call_id)
-            .await?
-            // Another caller's call is answered as if it did not exist: its id tells nothing.
-            .filter(|call| principal.sees_all_calls() || call.caller == principal.name)
-            .ok_or_else(|| ApiError::UnknownCall(call_id.clone()))
-    };
-    let call = read().await?;
-    let Some(held) = held else {
-        return Ok(Json(call));
-    };
-    // Held while it runs or waits for a person, until its status changes.
-    let waiting = |now: &CallRecord| {
-        matches!(now.status, CallStatus::Running | CallStatus::Suspended)
-            && now.status == call.status
-    };
-    if !waiting(&call) {
-        return Ok(Json(call));
-    }
-    let now = hold_until(&app.feed, held, &call_id, || async {
-        let now = read().await?;
-        Ok((!waiting(&now)).then_some(now))
-    })
-    .await?;
-    match now {
-        Waited::Ready(now) => Ok(Json(now)),
-        Waited::TimedOut => Ok(Json(read().await?)),
-        // Its status is the one first read: a change since would have woken it.
-        Waited::Released => Ok(Json(call)),
-    }
+    let mut held = held;
+    let hold = held.as_mut().map(|held| held as &mut dyn Hold);
+    let call = app
+        .dispatcher
+        .watch_call(&principal, &call_id, hold)
+        .await?;
+    Ok(Json(call))
 }
 
 /// Settles a call that needs reconciliation, recording who did it.
@@ -156,20 +152,15 @@ pub(super) async fn get(
     )
 )]
 pub(super) async fn resolve(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     Extension(principal): Extension<Principal>,
     PathParam(call_id): PathParam,
     JsonBody(request): JsonBody<ResolveRequest>,
 ) -> Result<Json<CallRecord>, ApiError> {
     tracing::Span::current().record("call_id", call_id.as_str());
     let settlement = match (request.output, request.error) {
-        (Some(output), None) => {
-            check_depth(&output, app.max_json_depth)?;
-            Settlement::Output(output)
-        }
-        (None, Some(error)) if error.chars().count() <= super::approvals::MAX_REASON_CHARS => {
-            Settlement::Error(error)
-        }
+        (Some(output), None) => Settlement::Output(output),
+        (None, Some(error)) => Settlement::Error(error),
         _ => {
             return Err(ApiError::BadRequest(
                 "Send exactly one of `output` (the effect happened) and `error` (it did not, \

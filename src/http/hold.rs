@@ -1,8 +1,9 @@
-//! `?wait=N`: requests held until what they ask about changes (long-polls).
+//! `?wait=N`: the HTTP side of a request held until what it asks about changes (long-polls).
 //!
 //! A held request gives back its slot of `max_in_flight` while it waits (see [`HeldSlot`]): a
 //! thousand orchestrators waiting for their approvals must not shed the calls of everyone else.
-//! The waiting itself is `crate::feed`'s.
+//! The waiting itself is the lifecycle's (`crate::dispatch::wait`); [`Held`] is how an HTTP
+//! request takes part in it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,6 +12,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use super::error::ApiError;
+use crate::dispatch::wait::Hold;
 use crate::slots::Slot;
 
 /// The longest a request may be held, in seconds.
@@ -38,10 +40,16 @@ impl Held {
             waiting: None,
         }
     }
+}
+
+impl Hold for Held {
+    fn limit(&self) -> Duration {
+        self.limit
+    }
 
     /// Gives back the request's slot: from now on it waits, and counts as running nothing (but
     /// as a waiter, until it is dropped).
-    pub fn release_slot(&mut self) {
+    fn waiting(&mut self) {
         if let Some(slot) = self.slot.take() {
             slot.release();
         }
@@ -52,7 +60,7 @@ impl Held {
 
 /// Parses `wait` from a query string: whole seconds from 0 to [`MAX_WAIT_S`]. Other parameters
 /// are the route's own to check; `strict` refuses any.
-pub(super) fn parse_wait(query: Option<&str>, strict: bool) -> Result<Option<u32>, ApiError> {
+pub(crate) fn parse_wait(query: Option<&str>, strict: bool) -> Result<Option<u32>, ApiError> {
     let Some(query) = query.filter(|q| !q.is_empty()) else {
         return Ok(None);
     };
@@ -104,11 +112,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Wait {
 pub(crate) struct HeldSlot(Arc<Mutex<Option<Slot>>>);
 
 impl HeldSlot {
-    pub(super) fn new(slot: Slot) -> Self {
+    pub(crate) fn new(slot: Slot) -> Self {
         HeldSlot(Arc::new(Mutex::new(Some(slot))))
     }
 
-    pub(super) fn release(&self) {
+    pub(crate) fn release(&self) {
         let slot = self
             .0
             .lock()
@@ -119,53 +127,8 @@ impl HeldSlot {
 }
 
 /// Whether a query string asks to be held.
-pub(super) fn asks_to_wait(query: Option<&str>) -> bool {
+pub(crate) fn asks_to_wait(query: Option<&str>) -> bool {
     query.is_some_and(|q| q.contains("wait="))
-}
-
-/// How a held request ended.
-pub(crate) enum Waited<T> {
-    /// `ready` had an answer.
-    Ready(T),
-    /// The time was up without one: answer with the state as it is now.
-    TimedOut,
-    /// The server is stopping: answer at once, from what was last read. Every change of the
-    /// call since then would have woken the request, so that is the state as it is; and
-    /// thousands of requests released together do not all read the store at once (on
-    /// PostgreSQL, more than the pool can serve before its wait runs out).
-    Released,
-}
-
-/// Holds a request about the call `call_id` until `ready` has an answer, the feed says nothing
-/// more will come in time, or the server shuts down: `ready` is asked once the request is
-/// registered (so a change in between is not missed), then after every change of the call.
-pub(crate) async fn hold_until<T, F, Fut>(
-    feed: &crate::feed::Feed,
-    mut held: Held,
-    call_id: &str,
-    mut ready: F,
-) -> Result<Waited<T>, ApiError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>, ApiError>>,
-{
-    held.release_slot();
-    let deadline = tokio::time::Instant::now() + held.limit;
-    loop {
-        let waiter = feed.watch_call(call_id).await;
-        if let Some(answer) = ready().await? {
-            return Ok(Waited::Ready(answer));
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
-            return Ok(Waited::TimedOut);
-        }
-        match waiter.wait(left).await {
-            crate::feed::Woken::Changed => {}
-            crate::feed::Woken::TimedOut => return Ok(Waited::TimedOut),
-            crate::feed::Woken::Released => return Ok(Waited::Released),
-        }
-    }
 }
 
 #[cfg(test)]

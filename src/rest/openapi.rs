@@ -7,15 +7,23 @@
 //! Schema whose `$ref`s point into its own `$defs`; those are moved into `components/schemas`
 //! under the tool's name and the references rewritten, so they resolve inside this document.
 
+use axum::Router;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::get;
 use serde_json::{Map, Value, json};
 use utoipa::OpenApi;
 
-use super::error::{ErrorEnvelope, ErrorObject};
+use super::RestState;
+use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, SuspensionTicket};
 use super::{approvals, calls, events, health, metrics, tools, webhooks};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
+use crate::http::auth::Access;
+use crate::http::error::{ErrorEnvelope, ErrorObject};
+use crate::http::gate::Gates;
 use crate::store::{
     Approval, CallError, CallEvent, CallRecord, CallStatus, CallSummary, SuspensionView,
 };
@@ -61,8 +69,17 @@ struct ApiDoc;
     get, path = "/openapi.json", tag = "openapi", operation_id = "openapi",
     responses((status = 200, description = "The OpenAPI 3.1 document of this server.", content_type = "application/json", body = Object))
 )]
-#[allow(dead_code)] // Only documents the route; the router serves pre-built bytes.
-fn openapi_json() {}
+async fn openapi_json(State(app): State<RestState>) -> Response {
+    json_response(&app.catalog().1.openapi_json)
+}
+
+/// `/openapi.json`: every key.
+pub(super) fn router(gates: &Gates) -> Router<RestState> {
+    Router::new().route(
+        "/openapi.json",
+        get(openapi_json).route_layer(gates.route(Access::Document)),
+    )
+}
 
 /// The full document for a server serving `tools`; `auth`: whether it has API keys (without,
 /// it declares no security at all, since every request is accepted).
@@ -166,7 +183,7 @@ fn add_auth_and_shedding(doc: &mut Value, auth: bool) {
         return;
     };
     for (path, item) in paths.iter_mut() {
-        let open = crate::server::auth::is_open(path);
+        let open = crate::http::auth::is_open(path);
         let Some(operations) = item.as_object_mut() else {
             continue;
         };

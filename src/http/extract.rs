@@ -7,29 +7,8 @@ use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use super::error::ApiError;
-
-/// Refuses JSON nested deeper than `max` levels: bounded work for the validators and the
-/// store, whatever a client sends.
-pub fn check_depth(value: &Value, max: usize) -> Result<(), ApiError> {
-    fn depth(value: &Value) -> usize {
-        match value {
-            Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-            Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
-            _ => 0,
-        }
-    }
-    // serde_json already refuses more than 128 levels while parsing, so this recursion is
-    // bounded too.
-    if depth(value) > max {
-        return Err(ApiError::BadRequest(format!(
-            "The JSON is nested deeper than {max} levels."
-        )));
-    }
-    Ok(())
-}
 
 /// A JSON request body. Needs `Content-Type: application/json` (or `application/<x>+json`);
 /// bounded by the body limit.

@@ -1,13 +1,29 @@
 //! `/webhooks/deliveries`: what the webhooks sent, are sending and gave up on (admin).
 
-use axum::Json;
 use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::AppState;
+use super::RestState;
 use super::approvals::page;
-use super::error::{ApiError, ErrorEnvelope};
-use super::extract::{PathParam, QueryParams};
+use crate::http::auth::Access;
+use crate::http::error::{ApiError, ErrorEnvelope};
+use crate::http::extract::{PathParam, QueryParams};
+use crate::http::gate::Gates;
+
+/// `/webhooks/deliveries*`: admins only.
+pub(super) fn router(gates: &Gates) -> Router<RestState> {
+    Router::new()
+        .route(
+            "/webhooks/deliveries",
+            get(list).route_layer(gates.route(Access::Admin)),
+        )
+        .route(
+            "/webhooks/deliveries/{id}/retry",
+            post(retry).route_layer(gates.route(Access::Admin)),
+        )
+}
 use crate::store::{Delivery, DeliveryStatus};
 
 /// Filters and paging of `GET /webhooks/deliveries`.
@@ -43,7 +59,7 @@ pub struct DeliveryList {
     )
 )]
 pub(super) async fn list(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     QueryParams(query): QueryParams<DeliveriesQuery>,
 ) -> Result<Json<DeliveryList>, ApiError> {
     let (limit, after) = page(query.limit, query.cursor.as_deref())?;
@@ -69,7 +85,7 @@ pub(super) async fn list(
     )
 )]
 pub(super) async fn retry(
-    State(app): State<AppState>,
+    State(app): State<RestState>,
     PathParam(id): PathParam,
 ) -> Result<Json<Delivery>, ApiError> {
     let id: i64 = id

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::contract::error::InputViolation;
-use crate::dispatch::DispatchError;
+use crate::dispatch::{DispatchError, ErrorKind};
 use crate::store::{CallRecord, StoreError};
 
 /// The body of every error answer.
@@ -118,6 +118,19 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// What kind of refusal it is, which a door that does not speak HTTP (MCP) answers by.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ApiError::Internal | ApiError::StoreUnavailable | ApiError::NotReady => {
+                ErrorKind::Internal
+            }
+            ApiError::Overloaded(_) | ApiError::UpstreamUnavailable { .. } => {
+                ErrorKind::Unavailable
+            }
+            _ => ErrorKind::InvalidRequest,
+        }
+    }
+
     /// The HTTP status answered.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -386,10 +399,13 @@ impl From<DispatchError> for ApiError {
                 ApiError::IdempotencyKeyReused(call_id)
             }
             DispatchError::CallInProgress { call_id } => ApiError::CallInProgress(call_id),
-            DispatchError::NeedsReconciliation(call) => ApiError::NeedsReconciliation {
-                call_id: call.call_id.clone(),
-                call: Some(call),
-            },
+            DispatchError::NeedsReconciliation { call_id, call } => {
+                ApiError::NeedsReconciliation { call_id, call }
+            }
+            DispatchError::TooDeep(max) => {
+                ApiError::BadRequest(format!("The JSON is nested deeper than {max} levels."))
+            }
+            DispatchError::BadRequest(message) => ApiError::BadRequest(message),
             DispatchError::SuspensionExpired(call) => ApiError::SuspensionExpired(call),
             DispatchError::CompletionNotAllowed(tool) => ApiError::CompletionNotAllowed(tool),
             DispatchError::OutputSchemaViolation(violations) => {

@@ -9,8 +9,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::error::ErrorObject;
 use crate::dispatch::{CallOutcome, CallResult, FailureKind};
+use crate::http::error::ErrorObject;
 use crate::store::CallStatus;
 
 /// A call that completed.
@@ -156,7 +156,7 @@ fn outcome_response(result: CallResult) -> Response {
                         .and_then(|d| d.get("retry_after_s"))
                         .and_then(Value::as_u64)
                         .unwrap_or(1);
-                    super::error::retry_after_value(std::time::Duration::from_secs(seconds))
+                    crate::http::error::retry_after_value(std::time::Duration::from_secs(seconds))
                 });
             let recorded = failure.error;
             let mut details = match recorded.details {

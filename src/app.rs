@@ -1,0 +1,344 @@
+//! The composition root: [`ServerBuilder`] builds the dispatcher, starts and stops the
+//! background work (upstream MCP servers, the webhooks' sender, the store's upkeep), merges
+//! each door's router (REST, `/mcp`, `/inbox`), and puts the tower stack in one visible place.
+//!
+//! Everything a running server does is started here, not in the binary: an app that mounts
+//! [`ServerBuilder::build`]'s router in its own axum server gets the same server, upkeep
+//! included, and [`Serving::drain`] is the graceful stop the binary uses.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request};
+use tower_http::trace::{DefaultOnRequest, DefaultOnResponse, TraceLayer};
+use tracing::Level;
+
+use crate::contract::registry::ToolSet;
+use crate::dispatch::{DEFAULT_MAX_JSON_DEPTH, DispatchConfig, Dispatcher, Running};
+use crate::http::auth::{Access, ApiKey, Keys};
+use crate::http::error::ApiError;
+use crate::http::gate::Gates;
+use crate::http::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT};
+use crate::store::{Store, Timestamp};
+
+/// How long the change feed keeps its entries by default: a day.
+pub const DEFAULT_FEED_RETENTION: Duration = Duration::from_secs(86_400);
+/// How often the store's upkeep runs by default: every minute.
+pub const DEFAULT_UPKEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Builds the toolgate `Router` from a tool set and a store.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = toolgate::store::SqliteStore::open("toolgate.db")?;
+/// let router = toolgate::ServerBuilder::new(toolgate::ToolSet::new(), store).build();
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// axum::serve(listener, router).await?;
+/// # Ok(()) }
+/// ```
+pub struct ServerBuilder {
+    tools: ToolSet,
+    store: Arc<dyn Store>,
+    max_body_bytes: usize,
+    max_json_depth: usize,
+    max_in_flight: usize,
+    keys: Vec<ApiKey>,
+    dispatch: DispatchConfig,
+    webhooks: crate::feed::webhooks::Webhooks,
+    mcp: crate::mcp::McpOptions,
+    inbox: crate::inbox::InboxOptions,
+    upstreams: crate::upstream::Upstreams,
+    feed_retention: Duration,
+    upkeep_interval: Duration,
+}
+
+impl ServerBuilder {
+    /// A builder serving `tools`, recording in `store`.
+    pub fn new(tools: ToolSet, store: impl Store) -> Self {
+        ServerBuilder::with_shared_store(tools, Arc::new(store))
+    }
+
+    /// Like [`ServerBuilder::new`], with a store the caller keeps a handle on.
+    pub fn with_shared_store(tools: ToolSet, store: Arc<dyn Store>) -> Self {
+        ServerBuilder {
+            tools,
+            store,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            keys: Vec::new(),
+            dispatch: DispatchConfig::default(),
+            webhooks: crate::feed::webhooks::Webhooks::none(),
+            mcp: crate::mcp::McpOptions::default(),
+            inbox: crate::inbox::InboxOptions::default(),
+            upstreams: crate::upstream::Upstreams::none(),
+            feed_retention: DEFAULT_FEED_RETENTION,
+            upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
+        }
+    }
+
+    /// The largest request body accepted, in bytes; larger ones get `413 payload_too_large`.
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// The deepest JSON nesting accepted in inputs and outputs; deeper gets `400 bad_request`.
+    pub fn max_json_depth(mut self, depth: usize) -> Self {
+        self.max_json_depth = depth;
+        self
+    }
+
+    /// The most requests handled at once; more get `503 overloaded` at once instead of a queue.
+    pub fn max_in_flight(mut self, requests: usize) -> Self {
+        self.max_in_flight = requests.max(1);
+        self
+    }
+
+    /// The API keys; with none (the default), auth is off and every request acts as admin.
+    pub fn api_keys(mut self, keys: Vec<ApiKey>) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// Per-tool timeouts, concurrency limits and approval TTLs, and the retry policy.
+    pub fn dispatch_config(mut self, config: DispatchConfig) -> Self {
+        self.dispatch = config;
+        self
+    }
+
+    /// The webhooks to deliver the change feed to (`Config::webhooks`); they start when the
+    /// router is built, which must then happen inside a tokio runtime.
+    pub fn webhooks(mut self, webhooks: crate::feed::webhooks::Webhooks) -> Self {
+        self.webhooks = webhooks;
+        self
+    }
+
+    /// `/mcp`: whether it is served, and the `Host` values it accepts (by default, loopback
+    /// names only: a server reached under another name must list it).
+    pub fn mcp(mut self, options: crate::mcp::McpOptions) -> Self {
+        self.mcp = options;
+        self
+    }
+
+    /// `/inbox`, the approvers' web page: whether it is served, how long a sign-in lasts, and
+    /// whether its cookies are `Secure` (see [`crate::inbox`]).
+    pub fn inbox(mut self, options: crate::inbox::InboxOptions) -> Self {
+        self.inbox = options;
+        self
+    }
+
+    /// Upstream MCP servers whose tools are served too ([`crate::upstream::Upstreams::connect`]);
+    /// their supervisors start when the router is built, which must then happen inside a tokio
+    /// runtime.
+    pub fn upstreams(mut self, upstreams: crate::upstream::Upstreams) -> Self {
+        self.upstreams = upstreams;
+        self
+    }
+
+    /// How long the change feed keeps its entries (`[feed] retention_s`; default a day): older
+    /// ones are pruned by the store's upkeep, and a cursor older than that is `410`.
+    pub fn feed_retention(mut self, retention: Duration) -> Self {
+        self.feed_retention = retention;
+        self
+    }
+
+    /// How often the store's upkeep runs (default every minute): it prunes the feed past its
+    /// retention and the inbox sessions that ran out.
+    pub fn upkeep_interval(mut self, interval: Duration) -> Self {
+        self.upkeep_interval = interval.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The router, with every route and layer in place. Built inside a tokio runtime, it starts
+    /// the store's upkeep (and the webhooks and upstreams, when configured) there.
+    pub fn build(self) -> Router {
+        self.build_with_running().0
+    }
+
+    /// The router, and the count of calls it runs: a graceful shutdown waits for
+    /// [`Running::idle`] after the server stops accepting, so no tool is cut off half-way
+    /// (calls run on even when their client hangs up).
+    pub fn build_with_running(self) -> (Router, Running) {
+        let serving = self.serve();
+        (serving.router, serving.running)
+    }
+
+    /// The router, and what a graceful stop of it needs ([`Serving`]).
+    pub fn serve(self) -> Serving {
+        let grace = drain_grace(&self.dispatch);
+        let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch)
+            .with_max_json_depth(self.max_json_depth);
+        let running = dispatcher.running().clone();
+        let store = dispatcher.store().clone();
+
+        // The background work: each loop ends at the graceful stop.
+        self.upstreams.start(&dispatcher);
+        let webhooks = self.webhooks.start(store.clone(), running.released());
+        start_upkeep(
+            store.clone(),
+            running.released(),
+            self.feed_retention,
+            self.upkeep_interval,
+        );
+
+        // The doors, side by side over one set of gates.
+        let auth = !self.keys.is_empty();
+        let gates = Gates::new(
+            Arc::new(Keys::new(self.keys)),
+            self.max_in_flight,
+            self.max_body_bytes,
+        );
+        let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth);
+        if self.mcp.enabled {
+            // The same gate as the tools (a caller may list and call; held requests of
+            // `toolgate_await_call` give their slot back while they wait).
+            let door = crate::mcp::Door::new(dispatcher.clone());
+            let mcp = crate::mcp::service(door, &self.mcp, self.max_body_bytes);
+            router = router.route(
+                "/mcp",
+                axum::routing::any_service(mcp).layer(gates.holding(Access::Tools)),
+            );
+        }
+        if self.inbox.enabled {
+            router = router.merge(crate::inbox::router(dispatcher.clone(), self.inbox, &gates));
+        }
+        let router = router
+            .fallback(|| async { ApiError::RouteNotFound })
+            .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed });
+        Serving {
+            router: traced(router),
+            running,
+            store,
+            grace,
+        }
+    }
+}
+
+/// A built server: its router, and what its graceful stop needs.
+pub struct Serving {
+    /// Every route and layer.
+    pub router: Router,
+    running: Running,
+    store: Arc<dyn Store>,
+    grace: Duration,
+}
+
+impl Serving {
+    /// The calls running now.
+    pub fn running(&self) -> &Running {
+        &self.running
+    }
+
+    /// A graceful stop's first step, as the server stops accepting: requests held for a change
+    /// (`?wait=`, streams) are answered now, with the state as it is.
+    pub fn release_held(&self) {
+        self.running.release_held();
+    }
+
+    /// A graceful stop's last step, once the server no longer serves: waits for the calls still
+    /// running to be recorded, as long as the slowest tool may take with its retries (a call
+    /// cut off by the process's exit is recovered at the next start), then closes the store.
+    pub async fn drain(self) {
+        let running = &self.running;
+        if running.count() > 0 {
+            tracing::info!(
+                calls = running.count(),
+                "waiting for running calls to be recorded"
+            );
+            if tokio::time::timeout(self.grace, running.idle())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    calls = running.count(),
+                    "calls still running at exit; the next start recovers them"
+                );
+            }
+        }
+        if let Err(err) = self.store.close().await {
+            tracing::warn!(error = %err, "the store did not close cleanly");
+        }
+    }
+}
+
+/// How long calls still running at a stop may take: as long as the slowest tool may, its
+/// retries and their waits included, and a second more.
+fn drain_grace(dispatch: &DispatchConfig) -> Duration {
+    let retry = dispatch.retry;
+    let backoffs: Duration = (1..retry.max_attempts).map(|n| retry.backoff(n)).sum();
+    dispatch
+        .tools
+        .values()
+        .map(|tool| tool.timeout)
+        .chain([dispatch.defaults.timeout])
+        .max()
+        .unwrap_or_default()
+        .saturating_mul(retry.max_attempts)
+        + backoffs
+        + Duration::from_secs(1)
+}
+
+/// The store's upkeep, every `interval` until the graceful stop: feed entries older than
+/// `retention` are dropped, and inbox sessions that ran out (they are refused from their expiry
+/// on anyway). Outside a tokio runtime there is nowhere to run it, and it is said so.
+fn start_upkeep(
+    store: Arc<dyn Store>,
+    mut released: tokio::sync::watch::Receiver<bool>,
+    retention: Duration,
+    interval: Duration,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!("built outside a tokio runtime: the store's upkeep does not run");
+        return;
+    };
+    let keep_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    runtime.spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = released.wait_for(|released| *released) => return,
+            }
+            let before = Timestamp(Timestamp::now().0.saturating_sub(keep_ms));
+            if let Err(err) = store.prune_feed(before).await {
+                tracing::debug!(error = %err, "cannot prune the feed now");
+            }
+            if let Err(err) = store.prune_sessions(Timestamp::now()).await {
+                tracing::debug!(error = %err, "cannot prune inbox sessions now");
+            }
+        }
+    });
+}
+
+/// One span per request, named by its route template rather than its path, so suspension
+/// tokens in paths are never logged; the call id is added once known. And one access-log line
+/// per request. Both are DEBUG, and the layer is only there when DEBUG is on for either when
+/// the router is built: at the default INFO it would cost about a tenth of an echo call's CPU,
+/// and what is logged about a call at INFO and above names its `call_id` and `tool` itself.
+fn traced(router: Router) -> Router {
+    let traced = tracing::enabled!(target: "toolgate::app", Level::DEBUG)
+        || tracing::enabled!(target: "tower_http::trace::on_response", Level::DEBUG);
+    if !traced {
+        return router;
+    }
+    router.layer(
+        TraceLayer::new_for_http()
+            .make_span_with(|req: &Request| {
+                let route = req
+                    .extensions()
+                    .get::<MatchedPath>()
+                    .map_or("unmatched", |path| path.as_str());
+                tracing::debug_span!(
+                    "request",
+                    method = %req.method(),
+                    route,
+                    call_id = tracing::field::Empty,
+                )
+            })
+            .on_request(DefaultOnRequest::new().level(Level::DEBUG))
+            .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
+    )
+}

@@ -1,0 +1,411 @@
+//! A new call, from its request to its first run: the input checked against the tool's schema
+//! (the handler never sees input that does not fit), the idempotency key derived, the call's
+//! recording plan chosen once, and a repeated key answered from the call it names.
+//!
+//! What a client sends is bounded here for every door: JSON nested at most `max_json_depth`
+//! deep ([`Dispatcher::check_depth`]), and an idempotency key of 1 to 255 visible ASCII
+//! characters ([`check_idempotency_key`]), whether it came as REST's `Idempotency-Key` header or
+//! MCP's `_meta`.
+
+use serde_json::Value;
+
+use super::live::{Entry, ToolPolicy};
+use super::record::Ran;
+use super::{CallOptions, CallOutcome, CallResult, DispatchError, Dispatcher, detached};
+use crate::contract::meta::Effect;
+use crate::contract::registry::Registered;
+use crate::ids;
+use crate::store::{CallRecord, CallStatus, Inserted, NewCall, Outcome, StoreError, Timestamp};
+
+/// The longest idempotency key accepted.
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// An idempotency key as a client sent it, trimmed: 1 to 255 visible ASCII characters; else
+/// what it must be.
+pub fn check_idempotency_key(key: &str) -> Result<String, String> {
+    let key = key.trim();
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY_LEN
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(format!(
+            "must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters."
+        ));
+    }
+    Ok(key.to_owned())
+}
+
+/// How a new call is recorded: chosen once, up front, from its tool's settings, its effect
+/// and whether it has an idempotency key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// The tool needs a person's approval for every call: recorded suspended, nothing runs.
+    Gated,
+    /// A tool with effects, or a keyed call: the intent first, then the run, then the outcome.
+    IntentFirst,
+    /// A read without a key: the run first, then one record with its outcome.
+    Behind,
+}
+
+impl Plan {
+    fn of(policy: &ToolPolicy, effect: Effect, keyed: bool) -> Plan {
+        if policy.settings.approval.is_some() {
+            Plan::Gated
+        } else if effect != Effect::Read || keyed {
+            Plan::IntentFirst
+        } else {
+            Plan::Behind
+        }
+    }
+}
+
+/// What a plan came to: a run, or the answer of the call its key already had.
+enum Recorded {
+    Ran(Ran),
+    Repeated(CallResult),
+}
+
+/// How deep `value` nests: arrays and objects count one level each.
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The idempotency key a client's `Idempotency-Key` header stands for: scoped to the caller (the
+/// tool scope comes from the store's unique index on (tool, key)), and hashed so that no choice
+/// of caller name and key collides with another and the handler, which may hand it to a
+/// provider, never sees the key name.
+pub fn client_key_scope(caller: Option<&str>, key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let caller = caller.unwrap_or("");
+    let mut hash = Sha256::new();
+    hash.update((caller.len() as u64).to_be_bytes());
+    hash.update(caller.as_bytes());
+    hash.update(key.as_bytes());
+    format!("client:{}", hex::encode(hash.finalize()))
+}
+
+impl Dispatcher {
+    /// Refuses JSON nested deeper than the dispatcher's `max_json_depth`: bounded work for the
+    /// validators and the store, whatever a client sends. (serde_json already refuses more than
+    /// 128 levels while parsing, so the walk is bounded too.)
+    pub fn check_depth(&self, value: &Value) -> Result<(), DispatchError> {
+        if depth(value) > self.max_json_depth {
+            return Err(DispatchError::TooDeep(self.max_json_depth));
+        }
+        Ok(())
+    }
+    /// Calls the tool `tool` with `input`, for `options.principal`.
+    ///
+    /// A call with effects (or an idempotency key) runs to its recorded outcome even if the
+    /// caller stops waiting (an HTTP client that disconnects, say): a tool is never abandoned
+    /// half-way with its intent recorded and its outcome lost.
+    pub async fn call(
+        &self,
+        tool: &str,
+        mut input: Value,
+        options: CallOptions,
+    ) -> Result<CallResult, DispatchError> {
+        self.check_depth(&input)?;
+        // Input that does not fit never reaches the tool, nor the store; a `null` that stands
+        // for a property left out is taken out first, and what is left is the call's input.
+        let entry = self.entry(tool)?;
+        let declared = entry.registered.admit(&mut input).map_err(|violations| {
+            DispatchError::InvalidInput {
+                tool: tool.to_owned(),
+                violations,
+            }
+        })?;
+        let principal = options.principal;
+        // The tool's own key names the effect and wins; a client's key is scoped to its caller.
+        let key = declared.or_else(|| {
+            options
+                .idempotency_key
+                .as_deref()
+                .map(|key| client_key_scope(principal.name.as_deref(), key))
+        });
+        let effect = entry.registered.tool.effect();
+        let plan = Plan::of(&entry.policy, effect, key.is_some());
+        // A read without an idempotency key has no effect to protect and no intent record that
+        // could be left running: it may run inline, and be dropped with its request. Anything
+        // else runs detached, to its recorded outcome.
+        if key.is_none() && effect == Effect::Read {
+            return self
+                .run_call(&entry, plan, input, principal.name, key)
+                .await;
+        }
+        // A keyed call may meet another caller's call (the tool's own key): kept to tell.
+        let asker = principal.only_own();
+        let this = self.clone();
+        let result = detached(&self.running, async move {
+            this.run_call(&entry, plan, input, principal.name, key)
+                .await
+        })
+        .await;
+        match (result, asker) {
+            // Another caller's call waits for a person: say so, not what it holds.
+            (Err(DispatchError::NeedsReconciliation { call_id, call }), Some(own))
+                if call.as_ref().is_some_and(|call| call.caller != own) =>
+            {
+                Err(DispatchError::NeedsReconciliation {
+                    call_id,
+                    call: None,
+                })
+            }
+            (result, _) => result,
+        }
+    }
+
+    /// The first run of a new call, whose input [`Dispatcher::call`] admitted, under the
+    /// idempotency `key` it derived, recorded as `plan` says.
+    async fn run_call(
+        &self,
+        entry: &Entry,
+        plan: Plan,
+        input: Value,
+        caller: Option<String>,
+        key: Option<String>,
+    ) -> Result<CallResult, DispatchError> {
+        let registered = entry.registered.as_ref();
+        let dyn_tool = registered.tool.as_ref();
+        let policy = entry.policy.as_ref();
+        let _slot = self.take_slot(policy, dyn_tool.name())?;
+        // A backend known to be down is answered before anything is recorded; a gated call
+        // sends nothing now, so it may wait for its approval meanwhile; and a keyed call is
+        // answered from its record when it has one (its run, if any, then finds the backend
+        // down and releases the call).
+        if plan != Plan::Gated && key.is_none() {
+            dyn_tool
+                .ready()
+                .map_err(|unready| DispatchError::Unavailable {
+                    tool: dyn_tool.name().to_owned(),
+                    retry_after: unready.retry_after,
+                })?;
+        }
+
+        let created_at = Timestamp::now();
+        let call_id = ids::new_call_id(created_at.0);
+        tracing::Span::current().record("call_id", call_id.as_str());
+        let call = NewCall {
+            call_id: call_id.clone(),
+            tool: dyn_tool.name().to_owned(),
+            effect: dyn_tool.effect(),
+            caller,
+            // Filled in where the call is recorded: before the run for a call with effects,
+            // after it (with the input the attempts hand back) for a plain read.
+            input: Value::Null,
+            idempotency_key: key,
+            attempts: 1,
+            created_at,
+        };
+        let ran = match plan {
+            Plan::Gated => self.record_gated(entry, call, input).await?,
+            Plan::IntentFirst => self.run_intent_first(entry, call, input).await?,
+            Plan::Behind => self.run_behind(entry, call, input).await?,
+        };
+        let ran = match ran {
+            Recorded::Ran(ran) => ran,
+            Recorded::Repeated(answer) => return Ok(answer),
+        };
+        policy.metrics.ran(ran.outcome.status(), ran.took);
+        Ok(CallResult {
+            call_id,
+            tool: dyn_tool.name().to_owned(),
+            outcome: ran.outcome,
+            replayed: false,
+        })
+    }
+
+    /// [`Plan::Gated`]: nothing runs now; the call is recorded suspended in one write, so no
+    /// crash can leave it `running` (and a write needing reconciliation that never happened).
+    async fn record_gated(
+        &self,
+        entry: &Entry,
+        call: NewCall,
+        input: Value,
+    ) -> Result<Recorded, DispatchError> {
+        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
+        let key = call.idempotency_key.as_deref();
+        let ran = self
+            .attempts(
+                registered,
+                policy,
+                &call.call_id,
+                key,
+                None,
+                1,
+                input.clone(),
+                false,
+            )
+            .await;
+        let call = NewCall {
+            input: input.clone(),
+            attempts: ran.attempts,
+            ..call
+        };
+        if let Inserted::Existing(existing) =
+            self.store.insert_call(call, Some(ran.recorded())).await?
+        {
+            return self
+                .repeat(*existing, &input, registered, policy)
+                .await
+                .map(Recorded::Repeated);
+        }
+        Ok(Recorded::Ran(ran))
+    }
+
+    /// [`Plan::IntentFirst`]: the intent is committed before the tool runs, so a crash mid-run
+    /// leaves a `running` record behind instead of an effect nobody knows about, and a second
+    /// request with the same key finds the first; the outcome is recorded before the answer.
+    async fn run_intent_first(
+        &self,
+        entry: &Entry,
+        call: NewCall,
+        input: Value,
+    ) -> Result<Recorded, DispatchError> {
+        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
+        let call_id = call.call_id.clone();
+        let key = call.idempotency_key.clone();
+        let call = NewCall {
+            input: input.clone(),
+            ..call
+        };
+        match self.store.insert_call(call, None).await {
+            Ok(Inserted::New) => {}
+            Ok(Inserted::Existing(existing)) => {
+                return self
+                    .repeat(*existing, &input, registered, policy)
+                    .await
+                    .map(Recorded::Repeated);
+            }
+            // The intent may have been committed though its answer was lost. The tool will
+            // not run, so once the store answers the call (if it exists) is released as
+            // interrupted: no key stays held by a run that never happened.
+            Err(err @ StoreError::Unavailable(_)) => {
+                let released = Outcome::Interrupted {
+                    reason: "the store could not be reached before the tool ran".into(),
+                };
+                self.record_later(call_id, Some(1), 1, released);
+                return Err(err.into());
+            }
+            Err(err) => return Err(err.into()),
+        }
+        let ran = self
+            .attempts(
+                registered,
+                policy,
+                &call_id,
+                key.as_deref(),
+                None,
+                1,
+                input,
+                false,
+            )
+            .await;
+        self.record(&call_id, Some(ran.first), ran.attempts, &ran.recorded())
+            .await?;
+        Ok(Recorded::Ran(ran))
+    }
+
+    /// [`Plan::Behind`]: a read without a key has nothing to lose; its call is recorded once,
+    /// with its outcome and the input the attempts hand back, and may be committed behind the
+    /// answer (unless it suspended: a person will look for that).
+    async fn run_behind(
+        &self,
+        entry: &Entry,
+        call: NewCall,
+        input: Value,
+    ) -> Result<Recorded, DispatchError> {
+        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
+        let mut ran = self
+            .attempts(
+                registered,
+                policy,
+                &call.call_id,
+                None,
+                None,
+                1,
+                input,
+                true,
+            )
+            .await;
+        let call = NewCall {
+            attempts: ran.attempts,
+            input: ran.input.take().expect("attempts hand back the input kept"),
+            ..call
+        };
+        match &mut ran.outcome {
+            CallOutcome::Suspended { .. } => {
+                self.store.insert_call(call, Some(ran.recorded())).await?;
+            }
+            // The output is lent to the store, which serializes it at once, and taken back for
+            // the answer: no copy of it only to be recorded.
+            CallOutcome::Completed(output) => {
+                let recorded = Outcome::Completed {
+                    output: std::mem::take(output),
+                };
+                let stored = self.store.insert_behind(call, &recorded).await;
+                if let Outcome::Completed { output: lent } = recorded {
+                    *output = lent;
+                }
+                stored?;
+            }
+            CallOutcome::Failed { .. } => {
+                self.store.insert_behind(call, &ran.recorded()).await?;
+            }
+        }
+        Ok(Recorded::Ran(ran))
+    }
+
+    /// Answers a request whose idempotency key already has a call.
+    async fn repeat(
+        &self,
+        existing: CallRecord,
+        input: &Value,
+        registered: &Registered,
+        policy: &ToolPolicy,
+    ) -> Result<CallResult, DispatchError> {
+        tracing::Span::current().record("call_id", existing.call_id.as_str());
+        if existing.input != *input {
+            return Err(DispatchError::IdempotencyKeyReused {
+                call_id: existing.call_id,
+            });
+        }
+        match existing.status {
+            CallStatus::Running => Err(DispatchError::CallInProgress {
+                call_id: existing.call_id,
+            }),
+            CallStatus::NeedsReconciliation => Err(DispatchError::NeedsReconciliation {
+                call_id: existing.call_id.clone(),
+                call: Some(Box::new(existing)),
+            }),
+            CallStatus::Interrupted => {
+                // Claim it; of two requests racing to re-run it, one wins and the other is told
+                // it is in progress.
+                let Some(rerun) = self.store.rerun_interrupted(&existing.call_id).await? else {
+                    return Err(DispatchError::CallInProgress {
+                        call_id: existing.call_id,
+                    });
+                };
+                // An interrupted re-dispatch of an approval resumes with the approver's input:
+                // the person is not asked twice.
+                self.run_recorded(registered, policy, rerun.call, rerun.resume_input)
+                    .await
+            }
+            _ => match CallOutcome::from_record(&existing) {
+                Some(outcome) => Ok(CallResult {
+                    call_id: existing.call_id,
+                    tool: existing.tool,
+                    outcome,
+                    replayed: true,
+                }),
+                None => Err(DispatchError::CallInProgress {
+                    call_id: existing.call_id,
+                }),
+            },
+        }
+    }
+}

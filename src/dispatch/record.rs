@@ -1,0 +1,206 @@
+//! Recording what a run came to: the outcome written before anyone is told of it, retried in
+//! the background while the store cannot be reached; and what is counted for the metrics.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::live::ToolPolicy;
+use super::{CallOutcome, CallResult, DispatchError, Dispatcher};
+use crate::contract::registry::Registered;
+use crate::store::{CallRecord, CallStatus, Outcome, Resolved, StoreError, Timestamp};
+
+/// The end of a run of attempts: what is answered, what is recorded, and how many attempts the
+/// call has had in all.
+pub(super) struct Ran {
+    pub(super) outcome: CallOutcome,
+    /// The attempt the run began at: the store records the outcome only if this run still owns
+    /// the call.
+    pub(super) first: u32,
+    pub(super) attempts: u32,
+    /// The input, when the caller asked for it back.
+    pub(super) input: Option<Value>,
+    /// How long the run took, from its first attempt to its outcome.
+    pub(super) took: Duration,
+}
+
+impl Ran {
+    /// The outcome as the store records it.
+    pub(super) fn recorded(&self) -> Outcome {
+        match &self.outcome {
+            CallOutcome::Completed(output) => Outcome::Completed {
+                output: output.clone(),
+            },
+            CallOutcome::Suspended {
+                token,
+                reason,
+                input_schema,
+                expires_at,
+            } => Outcome::Suspended {
+                token: token.clone(),
+                reason: reason.clone(),
+                input_schema: input_schema.clone(),
+                expires_at: *expires_at,
+            },
+            CallOutcome::Failed {
+                status: CallStatus::NeedsReconciliation,
+                failure,
+            } => Outcome::NeedsReconciliation {
+                error: failure.error.clone(),
+            },
+            CallOutcome::Failed {
+                status: CallStatus::Interrupted,
+                failure,
+            } => Outcome::Interrupted {
+                reason: failure.error.message.clone(),
+            },
+            CallOutcome::Failed { failure, .. } => Outcome::Failed {
+                error: failure.error.clone(),
+            },
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Records the outcome of the run of `call_id` that began at attempt `run`. An outcome the
+    /// store cannot take now (the database is unreachable) is retried in the background until
+    /// it is recorded, or refused because the run no longer owns the call; the caller is told
+    /// the store is unavailable meanwhile.
+    pub(super) async fn record(
+        &self,
+        call_id: &str,
+        run: Option<u32>,
+        attempts: u32,
+        outcome: &Outcome,
+    ) -> Result<(), DispatchError> {
+        match self
+            .store
+            .finish_call(call_id, run, attempts, outcome)
+            .await
+        {
+            Err(err @ StoreError::Unavailable(_)) => {
+                self.record_later(call_id.to_owned(), run, attempts, outcome.clone());
+                Err(err.into())
+            }
+            other => other.map_err(DispatchError::from),
+        }
+    }
+
+    /// Retries recording `outcome` until the store takes or refuses it, with a growing wait. A
+    /// shutdown waits for it like for a running call; a process that dies first leaves the
+    /// call running, and its lease expiring settles it.
+    pub(super) fn record_later(
+        &self,
+        call_id: String,
+        run: Option<u32>,
+        attempts: u32,
+        outcome: Outcome,
+    ) {
+        let store = self.store.clone();
+        let guard = self.running.enter();
+        tokio::spawn(async move {
+            let _guard = guard;
+            let mut wait = Duration::from_millis(200);
+            loop {
+                tokio::time::sleep(wait).await;
+                match store.finish_call(&call_id, run, attempts, &outcome).await {
+                    Ok(()) => {
+                        tracing::info!(call_id, "recorded an outcome once the store was back");
+                        return;
+                    }
+                    Err(StoreError::Unavailable(_)) => {
+                        wait = (wait * 2).min(Duration::from_secs(5));
+                    }
+                    // The intent was never committed, or the call was settled meanwhile.
+                    Err(StoreError::NotRunning { .. }) => return,
+                    Err(err) => {
+                        tracing::warn!(call_id, error = %err, "an outcome retried once the store was back was refused");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Runs the recorded call `call` again (approved, or interrupted and claimed), with the
+    /// approver's input when it has one, and records what it comes to.
+    pub(super) async fn run_recorded(
+        &self,
+        registered: &Registered,
+        policy: &ToolPolicy,
+        call: CallRecord,
+        resume: Option<Value>,
+    ) -> Result<CallResult, DispatchError> {
+        let ran = self
+            .attempts(
+                registered,
+                policy,
+                &call.call_id,
+                call.idempotency_key.as_deref(),
+                resume,
+                call.attempts,
+                call.input,
+                false,
+            )
+            .await;
+        self.record(
+            &call.call_id,
+            Some(ran.first),
+            ran.attempts,
+            &ran.recorded(),
+        )
+        .await?;
+        policy.metrics.ran(ran.outcome.status(), ran.took);
+        Ok(CallResult {
+            call_id: call.call_id,
+            tool: call.tool,
+            outcome: ran.outcome,
+            replayed: false,
+        })
+    }
+
+    /// Counts a call of `tool` recorded in `status` without a run of its tool.
+    pub(super) fn counted(&self, tool: &str, status: CallStatus) {
+        match self.live.current().policy(tool) {
+            Some(policy) => policy.metrics.outcome(status),
+            // A tool no longer served, whose suspended calls are still resolved.
+            None => crate::metrics::call_outcome(tool, status),
+        }
+    }
+
+    /// Counts what resolving a suspension, asked for at `asked`, recorded: a person's decision,
+    /// and how long the suspension waited for it; or its expiry. An approval's outcome is
+    /// counted once the tool has run again.
+    pub(super) fn count_resolution(&self, resolved: &Resolved, asked: Timestamp) {
+        match resolved {
+            Resolved::Approved(call) => decided(call),
+            Resolved::Rejected(call) | Resolved::Completed(call) => {
+                decided(call);
+                self.counted(&call.tool, call.status);
+            }
+            // Written down now, or found already written (by an earlier request, whose record
+            // is older than this one): counted once.
+            Resolved::Expired(call) if call.updated_at >= asked => {
+                self.counted(&call.tool, CallStatus::Expired);
+            }
+            Resolved::Expired(_) | Resolved::AlreadyResolved(_) | Resolved::UnknownToken => {}
+        }
+    }
+}
+
+/// Observes how long the suspension a person just resolved waited for them, by the call's
+/// history: from its last `suspended` event to the decision that follows it.
+fn decided(call: &CallRecord) {
+    let mut events = call.events.iter().rev();
+    let decision = events.find(|event| {
+        matches!(
+            event.kind.as_str(),
+            "approved" | "rejected" | "completed_externally"
+        )
+    });
+    let suspended = events.find(|event| event.kind == "suspended");
+    if let (Some(decision), Some(suspended)) = (decision, suspended) {
+        let waited = u64::try_from(decision.at.0.saturating_sub(suspended.at.0)).unwrap_or(0);
+        crate::metrics::approval_decided(Duration::from_millis(waited));
+    }
+}

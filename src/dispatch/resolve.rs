@@ -1,0 +1,277 @@
+//! A person's decisions, and what they may say: approving a suspension (which runs the call's
+//! tool again, with the approver's input), rejecting it, completing it with work done outside
+//! the server, and settling a call that needs reconciliation.
+//!
+//! The rules on what a person writes are the lifecycle's, so every door keeps them alike: a
+//! rejection's reason is optional, and an empty or blank one is recorded as none; a
+//! settlement's `error` must say something; both are at most [`MAX_REASON_CHARS`].
+
+use serde_json::Value;
+
+use super::{CallOutcome, CallResult, DispatchError, Dispatcher, detached};
+use crate::contract::registry::{compile_schema, violations};
+use crate::store::{
+    Approval, ApprovalState, CallRecord, CallStatus, Reconciled, Resolution, Resolved, Settlement,
+    StoreError, Timestamp,
+};
+
+/// The longest text a person or a tool writes on a call, in characters: a rejection's reason,
+/// a settlement's error, and a suspension's own reason (cut there, see `attempt`).
+pub const MAX_REASON_CHARS: usize = 4096;
+
+/// A rejection's reason as recorded: `None` when it is missing, empty or blank; refused past
+/// [`MAX_REASON_CHARS`].
+pub fn rejection_reason(reason: Option<String>) -> Result<Option<String>, DispatchError> {
+    match reason {
+        Some(reason) if reason.chars().count() > MAX_REASON_CHARS => {
+            Err(DispatchError::BadRequest(format!(
+                "`reason` is longer than {MAX_REASON_CHARS} characters."
+            )))
+        }
+        Some(reason) if !reason.trim().is_empty() => Ok(Some(reason)),
+        _ => Ok(None),
+    }
+}
+
+/// Refuses a settlement's error that says nothing (empty or blank) or is longer than
+/// [`MAX_REASON_CHARS`].
+pub fn settlement_error(error: String) -> Result<String, DispatchError> {
+    if error.trim().is_empty() || error.chars().count() > MAX_REASON_CHARS {
+        return Err(DispatchError::BadRequest(format!(
+            "`error` must say why the effect did not happen, in 1 to {MAX_REASON_CHARS} \
+             characters."
+        )));
+    }
+    Ok(error)
+}
+
+impl Dispatcher {
+    /// Approves the suspension `token` with the approver's `resume_input` and runs the call's
+    /// tool again with it. Its result is the call's new outcome. Like [`Dispatcher::call`], it
+    /// runs to the end even if the caller stops waiting.
+    pub async fn approve(
+        &self,
+        token: &str,
+        resume_input: Value,
+        actor: Option<&str>,
+    ) -> Result<CallResult, DispatchError> {
+        self.check_depth(&resume_input)?;
+        let this = self.clone();
+        let token = token.to_owned();
+        let actor = actor.map(str::to_owned);
+        detached(&self.running, async move {
+            this.run_approval(&token, resume_input, actor.as_deref())
+                .await
+        })
+        .await
+    }
+
+    /// Rejects the suspension `token`: the call becomes `rejected` and its tool does not run.
+    /// The reason is optional (see [`rejection_reason`]).
+    pub async fn reject(
+        &self,
+        token: &str,
+        reason: Option<String>,
+        actor: Option<&str>,
+    ) -> Result<CallRecord, DispatchError> {
+        let reason = rejection_reason(reason)?.unwrap_or_default();
+        let asked = Timestamp::now();
+        let resolved = self
+            .store
+            .resolve(token, Resolution::Reject { reason }, actor)
+            .await?;
+        self.count_resolution(&resolved, asked);
+        match resolved {
+            Resolved::Rejected(call) => {
+                tracing::Span::current().record("call_id", call.call_id.as_str());
+                Ok(call)
+            }
+            other => Err(unexpected_resolution(other)),
+        }
+    }
+
+    /// Completes the suspension `token` with work done outside the server: the call becomes
+    /// `completed` with `output`, which must match the tool's output schema (the receipt), and
+    /// the tool does not run. Only tools that declare an output schema can be completed so.
+    pub async fn complete(
+        &self,
+        token: &str,
+        output: Value,
+        actor: Option<&str>,
+    ) -> Result<CallResult, DispatchError> {
+        self.check_depth(&output)?;
+        let approval = self.pending(token).await?;
+        let entry = self.entry(&approval.tool)?;
+        let registered = &entry.registered;
+        if !registered.has_output_schema() {
+            return Err(DispatchError::CompletionNotAllowed(approval.tool));
+        }
+        registered
+            .check_output(&output)
+            .map_err(DispatchError::OutputSchemaViolation)?;
+        let asked = Timestamp::now();
+        let resolved = self
+            .store
+            .resolve(
+                token,
+                Resolution::Complete {
+                    output: output.clone(),
+                },
+                actor,
+            )
+            .await?;
+        self.count_resolution(&resolved, asked);
+        match resolved {
+            Resolved::Completed(call) => Ok(CallResult {
+                call_id: call.call_id,
+                tool: call.tool,
+                outcome: CallOutcome::Completed(output),
+                replayed: false,
+            }),
+            other => Err(unexpected_resolution(other)),
+        }
+    }
+
+    /// Settles a call that needs reconciliation: its effect happened (`output`, checked against
+    /// the tool's output schema when it declares one) or it did not (`error`).
+    pub async fn reconcile(
+        &self,
+        call_id: &str,
+        settlement: Settlement,
+        actor: Option<&str>,
+    ) -> Result<CallRecord, DispatchError> {
+        let settlement = match settlement {
+            Settlement::Error(error) => Settlement::Error(settlement_error(error)?),
+            output @ Settlement::Output(_) => output,
+        };
+        if let Settlement::Output(output) = &settlement {
+            self.check_depth(output)?;
+            let call = self
+                .store
+                .call(call_id)
+                .await?
+                .ok_or_else(|| DispatchError::UnknownCall(call_id.to_owned()))?;
+            if let Some(registered) = self.live.current().lookup(&call.tool) {
+                registered
+                    .check_output(output)
+                    .map_err(DispatchError::OutputSchemaViolation)?;
+            }
+        }
+        match self.store.reconcile(call_id, settlement, actor).await? {
+            Reconciled::Settled(call) => {
+                self.counted(&call.tool, call.status);
+                Ok(call)
+            }
+            Reconciled::NotNeeded(call) => Err(DispatchError::NotReconcilable(Box::new(call))),
+            Reconciled::UnknownCall => Err(DispatchError::UnknownCall(call_id.to_owned())),
+        }
+    }
+
+    /// The pending suspension `token`, or why it is not pending.
+    async fn pending(&self, token: &str) -> Result<Approval, DispatchError> {
+        match self
+            .store
+            .approval(token)
+            .await?
+            .ok_or(DispatchError::UnknownToken)?
+        {
+            ApprovalState::Pending(approval) => {
+                tracing::Span::current().record("call_id", approval.call_id.as_str());
+                Ok(approval)
+            }
+            ApprovalState::Resolved(call) => Err(DispatchError::AlreadyResolved(Box::new(call))),
+            // Write the expiry down (a no-op if it already is), and report it.
+            ApprovalState::Expired(_) => {
+                let asked = Timestamp::now();
+                let resolved = self.store.resolve(token, Resolution::Expire, None).await?;
+                self.count_resolution(&resolved, asked);
+                Err(unexpected_resolution(resolved))
+            }
+        }
+    }
+
+    async fn run_approval(
+        &self,
+        token: &str,
+        resume_input: Value,
+        actor: Option<&str>,
+    ) -> Result<CallResult, DispatchError> {
+        let approval = match self.pending(token).await {
+            // Approved before, and its run released before it reached the tool (its backend
+            // was down): approving again runs it, with the input approved the first time.
+            Err(DispatchError::AlreadyResolved(call)) if call.status == CallStatus::Interrupted => {
+                return self.rerun_approved(*call).await;
+            }
+            other => other?,
+        };
+        // The schema compiled when the tool suspended (see `attempts`), so failing now means
+        // the stored copy is damaged.
+        let validator = compile_schema(&approval.input_schema)
+            .map_err(|e| StoreError::Corrupt(format!("stored resume schema: {e}")))?;
+        violations(&validator, &resume_input).map_err(DispatchError::InvalidResumeInput)?;
+        let entry = self.entry(&approval.tool)?;
+        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
+        let _slot = self.take_slot(policy, &approval.tool)?;
+        // An upstream that cannot be reached now would take the approval and fail: the
+        // suspension stays pending instead, for when it is back.
+        entry
+            .registered
+            .tool
+            .ready()
+            .map_err(|unready| DispatchError::Unavailable {
+                tool: approval.tool.clone(),
+                retry_after: unready.retry_after,
+            })?;
+
+        let resolution = Resolution::Approve {
+            resume_input: resume_input.clone(),
+        };
+        let asked = Timestamp::now();
+        let resolved = self.store.resolve(token, resolution, actor).await?;
+        self.count_resolution(&resolved, asked);
+        let call = match resolved {
+            Resolved::Approved(call) => call,
+            other => return Err(unexpected_resolution(other)),
+        };
+        self.run_recorded(registered, policy, call, Some(resume_input))
+            .await
+    }
+
+    /// Runs again the approved call `call`, whose run was released (interrupted) before its
+    /// tool could run it. Only a call that repeating cannot harm is ever released so: a read
+    /// or idempotent call, or one whose request provably never reached the backend.
+    async fn rerun_approved(&self, call: CallRecord) -> Result<CallResult, DispatchError> {
+        let entry = self.entry(&call.tool)?;
+        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
+        let _slot = self.take_slot(policy, &call.tool)?;
+        registered
+            .tool
+            .ready()
+            .map_err(|unready| DispatchError::Unavailable {
+                tool: call.tool.clone(),
+                retry_after: unready.retry_after,
+            })?;
+        let Some(rerun) = self.store.rerun_interrupted(&call.call_id).await? else {
+            return Err(DispatchError::CallInProgress {
+                call_id: call.call_id,
+            });
+        };
+        tracing::Span::current().record("call_id", rerun.call.call_id.as_str());
+        self.run_recorded(registered, policy, rerun.call, rerun.resume_input)
+            .await
+    }
+}
+
+/// The error for a resolution that did not go the expected way.
+pub(super) fn unexpected_resolution(resolved: Resolved) -> DispatchError {
+    match resolved {
+        Resolved::AlreadyResolved(call) => DispatchError::AlreadyResolved(Box::new(call)),
+        Resolved::Expired(call) => DispatchError::SuspensionExpired(Box::new(call)),
+        Resolved::UnknownToken => DispatchError::UnknownToken,
+        Resolved::Approved(_) | Resolved::Rejected(_) | Resolved::Completed(_) => {
+            DispatchError::Store(StoreError::Corrupt(
+                "the store resolved a suspension differently than asked".into(),
+            ))
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! What every HTTP door shares, and no handlers: who asks ([`auth`]: keys, roles, the gate on
+//! each route), the one error envelope ([`error`]), the extractors that answer in it
+//! ([`extract`]), the `Idempotency-Key` header ([`idempotency`]), the `?wait=` side of a held
+//! request ([`hold`]), the change feed as Server-Sent Events ([`sse`]), and the count of
+//! requests by route (`requests`).
+//!
+//! The doors (`crate::rest`, `crate::mcp`, `crate::inbox`) stand on this floor side by side;
+//! nothing here knows any of them, and the rules about calls are the lifecycle's
+//! (`crate::dispatch`), not this module's.
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub(crate) mod gate;
+pub mod hold;
+pub mod idempotency;
+pub(crate) mod requests;
+pub mod sse;
+
+/// The default largest request body, in bytes (1 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The default most requests handled at once; more are refused with `503 overloaded`.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
+pub use crate::dispatch::DEFAULT_MAX_JSON_DEPTH;

@@ -1,0 +1,56 @@
+//! The change feed over Server-Sent Events, for every door that streams it (`GET /events`, the
+//! inbox's live queue): where a reconnecting client resumes, and the events as SSE.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::{Stream, StreamExt};
+
+use super::error::ApiError;
+use crate::feed::stream::FeedEvent;
+use crate::store::{FeedCursor, Store, StoreError};
+
+/// How often an idle stream sends a comment, so that proxies keep it open.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// The entry a reconnecting client resumes after: `Last-Event-ID`, else `?after=`.
+pub fn resume_point(headers: &HeaderMap, after: Option<String>) -> Option<String> {
+    headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned)
+        .filter(|id| !id.is_empty())
+        .or(after)
+}
+
+/// Where a stream starts (see [`crate::feed::stream::start_cursor`]), with a bad or expired
+/// cursor answered in the envelope.
+pub async fn start_cursor(
+    store: &dyn Store,
+    resume: Option<String>,
+) -> Result<FeedCursor, ApiError> {
+    crate::feed::stream::start_cursor(store, resume)
+        .await
+        .map_err(|err| match err {
+            StoreError::CursorExpired => ApiError::CursorExpired,
+            StoreError::BadCursor(_) => ApiError::BadRequest(
+                "The cursor is not one this server handed out as an event `id`.".into(),
+            ),
+            other => other.into(),
+        })
+}
+
+/// The events as Server-Sent Events: `event:` the type, `id:` the cursor, `data:` the entry.
+pub fn sse(
+    events: impl Stream<Item = FeedEvent> + Send + 'static,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + Send + 'static> {
+    let events = events.map(|event| {
+        Ok(Event::default()
+            .event(event.kind)
+            .id(event.id)
+            .data(event.data))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+}

@@ -1,0 +1,102 @@
+//! `GET /events`: the change feed as Server-Sent Events.
+//!
+//! One SSE event per feed entry the key may see (a caller: its own calls; an approver or an
+//! admin: all): `event:` the type, `id:` the entry's cursor, `data:` `{"type", "at", "call",
+//! "suspension"?}`. A reconnection with `Last-Event-ID` (or `?after=`) resumes exactly after that
+//! entry; without either, the stream starts with the next new entry. Each stream reads the store
+//! itself, woken by the store's feed changes, so it holds no connection between reads and needs
+//! no buffer of its own; it gives back its `max_in_flight` slot, and ends at a graceful shutdown
+//! (the client reconnects with `Last-Event-ID`).
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, Sse};
+use axum::routing::get;
+use axum::{Extension, Router};
+use futures_util::Stream;
+use serde::Deserialize;
+
+use super::RestState;
+use crate::feed::stream::{Audience, follow};
+use crate::http::auth::{Access, Principal};
+use crate::http::error::ApiError;
+use crate::http::extract::QueryParams;
+use crate::http::gate::Gates;
+use crate::http::hold::HeldSlot;
+use crate::http::sse::{resume_point, sse, start_cursor};
+use crate::store::FEED_TYPES;
+
+/// `GET /events`: every key, each seeing what it may; a stream, so it gives back its slot.
+pub(super) fn router(gates: &Gates) -> Router<RestState> {
+    Router::new().route(
+        "/events",
+        get(events).route_layer(gates.holding(Access::OwnCalls)),
+    )
+}
+
+/// Filters and the resume point of `GET /events`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Only these types, comma-separated (`call.suspended,call.completed`).
+    pub types: Option<String>,
+    /// Only calls of this tool.
+    pub tool: Option<String>,
+    /// Resume after this entry (an event's `id`); the `Last-Event-ID` header wins.
+    pub after: Option<String>,
+}
+
+/// Streams the change feed.
+#[utoipa::path(
+    get, path = "/events", tag = "calls", operation_id = "events",
+    params(
+        EventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this entry (the `id` of the last event received)."),
+    ),
+    responses(
+        (status = 200, description = "`text/event-stream`: one event per change of a call the key may see; `event:` its type, `id:` its cursor, `data:` `{type, at, call, suspension?}`.", content_type = "text/event-stream", body = String),
+        (status = 400, description = "`bad_request`: an unknown type, an unknown parameter, or a cursor this server did not hand out.", body = crate::http::error::ErrorEnvelope),
+        (status = 410, description = "`cursor_expired`: the cursor is older than the feed's retention; reconnect without one (and re-read what you need).", body = crate::http::error::ErrorEnvelope),
+    )
+)]
+pub(super) async fn events(
+    State(app): State<RestState>,
+    Extension(principal): Extension<Principal>,
+    held: Option<Extension<HeldSlot>>,
+    headers: HeaderMap,
+    QueryParams(query): QueryParams<EventsQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let types = match &query.types {
+        None => None,
+        Some(list) => {
+            let mut wanted = HashSet::new();
+            for kind in list.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+                if !FEED_TYPES.contains(&kind) {
+                    return Err(ApiError::BadRequest(format!(
+                        "Unknown event type `{kind}`; the types are {}.",
+                        FEED_TYPES.join(", ")
+                    )));
+                }
+                wanted.insert(kind.to_owned());
+            }
+            Some(wanted)
+        }
+    };
+    let store = app.dispatcher.store();
+    let cursor = start_cursor(store.as_ref(), resume_point(&headers, query.after)).await?;
+    if let Some(Extension(held)) = held {
+        held.release();
+    }
+    let audience = Audience {
+        tokens: principal.sees_all_calls(),
+        only: principal.only_own(),
+        types,
+        tool: query.tool,
+    };
+    let released = app.dispatcher.running().released();
+    Ok(sse(follow(store.clone(), cursor, released, audience)))
+}

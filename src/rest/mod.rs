@@ -1,0 +1,78 @@
+//! The REST door: one file per resource, each with its own `router()` beside its handlers
+//! (tools, calls, approvals, events, webhooks, health, metrics, openapi). Handlers are thin:
+//! they translate HTTP into the call lifecycle (`crate::dispatch`) and its results back, and
+//! every error answer goes through the one envelope (`crate::http::error`). What changes only
+//! with the tool list (the list in toolgate's own format and each provider's, each descriptor,
+//! the OpenAPI document) is serialized once per generation of the list ([`catalog`]).
+
+mod approvals;
+mod calls;
+mod catalog;
+mod events;
+mod health;
+mod metrics;
+pub mod openapi;
+mod responses;
+mod tools;
+mod webhooks;
+
+use std::sync::Arc;
+
+use axum::Router;
+
+use crate::dispatch::Dispatcher;
+use crate::dispatch::live::Derived;
+use crate::http::gate::Gates;
+use catalog::Catalog;
+
+/// What every REST handler shares: one `Arc`, so each request clones one pointer.
+#[derive(Clone)]
+pub(crate) struct RestState(Arc<Shared>);
+
+pub(crate) struct Shared {
+    dispatcher: Dispatcher,
+    /// Wakes the webhook sender (an admin's retry).
+    webhooks: crate::feed::webhooks::Nudge,
+    catalog: Derived<Catalog>,
+}
+
+impl Shared {
+    /// The serialized answers of the tool list as it stands.
+    fn catalog(&self) -> Arc<(u64, Catalog)> {
+        self.catalog.get(&self.dispatcher.tools())
+    }
+}
+
+impl std::ops::Deref for RestState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// Every REST route, each behind its gate; `auth` says whether keys are configured (the
+/// OpenAPI document then declares the bearer scheme).
+pub(crate) fn router(
+    dispatcher: Dispatcher,
+    webhooks: crate::feed::webhooks::Nudge,
+    gates: &Gates,
+    auth: bool,
+) -> Router {
+    let catalog = Derived::new(&dispatcher.tools(), move |tools| Catalog::new(tools, auth));
+    let state = RestState(Arc::new(Shared {
+        dispatcher,
+        webhooks,
+        catalog,
+    }));
+    Router::new()
+        .merge(tools::router(gates))
+        .merge(calls::router(gates))
+        .merge(approvals::router(gates))
+        .merge(webhooks::router(gates))
+        .merge(events::router(gates))
+        .merge(openapi::router(gates))
+        .merge(metrics::router(gates))
+        .merge(health::router())
+        .with_state(state)
+}
