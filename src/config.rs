@@ -129,67 +129,7 @@ impl McpConfig {
     }
 }
 
-/// One `[[webhooks]]` entry.
-#[derive(Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebhookConfig {
-    /// Where to `POST`.
-    pub url: String,
-    /// `whsec_` followed by the base64 of 24 to 64 random bytes.
-    #[serde(default)]
-    pub secret: Option<String>,
-    /// The environment variable holding the secret, instead of `secret`.
-    #[serde(default)]
-    pub secret_env: Option<String>,
-    /// The entry types to send (`call.suspended`, ...); unset: all.
-    #[serde(default)]
-    pub events: Option<Vec<String>>,
-    /// Only calls of these tools; unset: all.
-    #[serde(default)]
-    pub tools: Option<Vec<String>>,
-    /// Allow a URL whose host is a loopback, private or link-local address.
-    #[serde(default)]
-    pub allow_private: bool,
-}
-
-impl std::fmt::Debug for WebhookConfig {
-    // The secret is never shown.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebhookConfig")
-            .field("url", &self.url)
-            .field("secret", &self.secret.as_ref().map(|_| "***"))
-            .field("secret_env", &self.secret_env)
-            .field("events", &self.events)
-            .field("tools", &self.tools)
-            .field("allow_private", &self.allow_private)
-            .finish()
-    }
-}
-
-/// `[webhook_delivery]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WebhookDeliveryConfig {
-    /// How long one attempt may take, in milliseconds.
-    pub timeout_ms: u64,
-    /// The most attempts of one message.
-    pub max_attempts: u32,
-    /// The wait before the first retry, in milliseconds; it doubles with each attempt.
-    pub initial_backoff_ms: u64,
-    /// The longest wait between attempts, in milliseconds.
-    pub max_backoff_ms: u64,
-}
-
-impl Default for WebhookDeliveryConfig {
-    fn default() -> Self {
-        WebhookDeliveryConfig {
-            timeout_ms: 15_000,
-            max_attempts: 10,
-            initial_backoff_ms: 5_000,
-            max_backoff_ms: 36_000_000,
-        }
-    }
-}
+pub use crate::feed::webhooks::config::{WebhookConfig, WebhookDeliveryConfig};
 
 /// `[feed]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -712,77 +652,12 @@ impl Config {
         env: impl Fn(&str) -> Option<String>,
         checking: bool,
     ) -> Result<crate::feed::webhooks::Webhooks, ConfigError> {
-        use crate::feed::webhooks::{DeliverySettings, Webhook, Webhooks, parse_secret};
-        let delivery = &self.webhook_delivery;
-        let settings = DeliverySettings {
-            timeout: Duration::from_millis(delivery.timeout_ms),
-            max_attempts: delivery.max_attempts,
-            initial_backoff: Duration::from_millis(delivery.initial_backoff_ms),
-            max_backoff: Duration::from_millis(delivery.max_backoff_ms),
-        };
-        let invalid = |key: String, message: String| ConfigError::Invalid { key, message };
-        let mut hooks = Vec::new();
-        for (index, hook) in self.webhooks.iter().enumerate() {
-            let key = |field: &str| format!("webhooks[{index}].{field}");
-            let secret = match (&hook.secret, &hook.secret_env) {
-                (Some(secret), None) => secret.clone(),
-                (None, Some(name)) => match env(name) {
-                    Some(secret) => secret,
-                    None if checking => continue,
-                    None => {
-                        return Err(invalid(
-                            key("secret_env"),
-                            format!("the environment variable {name} is not set"),
-                        ));
-                    }
-                },
-                _ => {
-                    return Err(invalid(
-                        key("secret"),
-                        "set exactly one of `secret` and `secret_env`".into(),
-                    ));
-                }
-            };
-            let secret =
-                parse_secret(&secret).map_err(|err| invalid(key("secret"), err.to_string()))?;
-            let known = crate::store::FEED_TYPES;
-            if let Some(kind) = hook
-                .events
-                .iter()
-                .flatten()
-                .find(|kind| !known.contains(&kind.as_str()))
-            {
-                return Err(invalid(
-                    key("events"),
-                    format!(
-                        "unknown event type `{kind}`; the types are {}",
-                        known.join(", ")
-                    ),
-                ));
-            }
-            let webhook = Webhook::new(
-                &hook.url,
-                secret,
-                hook.events.clone().map(|e| e.into_iter().collect()),
-                hook.tools.clone().map(|t| t.into_iter().collect()),
-                hook.allow_private,
-                &settings,
-            )
-            .map_err(|err| invalid(key("url"), err.to_string()))?;
-            hooks.push(webhook);
-        }
-        for (key, value) in [
-            ("webhook_delivery.timeout_ms", delivery.timeout_ms),
-            (
-                "webhook_delivery.max_attempts",
-                u64::from(delivery.max_attempts),
-            ),
-        ] {
-            if value == 0 {
-                return Err(invalid(key.into(), "must be at least 1".into()));
-            }
-        }
-        Ok(Webhooks::new(hooks, settings))
+        crate::feed::webhooks::config::webhooks(
+            &self.webhooks,
+            &self.webhook_delivery,
+            env,
+            checking,
+        )
     }
 
     /// Timeouts, concurrency limits, approval TTLs and retries, as the dispatcher takes them.
