@@ -22,6 +22,7 @@
 //! amounts to, is `attempt`; the answers and refusals are `outcome`.
 
 mod attempt;
+pub mod config;
 pub mod live;
 mod outcome;
 
