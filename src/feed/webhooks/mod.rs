@@ -209,13 +209,14 @@ impl Webhooks {
             disabled: Mutex::new(HashSet::new()),
             started: Timestamp::now(),
         });
-        tokio::spawn(outbox::outbox(
-            store.clone(),
-            shared.clone(),
-            nudge.clone(),
-            released.clone(),
-        ));
-        tokio::spawn(sender::sender(store, shared, nudge.clone(), released));
+        let run = Loop {
+            store,
+            shared,
+            nudge: nudge.clone(),
+            released,
+        };
+        tokio::spawn(outbox::outbox(run.clone()));
+        tokio::spawn(sender::sender(run));
         nudge
     }
 }
@@ -239,6 +240,16 @@ struct Shared {
     /// When the webhooks started: on the outbox's first start, what happened before is not
     /// delivered.
     started: Timestamp,
+}
+
+/// What both loops run on: the store, the webhooks, the sender's nudge, and the release that
+/// stops them.
+#[derive(Clone)]
+struct Loop {
+    store: Arc<dyn Store>,
+    shared: Arc<Shared>,
+    nudge: Nudge,
+    released: watch::Receiver<bool>,
 }
 
 /// Waits for `what`, `limit`, or the release; `false` once released.

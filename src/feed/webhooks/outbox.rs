@@ -4,36 +4,29 @@
 //! deliveries (`Store::enqueue_deliveries`), so of several replicas following one feed exactly
 //! one turns a page into deliveries, and a process killed between the two loses nothing.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
 
-use super::{IDLE, Nudge, Shared, pause};
+use super::{IDLE, Loop, Shared, pause};
 use crate::store::{FeedCursor, NewDelivery, Store, StoreError};
 
 /// Entries the outbox reads at a time.
 const PAGE: u32 = 200;
 
 /// The outbox loop: feed entries into deliveries.
-pub(super) async fn outbox(
-    store: Arc<dyn Store>,
-    shared: Arc<Shared>,
-    nudge: Nudge,
-    mut released: watch::Receiver<bool>,
-) {
-    let mut changes = store.feed_changes();
+pub(super) async fn outbox(mut run: Loop) {
+    let mut changes = run.store.feed_changes();
     let mut fresh = None;
     loop {
-        if *released.borrow() {
+        if *run.released.borrow() {
             return;
         }
         changes.borrow_and_update();
-        let step = advance(store.as_ref(), &shared, &mut fresh).await;
+        let step = advance(run.store.as_ref(), &run.shared, &mut fresh).await;
         let wait = match step {
             Ok(Advanced::Delivered) => {
-                nudge.wake();
+                run.nudge.wake();
                 continue;
             }
             Ok(Advanced::Raced) => continue,
@@ -44,7 +37,7 @@ pub(super) async fn outbox(
                 IDLE
             }
         };
-        if !pause(&mut released, wait, changes.changed()).await {
+        if !pause(&mut run.released, wait, changes.changed()).await {
             return;
         }
     }

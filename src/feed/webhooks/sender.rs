@@ -7,34 +7,27 @@
 //! their `Retry-After`; anything else is retried with exponential backoff and jitter until
 //! `max_attempts`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
-use super::{DeliverySettings, IDLE, Nudge, Shared, pause, signature};
-use crate::store::{Delivery, DeliveryResult, Store, Timestamp};
+use super::{DeliverySettings, IDLE, Loop, Shared, pause, signature};
+use crate::store::{Delivery, DeliveryResult, Timestamp};
 
 /// Deliveries the sender claims at a time (and sends at once).
 const CLAIM: u32 = 16;
 
 /// The sender loop: claims due deliveries and posts them.
-pub(super) async fn sender(
-    store: Arc<dyn Store>,
-    shared: Arc<Shared>,
-    nudge: Nudge,
-    mut released: watch::Receiver<bool>,
-) {
-    if let Ok(disabled) = store.disabled_webhooks().await {
-        lock(&shared.disabled).extend(disabled);
+pub(super) async fn sender(mut run: Loop) {
+    if let Ok(disabled) = run.store.disabled_webhooks().await {
+        lock(&run.shared.disabled).extend(disabled);
     }
     // Long enough for one attempt; a claim whose sender died is claimable again after it.
-    let lease = shared.settings.timeout + Duration::from_secs(5);
+    let lease = run.shared.settings.timeout + Duration::from_secs(5);
     loop {
-        if *released.borrow() {
+        if *run.released.borrow() {
             return;
         }
-        let claimed = match store.claim_deliveries(CLAIM, lease).await {
+        let claimed = match run.store.claim_deliveries(CLAIM, lease).await {
             Ok(claimed) => claimed,
             Err(err) => {
                 tracing::debug!(error = %err, "cannot claim webhook deliveries now");
@@ -42,14 +35,14 @@ pub(super) async fn sender(
             }
         };
         if claimed.is_empty() {
-            if !pause(&mut released, IDLE, nudge.0.notified()).await {
+            if !pause(&mut run.released, IDLE, run.nudge.0.notified()).await {
                 return;
             }
             continue;
         }
         let sends = claimed.into_iter().map(|delivery| {
-            let store = store.clone();
-            let shared = shared.clone();
+            let store = run.store.clone();
+            let shared = run.shared.clone();
             async move {
                 let result = attempt(&shared, &delivery).await;
                 crate::metrics::webhook_delivery(match &result {
