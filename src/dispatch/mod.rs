@@ -32,6 +32,7 @@
 
 mod admit;
 mod attempt;
+pub mod config;
 pub mod live;
 mod outcome;
 mod record;

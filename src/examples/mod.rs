@@ -9,6 +9,7 @@
 //! - [`SendEmail`] (write): "sends" by appending a line to `<data-dir>/outbox.jsonl`.
 
 mod ask_human;
+pub mod config;
 mod echo;
 mod issue_refund;
 mod send_email;
@@ -20,8 +21,8 @@ pub use echo::{Echo, EchoText};
 pub use issue_refund::{IssueRefund, Refund, RefundApproval, RefundRequest, RefundStatus};
 pub use send_email::{Email, SendEmail, SentEmail};
 
-use crate::config::ExamplesConfig;
 use crate::contract::registry::{RegistryError, ToolSet};
+use config::ExamplesConfig;
 
 /// Registers the four example tools in `tools`, configured by `config`, with the outbox in
 /// `data_dir`.

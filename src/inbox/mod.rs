@@ -21,6 +21,7 @@
 //! - The decisions (`decide.rs`), with answer forms generated from JSON Schemas (`form.rs`).
 
 mod assets;
+pub mod config;
 mod decide;
 mod form;
 mod limit;

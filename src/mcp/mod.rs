@@ -18,6 +18,7 @@
 
 mod answers;
 pub(crate) mod catalog;
+pub mod config;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -34,6 +34,7 @@
 //! What is not SQLite's, turning calls and outcomes into rows and rows back into records, is in
 //! `record.rs`, for every SQL backend to share.
 
+pub mod config;
 mod postgres;
 mod queue;
 mod record;

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::contract::meta::Effect;
+use crate::dispatch::config::{ToolOverride, check_approval_schema};
 
 /// The separator between an upstream's name and its tool's: `files__write_file`.
 pub const SEPARATOR: &str = "__";
@@ -262,21 +263,31 @@ impl UpstreamConfig {
                     .map_err(|message| invalid(key("idempotency_key"), message))?;
             }
             if let Some(schema) = &policy.approval_schema {
-                crate::dispatch::ApprovalGate::with_schema(schema.clone()).map_err(|message| {
-                    invalid(
-                        key("approval_schema"),
-                        format!("is not a JSON Schema: {message}"),
-                    )
-                })?;
-                if policy.require_approval != Some(true) {
-                    return Err(invalid(
-                        key("approval_schema"),
-                        "is only asked with require_approval = true",
-                    ));
-                }
+                check_approval_schema(schema, policy.require_approval)
+                    .map_err(|message| invalid(key("approval_schema"), message))?;
             }
         }
         Ok(())
+    }
+
+    /// The name toolgate serves the upstream's `tool` as: `files__write_file`.
+    pub fn served_name(&self, tool: &str) -> String {
+        super::tool::prefixed(&self.name, tool)
+    }
+
+    /// Each tool's policy as the dispatcher's settings of it, by its served name: an upstream
+    /// tool's policy is its `[tools.<upstream>__<tool>]`.
+    pub fn tool_overrides(&self) -> impl Iterator<Item = (String, ToolOverride)> + '_ {
+        self.policies.iter().map(|(tool, policy)| {
+            let settings = ToolOverride {
+                timeout_ms: policy.timeout_ms,
+                max_concurrency: policy.max_concurrency,
+                approval_ttl_s: policy.approval_ttl_s,
+                require_approval: policy.require_approval,
+                approval_schema: policy.approval_schema.clone(),
+            };
+            (self.served_name(tool), settings)
+        })
     }
 
     /// The upstream with every `${NAME}` expanded by `env`; a variable `env` does not know is

@@ -1,0 +1,74 @@
+//! The sections of the HTTP server as a whole: `[auth]` (the API keys, and their translation
+//! into [`ApiKey`]s) and `[feed]` (how long the change feed is kept). They stay here until the
+//! server's shared HTTP layer has a module of its own to hold them.
+
+use serde::Deserialize;
+
+use super::ConfigError;
+use crate::http::auth::{ApiKey, Role};
+
+/// `[auth]`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// `[[auth.keys]]`; none turns auth off (allowed only on a loopback address).
+    pub keys: Vec<KeyConfig>,
+}
+
+/// One `[[auth.keys]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// The key's name, recorded as the actor of what it does.
+    pub name: String,
+    /// `caller`, `approver` or `admin`.
+    pub role: Role,
+    /// The SHA-256 of the token, in hex (`toolgate hash-token` prints it).
+    pub token_sha256: String,
+}
+
+impl AuthConfig {
+    /// The API keys, with their hashes decoded. Fails on a hash that is not 64 hex digits or a
+    /// name used twice.
+    pub fn api_keys(&self) -> Result<Vec<ApiKey>, ConfigError> {
+        let mut keys: Vec<ApiKey> = Vec::with_capacity(self.keys.len());
+        for (index, key) in self.keys.iter().enumerate() {
+            let mut hash = [0u8; 32];
+            hex::decode_to_slice(key.token_sha256.trim(), &mut hash).map_err(|_| {
+                ConfigError::Invalid {
+                    key: format!("auth.keys[{index}].token_sha256"),
+                    message: "must be a SHA-256 in hex (64 digits); see `toolgate hash-token`"
+                        .into(),
+                }
+            })?;
+            if key.name.trim().is_empty() || keys.iter().any(|k| k.name == key.name) {
+                return Err(ConfigError::Invalid {
+                    key: format!("auth.keys[{index}].name"),
+                    message: format!("`{}` is empty or used by another key", key.name),
+                });
+            }
+            keys.push(ApiKey {
+                name: key.name.clone(),
+                role: key.role,
+                token_sha256: hash,
+            });
+        }
+        Ok(keys)
+    }
+}
+
+/// `[feed]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FeedConfig {
+    /// How long feed entries are kept, in seconds; a cursor older than that is expired.
+    pub retention_s: u64,
+}
+
+impl Default for FeedConfig {
+    fn default() -> Self {
+        FeedConfig {
+            retention_s: 86_400,
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The loader's tests: layers, key names in errors, and the sections' translations.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn the_documented_defaults_are_the_defaults() {
+    let text = include_str!("../../config/default.toml");
+    assert_eq!(Config::from_toml(text).unwrap(), Config::default());
+}
+
+#[test]
+fn env_and_flags_override_in_order() {
+    let config = Config::load(
+        None,
+        env(&[
+            ("TOOLGATE_BIND", "0.0.0.0:9000"),
+            ("TOOLGATE_EXAMPLES__SEND_EMAIL_DELAY_MS", "3000"),
+            ("TOOLGATE_EXAMPLES__ENABLED", "false"),
+            ("TOOLGATE_LOG", "debug,hyper=warn"),
+            ("TOOLGATE_DATA_DIR", "2024"),
+            // The test suite's, not a config key: ignored, not refused.
+            (
+                "TOOLGATE_TEST_DATABASE_URL",
+                "postgres://postgres@127.0.0.1/postgres",
+            ),
+            ("PATH", "/usr/bin"),
+        ]),
+        Overrides {
+            bind: Some("127.0.0.1:1".parse().unwrap()),
+            data_dir: Some("/tmp/x".into()),
+            database_url: None,
+        },
+    )
+    .unwrap();
+    assert_eq!(config.bind, "127.0.0.1:1".parse().unwrap());
+    assert_eq!(config.data_dir, PathBuf::from("/tmp/x"), "the flag wins");
+    assert_eq!(config.log, "debug,hyper=warn");
+    assert_eq!(config.examples.send_email_delay_ms, 3000);
+    assert!(!config.examples.enabled);
+}
+
+#[test]
+fn string_keys_from_the_environment_stay_strings() {
+    let config = Config::load(
+        None,
+        env(&[("TOOLGATE_DATA_DIR", "2024"), ("TOOLGATE_LOG", "true")]),
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(config.data_dir, PathBuf::from("2024"));
+    assert_eq!(config.log, "true");
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_name_the_key() {
+    let err = Config::from_toml("[examples]\napproval_threshold = 5\n").unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("examples") && text.contains("approval_threshold"),
+        "{text}"
+    );
+
+    let err = Config::from_toml("[examples]\nsend_email_delay_ms = \"soon\"\n").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("examples.send_email_delay_ms"), "{text}");
+
+    let err =
+        Config::load(None, env(&[("TOOLGATE_BOGUS", "1")]), Overrides::default()).unwrap_err();
+    assert!(err.to_string().contains("bogus"), "{err}");
+
+    let err = Config::from_toml("bind = \"not an address\"").unwrap_err();
+    assert!(err.to_string().contains("`bind`"), "{err}");
+
+    let err = Config::from_toml(
+        "[[auth.keys]]\nname = \"a\"\nrole = \"caller\"\ntoken_sha256 = \"abc\"\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("auth.keys[0].token_sha256"),
+        "{err}"
+    );
+    let err =
+        Config::from_toml("[[auth.keys]]\nname = \"a\"\nrole = \"root\"\ntoken_sha256 = \"abc\"\n")
+            .unwrap_err();
+    assert!(err.to_string().contains("auth.keys[0].role"), "{err}");
+    let err = Config::from_toml("[tools.echo]\ntimeout_ms = 0\n").unwrap_err();
+    assert!(err.to_string().contains("tools.echo.timeout_ms"), "{err}");
+}
+
+#[test]
+fn the_database_url_comes_from_file_env_or_flag_and_is_never_shown() {
+    let file =
+        Config::from_toml("[store]\ndatabase_url = \"postgres://a:pw@h/d\"\npool_size = 4\n")
+            .unwrap();
+    assert_eq!(file.store.postgres_url(), Some("postgres://a:pw@h/d"));
+    assert_eq!(file.store.postgres_options().pool_size, 4);
+    assert!(!format!("{file:?}").contains("pw"), "{file:?}");
+
+    let env_set = Config::load(
+        None,
+        env(&[("TOOLGATE_STORE__DATABASE_URL", "postgres://e@h/d")]),
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(env_set.store.postgres_url(), Some("postgres://e@h/d"));
+    let flag = Config::load(
+        None,
+        env(&[("TOOLGATE_STORE__DATABASE_URL", "postgres://e@h/d")]),
+        Overrides {
+            database_url: Some("postgres://f@h/d".into()),
+            ..Overrides::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(flag.store.postgres_url(), Some("postgres://f@h/d"));
+    assert_eq!(
+        Config::default().store.postgres_url(),
+        None,
+        "SQLite by default"
+    );
+
+    let err = Config::from_toml("[store]\nlease_ttl_ms = 1000\nheartbeat_ms = 1000\n").unwrap_err();
+    assert!(err.to_string().contains("store.lease_ttl_ms"), "{err}");
+}
+
+#[test]
+fn tool_settings_fall_back_to_the_defaults() {
+    let config = Config::from_toml(
+        "[tool_defaults]\ntimeout_ms = 1000\napproval_ttl_s = 60\n\
+         [tools.send_email]\ntimeout_ms = 50\nmax_concurrency = 2\n",
+    )
+    .unwrap();
+    let dispatch = config.dispatch_config();
+    assert_eq!(dispatch.defaults.timeout, Duration::from_secs(1));
+    let email = &dispatch.tools["send_email"];
+    assert_eq!(email.timeout, Duration::from_millis(50));
+    assert_eq!(email.max_concurrency, 2);
+    assert_eq!(email.approval_ttl, Some(Duration::from_secs(60)));
+}
+
+#[test]
+fn upstream_policies_and_approval_gates_become_tool_settings() {
+    let config = Config::from_toml(
+        "[tools.echo]\nrequire_approval = true\n\
+         [[upstreams]]\nname = \"files\"\ncommand = [\"server\"]\n\
+         [upstreams.policies.write_file]\nrequire_approval = true\ntimeout_ms = 70\n\
+         max_concurrency = 3\napproval_ttl_s = 9\n\
+         approval_schema = { type = \"object\", required = [\"ticket\"] }\n",
+    )
+    .unwrap();
+    let dispatch = config.dispatch_config();
+    let echo = dispatch.tools["echo"].approval.as_ref().unwrap();
+    assert_eq!(echo, &crate::dispatch::ApprovalGate::default());
+    let write = &dispatch.tools["files__write_file"];
+    assert_eq!(write.timeout, Duration::from_millis(70));
+    assert_eq!(write.max_concurrency, 3);
+    assert_eq!(write.approval_ttl, Some(Duration::from_secs(9)));
+    let gate = write.approval.as_ref().unwrap();
+    assert_eq!(gate.input_schema["required"], serde_json::json!(["ticket"]));
+    assert!(config.is_upstream_tool("files__anything"));
+    assert!(!config.is_upstream_tool("files__"));
+    assert!(!config.is_upstream_tool("other__x"));
+
+    let refused = |text: &str| match Config::from_toml(text) {
+        Err(ConfigError::Invalid { key, .. }) => key,
+        other => panic!("{other:?}"),
+    };
+    // A schema without the gate it is for, or one that does not compile.
+    assert_eq!(
+        refused("[tools.echo]\napproval_schema = { type = \"object\" }\n"),
+        "tools.echo.approval_schema"
+    );
+    assert_eq!(
+        refused("[tools.echo]\nrequire_approval = true\napproval_schema = { type = 5 }\n"),
+        "tools.echo.approval_schema"
+    );
+    // One tool's settings in two places; two upstreams of one name.
+    let twice = "[tools.files__w]\ntimeout_ms = 5\n[[upstreams]]\nname = \"files\"\n\
+                 command = [\"s\"]\n[upstreams.policies.w]\ntimeout_ms = 6\n";
+    assert_eq!(refused(twice), "tools.files__w");
+    let same = "[[upstreams]]\nname = \"a\"\ncommand = [\"s\"]\n\
+                [[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+    assert_eq!(refused(same), "upstreams[1].name");
+}

@@ -1,0 +1,262 @@
+//! Webhooks (Standard Webhooks v1): each feed entry that matches a configured webhook becomes a
+//! durable delivery, sent at least once, signed, never in the way of a call.
+//!
+//! Two loops per process. The outbox follows the feed from a cursor kept in the store and turns
+//! each entry into one delivery per matching webhook, moving the cursor in the same transaction
+//! (of several replicas, one moves it; see `Store::enqueue_deliveries`). Feed entries are
+//! committed with the change they describe, so a process killed right after a commit still has
+//! its change delivered: whoever moves the cursor next makes the delivery. The sender claims due
+//! deliveries for a lease (so a replica killed mid-delivery loses none: the lease runs out and
+//! another sends it), posts them, and records the outcome: 2xx delivered; `410 Gone` disables the
+//! webhook; 429 and 503 are retried after their `Retry-After`; anything else (another status, a
+//! timeout, a refused connection) is retried with exponential backoff and jitter until
+//! `max_attempts`.
+//!
+//! The request: `POST` with `content-type: application/json`, the body
+//! `{"type", "timestamp", "data"}`, and the headers `webhook-id` (the same on every attempt of
+//! one message), `webhook-timestamp` (Unix seconds of the attempt) and `webhook-signature:
+//! v1,<base64 of HMAC-SHA256 of "{id}.{timestamp}.{body}" keyed by the secret's bytes>`.
+//!
+//! SSRF: a webhook whose host resolves to a loopback, private, link-local, unique-local or
+//! cloud-metadata address is refused, at start-up and at every send (the client resolves names
+//! itself and connects only to the addresses it checked), unless it sets `allow_private`.
+//!
+//! By job: `target.rs` keeps a webhook from reaching inside the network, `sign.rs` signs, the
+//! outbox (`outbox.rs`) queues, the sender (`sender.rs`) posts, and [`config`] reads the
+//! `[[webhooks]]` and `[webhook_delivery]` sections. This module is the seam: the configured
+//! [`Webhooks`], which start both loops, and the [`Nudge`] that wakes the sender.
+
+pub mod config;
+mod outbox;
+mod sender;
+mod sign;
+mod target;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+
+use crate::store::{Store, StoreError, Timestamp};
+
+pub use sign::{parse_secret, signature};
+pub use target::is_private;
+
+/// How often both loops look again without being woken.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// One configured webhook.
+#[derive(Clone)]
+pub struct Webhook {
+    url: reqwest::Url,
+    secret: Vec<u8>,
+    events: Option<HashSet<String>>,
+    tools: Option<HashSet<String>>,
+    allow_private: bool,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for Webhook {
+    // The secret is never shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("url", &self.url.as_str())
+            .field("events", &self.events)
+            .field("tools", &self.tools)
+            .field("allow_private", &self.allow_private)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a webhook's configuration was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct WebhookError(pub String);
+
+/// Delivery settings (`[webhook_delivery]`).
+#[derive(Debug, Clone, Copy)]
+pub struct DeliverySettings {
+    /// How long one attempt may take.
+    pub timeout: Duration,
+    /// The most attempts of one message.
+    pub max_attempts: u32,
+    /// The wait before the first retry; it doubles with each attempt.
+    pub initial_backoff: Duration,
+    /// The longest wait between attempts.
+    pub max_backoff: Duration,
+}
+
+impl Default for DeliverySettings {
+    /// 15 s an attempt, 10 attempts, backoff from 5 s up to 10 hours.
+    fn default() -> Self {
+        DeliverySettings {
+            timeout: Duration::from_secs(15),
+            max_attempts: 10,
+            initial_backoff: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(36_000),
+        }
+    }
+}
+
+impl Webhook {
+    /// A webhook posting to `url`, signed with `secret` (see [`parse_secret`]), for the entry
+    /// types `events` and the tools `tools` (`None`: all). A URL that is not http(s), or whose
+    /// host is a private address literal (unless `allow_private`), is refused.
+    pub fn new(
+        url: &str,
+        secret: Vec<u8>,
+        events: Option<HashSet<String>>,
+        tools: Option<HashSet<String>>,
+        allow_private: bool,
+        settings: &DeliverySettings,
+    ) -> Result<Self, WebhookError> {
+        let url = target::check_url(url, allow_private)?;
+        let client = target::client(settings, allow_private)?;
+        Ok(Webhook {
+            url,
+            secret,
+            events,
+            tools,
+            allow_private,
+            client,
+        })
+    }
+
+    /// The URL, as the store knows the webhook.
+    pub fn url(&self) -> &str {
+        self.url.as_str()
+    }
+
+    /// Refuses a host whose name resolves to a private address (unless allowed): at start-up.
+    /// A name that does not resolve now is let through; every send checks again.
+    pub async fn check_target(&self) -> Result<(), WebhookError> {
+        target::check_resolved(&self.url, self.allow_private).await
+    }
+
+    fn wants(&self, kind: &str, tool: &str) -> bool {
+        self.events
+            .as_ref()
+            .is_none_or(|events| events.contains(kind))
+            && self.tools.as_ref().is_none_or(|tools| tools.contains(tool))
+    }
+}
+
+/// rustls needs a process-wide crypto provider: ring, installed once. An application that makes
+/// its own `reqwest` clients beside toolgate (the crate is built with `rustls-no-provider`) calls
+/// this first.
+pub fn install_crypto() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// The configured webhooks and their two loops.
+pub struct Webhooks {
+    hooks: Vec<Webhook>,
+    settings: DeliverySettings,
+}
+
+impl Webhooks {
+    /// No webhooks.
+    pub fn none() -> Self {
+        Webhooks {
+            hooks: Vec::new(),
+            settings: DeliverySettings::default(),
+        }
+    }
+
+    /// Refuses a webhook whose host resolves to a private address it may not reach.
+    pub async fn check_targets(&self) -> Result<(), WebhookError> {
+        for hook in &self.hooks {
+            hook.check_target()
+                .await
+                .map_err(|err| WebhookError(format!("webhook {}: {err}", hook.url())))?;
+        }
+        Ok(())
+    }
+
+    /// Starts the outbox's cursor at the feed's head if it has none (the first start with
+    /// webhooks configured on this store), so that what happens from now on is delivered even
+    /// if this process dies before its outbox runs. Call it before serving requests; the binary
+    /// does.
+    pub async fn initialize(&self, store: &dyn Store) -> Result<(), StoreError> {
+        if self.hooks.is_empty() || store.webhook_cursor().await?.is_some() {
+            return Ok(());
+        }
+        let head = store.feed_head().await?;
+        // Another replica starting at the same time may win: then its cursor stands.
+        store.enqueue_deliveries(None, &head, Vec::new()).await?;
+        Ok(())
+    }
+
+    /// `hooks`, delivered with `settings`.
+    pub fn new(hooks: Vec<Webhook>, settings: DeliverySettings) -> Self {
+        Webhooks { hooks, settings }
+    }
+
+    /// Starts the outbox and the sender on `store`, until `released` turns `true`. The returned
+    /// handle wakes the sender at once (an admin's retry).
+    pub fn start(self, store: Arc<dyn Store>, released: watch::Receiver<bool>) -> Nudge {
+        let nudge = Nudge(Arc::new(Notify::new()));
+        if self.hooks.is_empty() {
+            return nudge;
+        }
+        let shared = Arc::new(Shared {
+            hooks: self.hooks,
+            settings: self.settings,
+            disabled: Mutex::new(HashSet::new()),
+            started: Timestamp::now(),
+        });
+        let run = Loop {
+            store,
+            shared,
+            nudge: nudge.clone(),
+            released,
+        };
+        tokio::spawn(outbox::outbox(run.clone()));
+        tokio::spawn(sender::sender(run));
+        nudge
+    }
+}
+
+/// Wakes the sender.
+#[derive(Clone)]
+pub struct Nudge(Arc<Notify>);
+
+impl Nudge {
+    /// Makes the sender look for due deliveries now.
+    pub fn wake(&self) {
+        self.0.notify_one();
+    }
+}
+
+struct Shared {
+    hooks: Vec<Webhook>,
+    settings: DeliverySettings,
+    /// Webhooks whose receiver answered 410 Gone.
+    disabled: Mutex<HashSet<String>>,
+    /// When the webhooks started: on the outbox's first start, what happened before is not
+    /// delivered.
+    started: Timestamp,
+}
+
+/// What both loops run on: the store, the webhooks, the sender's nudge, and the release that
+/// stops them.
+#[derive(Clone)]
+struct Loop {
+    store: Arc<dyn Store>,
+    shared: Arc<Shared>,
+    nudge: Nudge,
+    released: watch::Receiver<bool>,
+}
+
+/// Waits for `what`, `limit`, or the release; `false` once released.
+async fn pause(released: &mut watch::Receiver<bool>, limit: Duration, what: impl Future) -> bool {
+    tokio::select! {
+        _ = what => true,
+        () = tokio::time::sleep(limit) => true,
+        _ = released.wait_for(|released| *released) => false,
+    }
+}
