@@ -8,15 +8,12 @@ use toolgate::ToolSet;
 
 use crate::common::{self, TestServer};
 use crate::{
-    APPROVER, CALLER, OTHER_APPROVER, Person, actor_of, api, call_record, keys, start, suspend,
+    APPROVER, CALLER, OTHER_APPROVER, Person, actor_of, api, call_record, keys, signed_in, suspend,
 };
 
 #[tokio::test]
 async fn decisions_go_through_the_lifecycle_with_the_signed_in_key_as_actor() {
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
-    person.sign_in(APPROVER).await;
+    let (_dir, server, mut person) = signed_in(APPROVER).await;
 
     // Approve: the tool runs again with the answer.
     let asked = suspend(&server, "ask_human", json!({"question": "Ship?"})).await;
@@ -131,10 +128,7 @@ async fn decisions_go_through_the_lifecycle_with_the_signed_in_key_as_actor() {
 
 #[tokio::test]
 async fn a_refused_answer_shows_each_message_at_its_field_and_keeps_what_was_typed() {
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
-    person.sign_in(APPROVER).await;
+    let (_dir, server, mut person) = signed_in(APPROVER).await;
     let asked = suspend(&server, "ask_human", json!({"question": "Ship?"})).await;
     let page = person.get(&format!("/inbox/calls/{asked}")).await;
     let csrf = page.csrf();
@@ -224,10 +218,7 @@ async fn a_refused_answer_shows_each_message_at_its_field_and_keeps_what_was_typ
 
 #[tokio::test]
 async fn an_approval_decided_meanwhile_shows_who_decided_what() {
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
-    person.sign_in(APPROVER).await;
+    let (_dir, server, mut person) = signed_in(APPROVER).await;
     let asked = suspend(&server, "ask_human", json!({"question": "Ship?"})).await;
     let page = person.get(&format!("/inbox/calls/{asked}")).await;
     // Someone else approves first, over the API.

@@ -44,6 +44,16 @@ async fn start(
     .await
 }
 
+/// A fresh server (the example tools and [`keys`], its data in the directory returned, which
+/// must outlive it) and a person signed in on it with `key`.
+async fn signed_in(key: &str) -> (tempfile::TempDir, TestServer, Person) {
+    let dir = common::temp_dir();
+    let server = start(dir.path(), |b| b).await;
+    let mut person = Person::new(&server);
+    person.sign_in(key).await;
+    (dir, server, person)
+}
+
 /// A person with a browser's cookie jar (one cookie per name, as the server sets them).
 struct Person {
     base: String,

@@ -8,7 +8,7 @@ use toolgate::inbox::InboxOptions;
 use toolgate::server::auth::{ApiKey, Role, token_sha256};
 
 use crate::common::{self, Backend, Location, TestServer};
-use crate::{APPROVER, CALLER, Person, actor_of, call_record, start, suspend};
+use crate::{APPROVER, CALLER, Person, actor_of, call_record, signed_in, start, suspend};
 
 #[tokio::test]
 async fn signing_in_with_an_approver_key_sets_a_strict_http_only_cookie() {
@@ -157,10 +157,7 @@ async fn sign_in_attempts_are_rate_limited() {
 
 #[tokio::test]
 async fn signing_out_ends_the_session() {
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
-    person.sign_in(APPROVER).await;
+    let (_dir, server, mut person) = signed_in(APPROVER).await;
     let session = person.cookies["toolgate_inbox"].clone();
     let queue = person.get("/inbox").await;
     let out = person
@@ -186,10 +183,7 @@ async fn signing_out_ends_the_session() {
 
 #[tokio::test]
 async fn a_key_that_is_removed_or_reissued_ends_its_sessions() {
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
-    person.sign_in(APPROVER).await;
+    let (dir, server, mut person) = signed_in(APPROVER).await;
     server.stop().await;
     // The same name with a new token: the old sign-in no longer holds.
     let reissued = vec![ApiKey {
