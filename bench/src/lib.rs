@@ -77,6 +77,33 @@ pub async fn load_once(
     if addrs.is_empty() {
         return Err("no address".into());
     }
+    once(scenario, Target::Http(addrs), duration, connections).await
+}
+
+/// PostgreSQL's own single-row commits (the `pg_commits` scenario) on `connections` clients of
+/// the database at `url`, into a table `bench_commits` created there if missing.
+pub async fn commits_once(
+    url: &str,
+    duration: Duration,
+    connections: usize,
+) -> Result<ScenarioResult, String> {
+    let client = postgres::connect(url).await?;
+    client
+        .batch_execute(postgres::CREATE_COMMITS_TABLE)
+        .await
+        .map_err(|e| postgres::pg_error(&e))?;
+    drop(client);
+    let target = Target::Postgres(url.to_owned());
+    once(Scenario::Commits("commits"), target, duration, connections).await
+}
+
+/// One round of `scenario` against `target`, without a warm-up, outside a run (`load`).
+async fn once(
+    scenario: Scenario,
+    target: Target,
+    duration: Duration,
+    connections: usize,
+) -> Result<ScenarioResult, String> {
     let options = Options {
         toolgate: PathBuf::new(),
         bare: BareMode::InProcess,
@@ -93,44 +120,7 @@ pub async fn load_once(
     };
     let step = Step {
         scenario,
-        target: Target::Http(addrs),
-        pids: Vec::new(),
-        database: None,
-    };
-    let mut results = load::run_rounds(&[step], &options, None).await?;
-    results.pop().ok_or_else(|| "no result".to_owned())
-}
-
-/// PostgreSQL's own single-row commits (the `pg_commits` scenario) on `connections` clients of
-/// the database at `url`, into a table `bench_commits` created there if missing.
-pub async fn commits_once(
-    url: &str,
-    duration: Duration,
-    connections: usize,
-) -> Result<ScenarioResult, String> {
-    let client = postgres::connect(url).await?;
-    client
-        .batch_execute(postgres::CREATE_COMMITS_TABLE)
-        .await
-        .map_err(|e| postgres::pg_error(&e))?;
-    drop(client);
-    let options = Options {
-        toolgate: PathBuf::new(),
-        bare: BareMode::InProcess,
-        data_root: PathBuf::new(),
-        duration,
-        warmup: Duration::ZERO,
-        rounds: 1,
-        connections,
-        peer: false,
-        scale: None,
-        startups: 0,
-        postgres: None,
-        waiting: WaitOptions::smoke(),
-    };
-    let step = Step {
-        scenario: Scenario::Commits("commits"),
-        target: Target::Postgres(url.to_owned()),
+        target,
         pids: Vec::new(),
         database: None,
     };
