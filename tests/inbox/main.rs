@@ -45,11 +45,17 @@ async fn start(
 }
 
 /// A fresh server (the example tools and [`keys`], its data in the directory returned, which
-/// must outlive it) and a person signed in on it with `key`.
-async fn signed_in(key: &str) -> (tempfile::TempDir, TestServer, Person) {
+/// must outlive it) and a person on it, not signed in.
+async fn visitor() -> (tempfile::TempDir, TestServer, Person) {
     let dir = common::temp_dir();
     let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
+    let person = Person::new(&server);
+    (dir, server, person)
+}
+
+/// A fresh server, as [`visitor`]'s, and a person signed in on it with `key`.
+async fn signed_in(key: &str) -> (tempfile::TempDir, TestServer, Person) {
+    let (dir, server, mut person) = visitor().await;
     person.sign_in(key).await;
     (dir, server, person)
 }

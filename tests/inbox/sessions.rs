@@ -8,13 +8,11 @@ use toolgate::inbox::InboxOptions;
 use toolgate::server::auth::{ApiKey, Role, token_sha256};
 
 use crate::common::{self, Backend, Location, TestServer};
-use crate::{APPROVER, CALLER, Person, actor_of, call_record, signed_in, start, suspend};
+use crate::{APPROVER, CALLER, Person, actor_of, call_record, signed_in, start, suspend, visitor};
 
 #[tokio::test]
 async fn signing_in_with_an_approver_key_sets_a_strict_http_only_cookie() {
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
+    let (_dir, server, mut person) = visitor().await;
     let signed = person.sign_in(APPROVER).await;
     assert_eq!(signed.status, StatusCode::SEE_OTHER);
     assert_eq!(signed.header("location"), "/inbox");
@@ -77,9 +75,7 @@ async fn signing_in_with_an_approver_key_sets_a_strict_http_only_cookie() {
     );
     server.stop().await;
 
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
+    let (_dir, server, mut person) = visitor().await;
     let request = person
         .client
         .get(format!("{}/inbox", person.base))
@@ -95,9 +91,7 @@ async fn signing_in_with_an_approver_key_sets_a_strict_http_only_cookie() {
 
 #[tokio::test]
 async fn caller_and_unknown_keys_are_refused_with_a_message() {
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
+    let (_dir, server, mut person) = visitor().await;
     let caller = person.sign_in(CALLER).await;
     assert_eq!(caller.status, StatusCode::FORBIDDEN);
     assert!(
@@ -141,9 +135,7 @@ async fn caller_and_unknown_keys_are_refused_with_a_message() {
 
 #[tokio::test]
 async fn sign_in_attempts_are_rate_limited() {
-    let dir = common::temp_dir();
-    let server = start(dir.path(), |b| b).await;
-    let mut person = Person::new(&server);
+    let (_dir, server, mut person) = visitor().await;
     for attempt in 0..10 {
         let page = person.sign_in("wrong").await;
         assert_eq!(page.status, StatusCode::UNAUTHORIZED, "attempt {attempt}");
