@@ -36,7 +36,8 @@ pub mod webhooks;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-pub use harness::load::{Scenario, ScenarioResult, Step, Target};
+pub use harness::load::{ScenarioResult, Step, Target};
+pub use harness::operation::Scenario;
 pub use harness::servers::{BareServer, ServerProcess, run_bare as servers_run_bare};
 pub use harness::{BareMode, Options, PgOptions, WaitOptions, cpu, disk_fsyncs_per_s, postgres};
 pub use report::Report;

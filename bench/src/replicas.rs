@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::harness::client::{fetch, send_email, status_of};
-use crate::harness::load::{Scenario, Step, Target};
+use crate::harness::load::{Step, Target};
+use crate::harness::operation::Scenario;
 use crate::harness::postgres::{self, Admin, PgOptions, TableStats};
 use crate::harness::servers::ServerProcess;
 use crate::harness::{Options, random_below};

@@ -34,7 +34,8 @@ use toolgate::feed::webhooks::{parse_secret, signature};
 
 use crate::harness::Options;
 use crate::harness::client::{self, metric, suspend_many};
-use crate::harness::load::{self, Scenario, ScenarioResult, Step};
+use crate::harness::load::{self, ScenarioResult, Step};
+use crate::harness::operation::Scenario;
 use crate::harness::postgres::{self, Admin};
 use crate::harness::servers::{ServerProcess, sqlite_server};
 use crate::harness::webhook::SECRET;

@@ -1,12 +1,13 @@
 //! What every scenario shares, below all of them: the run's options, starting the servers
 //! ([`servers`], [`postgres`], [`peer`]), the HTTP/1 client ([`client`]), the closed-loop load
-//! generator and its rounds ([`load`]), and measuring ([`cpu`], the servers' memory, the disk's
+//! generator and its rounds ([`load`], [`operation`]), and measuring ([`cpu`], the servers' memory, the disk's
 //! fsync rate). A scenario imports the harness, never another scenario; the report and the run
 //! (the crate root) sit above them all.
 
 pub mod client;
 pub mod cpu;
 pub mod load;
+pub mod operation;
 pub mod peer;
 pub mod postgres;
 pub mod servers;

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::client::fetch;
-use super::load::mcp_echo_once;
+use super::operation::mcp_echo_once;
 use super::servers::peak_rss_kib;
 
 const ECHO_SERVER: &str = r#"import sys
