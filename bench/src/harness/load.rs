@@ -232,7 +232,7 @@ async fn drive_commits(url: String, index: usize, from: Instant, until: Instant)
 /// Runs every scenario of `plan`, `options.rounds` times interleaved, and keeps each one's best
 /// round (the least disturbed by the machine's noise). With `admin`, the counters of each
 /// PostgreSQL scenario's database are read before and after each of its rounds (once they
-/// have settled, see [`settle_statistics`]) and summed.
+/// have settled, see `settle_statistics`) and summed.
 pub async fn run_rounds(
     plan: &[Step],
     options: &Options,

@@ -1,5 +1,5 @@
 //! PostgreSQL for the scenarios: their options, connections, scratch databases and the
-//! counters sampled around each round ([`admin`]: transactions, rows, WAL, time in the backend
+//! counters sampled around each round ([`Admin`]: transactions, rows, WAL, time in the backend
 //! per call), toolgate replicas on a database, and the commits baseline's table.
 //!
 //! Each scenario gets a database of its own, created for the run and dropped after it, so the
