@@ -23,24 +23,22 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::Request;
 use tokio::sync::watch;
 use toolgate::feed::webhooks::{parse_secret, signature};
 
-use crate::load::{self, Scenario, ScenarioResult, Step};
-use crate::postgres::Admin;
-use crate::servers::ServerProcess;
-use crate::{Options, Report, waiting};
-
-/// The webhook's secret (32 bytes): a benchmark's, not a secret.
-const SECRET: &str = "whsec_dG9vbGdhdGUtYmVuY2gtd2ViaG9vay1zZWNyZXQtMzI=";
+use crate::harness::Options;
+use crate::harness::client::{self, metric, suspend_many};
+use crate::harness::load::{self, ScenarioResult, Step};
+use crate::harness::operation::Scenario;
+use crate::harness::postgres::{self, Admin};
+use crate::harness::servers::{ServerProcess, sqlite_server};
+use crate::harness::webhook::SECRET;
 
 /// What one delivery scenario measured, beside its [`ScenarioResult`].
 #[derive(Debug, Clone)]
@@ -189,68 +187,6 @@ impl Drop for Receiver {
     }
 }
 
-/// The sample message of the receiver's baseline, signed: its body and signature.
-fn sample() -> &'static (String, String) {
-    static SAMPLE: OnceLock<(String, String)> = OnceLock::new();
-    SAMPLE.get_or_init(|| {
-        // A `call.suspended` delivery of `ask_human`, as toolgate sends it (804 bytes).
-        let at = "2026-12-01T12:00:00.000Z";
-        let body = serde_json::json!({
-            "data": {
-                "at": at,
-                "call": {
-                    "attempts": 1,
-                    "call_id": "call_00000000000000000000000000sample",
-                    "caller": null,
-                    "created_at": at,
-                    "effect": "read",
-                    "idempotency_key": null,
-                    "status": "suspended",
-                    "tool": "ask_human",
-                    "updated_at": at
-                },
-                "suspension": {
-                    "expires_at": null,
-                    "input_schema": {
-                        "$schema": "https://json-schema.org/draft/2020-12/schema",
-                        "additionalProperties": false,
-                        "description": "The person's answer: what the approver sends, and what \
-                                        the tool returns.",
-                        "properties": {
-                            "answer": {"description": "The answer.", "type": "string"}
-                        },
-                        "required": ["answer"],
-                        "title": "HumanAnswer",
-                        "type": "object"
-                    },
-                    "reason": "ship it?",
-                    "token": "sus_0000000000000000000000000000000000sample"
-                },
-                "type": "call.suspended"
-            },
-            "timestamp": at,
-            "type": "call.suspended"
-        })
-        .to_string();
-        let secret = parse_secret(SECRET).expect("the bench's secret");
-        let signed = signature(&secret, "msg_bench_sample", 1_700_000_000, &body);
-        (body, signed)
-    })
-}
-
-/// The baseline's request: the signed sample message, to `/`.
-pub(crate) fn sample_request() -> Result<Request<Full<Bytes>>, String> {
-    let (body, signed) = sample();
-    Request::post("/")
-        .header("host", "127.0.0.1")
-        .header("content-type", "application/json")
-        .header("webhook-id", "msg_bench_sample")
-        .header("webhook-timestamp", "1700000000")
-        .header("webhook-signature", signed.as_str())
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
-        .map_err(|e| e.to_string())
-}
-
 /// toolgate's configuration: one webhook, to the receiver at `addr`, for every entry.
 fn config(addr: SocketAddr) -> String {
     format!(
@@ -271,7 +207,7 @@ async fn deliveries(
     backlog: bool,
 ) -> Result<(ScenarioResult, DeliveryRun), String> {
     receiver.inbox.reset(!backlog);
-    let (made, mut errors) = waiting::suspend_many(server.addr, count, connections).await?;
+    let (made, mut errors) = suspend_many(server.addr, count, connections).await?;
     let answered = |pick: fn(Instant, Instant) -> Instant| {
         made.iter()
             .map(|(_, at)| *at)
@@ -279,10 +215,10 @@ async fn deliveries(
             .ok_or("no call suspended")
     };
     let (first, last_made) = (answered(Instant::min)?, answered(Instant::max)?);
-    let mut scrape = load::connect(server.addr).await?;
+    let mut scrape = client::connect(server.addr).await?;
     let commits = "toolgate_store_batch_size_count";
     let (released, commits_before) = if backlog {
-        let before = waiting::metric(&mut scrape, commits).await?;
+        let before = metric(&mut scrape, commits).await?;
         receiver.inbox.open.send_replace(true);
         (Some(Instant::now()), Some(before))
     } else {
@@ -299,7 +235,7 @@ async fn deliveries(
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let commits_after = match commits_before {
-        Some(_) => Some(waiting::metric(&mut scrape, commits).await?),
+        Some(_) => Some(metric(&mut scrape, commits).await?),
         None => None,
     };
     let missing = arrivals.iter().filter(|a| a.is_none()).count() as u64;
@@ -388,16 +324,16 @@ pub async fn run(
     let config_file = options.data_root.join("webhooks.toml");
     std::fs::write(&config_file, config(receiver.addr))
         .map_err(|e| format!("{}: {e}", config_file.display()))?;
-    let sqlite = waiting::sqlite_server(options, "webhooks", Some(&config_file), &[]).await?;
+    let sqlite = sqlite_server(options, "webhooks", Some(&config_file), &[]).await?;
     let pg = match admin {
         Some(admin) => Some(
-            waiting::pg_replicas(
+            postgres::pg_replicas(
                 options,
                 admin,
                 "webhooks",
                 1,
                 Some(&config_file),
-                &waiting::small_pool(),
+                &postgres::small_pool(),
             )
             .await?,
         ),
@@ -455,13 +391,15 @@ pub async fn run(
         Ok((best, runs))
     }
     .await;
-    waiting::stop(sqlite, pg, admin).await;
+    postgres::stop(sqlite, pg, admin).await;
     result
 }
 
-/// The webhook deliveries' details for the report.
-pub fn markdown(report: &Report) -> String {
-    if report.deliveries.is_empty() {
+/// The webhook deliveries' details for the report: `deliveries`, with their rates and the
+/// receiver's ceiling from `scenarios`.
+pub fn markdown(scenarios: &[ScenarioResult], deliveries: &[DeliveryRun]) -> String {
+    let get = |name: &str| scenarios.iter().find(|s| s.name == name);
+    if deliveries.is_empty() {
         return String::new();
     }
     let mut out = String::from(
@@ -475,9 +413,9 @@ pub fn markdown(report: &Report) -> String {
          delivery (backlog) | vs webhook_receiver |\n\
          | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n",
     );
-    let ceiling = report.get("webhook_receiver").map(|r| r.rps);
-    for run in &report.deliveries {
-        let rate = report.get(&run.name).map_or(0.0, |r| r.rps);
+    let ceiling = get("webhook_receiver").map(|r| r.rps);
+    for run in deliveries {
+        let rate = get(&run.name).map_or(0.0, |r| r.rps);
         out.push_str(&format!(
             "| {} | {} | {:.2} s | {:.2} s | {:.0} ms | {:.0} | {} | {} | {} | {} | {} |\n",
             run.name,

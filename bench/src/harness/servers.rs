@@ -1,5 +1,5 @@
-//! The servers under load: toolgate as a child process, the bare axum ceiling, and seeding a
-//! store for the scale scenarios.
+//! The servers under load: toolgate as a child process (and a fresh one on SQLite), the bare
+//! axum ceiling, their memory, and seeding a store for the scale scenarios.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -14,8 +14,8 @@ use axum::response::IntoResponse;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::BareMode;
-use crate::load::{peak_rss_kib, rss_kib};
+use super::client::fetch;
+use super::{BareMode, Options};
 
 /// A server running as a child process.
 pub struct ServerProcess {
@@ -71,7 +71,7 @@ impl ServerProcess {
     async fn wait_ready(&self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if crate::load::fetch(self.addr, "/readyz").await.is_ok() {
+            if fetch(self.addr, "/readyz").await.is_ok() {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -388,4 +388,44 @@ pub fn seed(dir: &Path, calls: u64, pending: u64) -> Result<(), String> {
     conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); ANALYZE;")
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Peak resident memory of process `pid`, in KiB.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmHWM:")
+}
+
+/// Resident memory of process `pid` now, in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmRSS:")
+}
+
+/// Anonymous resident memory of process `pid` now (the heap and stacks, not the mapped binary),
+/// in KiB.
+pub fn anon_rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "RssAnon:")
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|line| line.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// A fresh toolgate on SQLite in `options.data_root/<label>`, with `env`.
+pub(crate) async fn sqlite_server(
+    options: &Options,
+    label: &str,
+    config: Option<&std::path::Path>,
+    env: &[(String, String)],
+) -> Result<ServerProcess, String> {
+    let dir = options.data_root.join(label);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    ServerProcess::toolgate_with(&options.toolgate, &dir, config, env).await
 }

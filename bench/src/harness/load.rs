@@ -1,69 +1,16 @@
-//! The closed-loop load generator and the scenarios it runs.
+//! The closed-loop load generator: the steps of a plan, each a kind of load ([`Scenario`]) on a
+//! target, and the rounds that measure them (with the database's counters and every process's
+//! CPU around each).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
-
-use crate::Options;
-
-/// One kind of load, named as it is reported.
-#[derive(Debug, Clone, Copy)]
-pub enum Scenario {
-    /// `GET /tools`.
-    Tools(&'static str),
-    /// `POST /tools/echo/call`.
-    Echo(&'static str),
-    /// `POST /recorded/tools/echo/call` on the bare server: its echo plus a row per call.
-    RecordedEcho(&'static str),
-    /// `POST /tools/send_email/call` with a fresh `Idempotency-Key` each: the durable write.
-    Write(&'static str),
-    /// `ask_human` suspends, then its token is approved: one cycle is one operation.
-    SuspendApprove(&'static str),
-    /// `POST /echo` on mcpo.
-    PeerEcho(&'static str),
-    /// MCP `tools/call` of echo, one stateless JSON-RPC request per operation (`POST /mcp`, the
-    /// 2025-11-25 era: no handshake needed): toolgate's door, or FastMCP's own server.
-    McpEcho(&'static str),
-    /// MCP `tools/call` of `peer__echo` on toolgate's `/mcp`: FastMCP's echo, served through
-    /// toolgate as an upstream (the gate's cost, against `McpEcho` on FastMCP itself).
-    GatedMcpEcho(&'static str),
-    /// `POST /tools/peer__echo/call` on toolgate: the same upstream echo over REST.
-    GatedEcho(&'static str),
-    /// `GET /approvals?limit=50`.
-    Approvals(&'static str),
-    /// PostgreSQL alone: one row inserted and committed per operation, on a client of its own
-    /// per connection (the baseline of the durable write on PostgreSQL).
-    Commits(&'static str),
-    /// A signed sample message posted straight to the harness's webhook receiver: its own
-    /// rate, the ceiling of webhook deliveries (see `crate::webhooks`).
-    WebhookPost(&'static str),
-}
-
-impl Scenario {
-    /// The name reported.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scenario::Tools(n)
-            | Scenario::Echo(n)
-            | Scenario::RecordedEcho(n)
-            | Scenario::Write(n)
-            | Scenario::SuspendApprove(n)
-            | Scenario::PeerEcho(n)
-            | Scenario::McpEcho(n)
-            | Scenario::GatedMcpEcho(n)
-            | Scenario::GatedEcho(n)
-            | Scenario::Approvals(n)
-            | Scenario::Commits(n)
-            | Scenario::WebhookPost(n) => n,
-        }
-    }
-}
+use super::Options;
+use super::client::{EMAIL_BODY, connect, fetch};
+use super::operation::{Scenario, operate};
+use super::postgres::Admin;
+use super::servers::peak_rss_kib;
+use super::{cpu, postgres};
 
 /// One measurement.
 #[derive(Debug, Clone)]
@@ -86,13 +33,13 @@ pub struct ScenarioResult {
     /// counters of a PostgreSQL scenario cover.
     pub operations_all: u64,
     /// A PostgreSQL scenario's counters, summed over its rounds.
-    pub pg: Option<crate::postgres::Counters>,
+    pub pg: Option<postgres::Counters>,
     /// The cluster-wide WAL figures per operation (bytes, fsyncs, ms in fsyncs) of the round
     /// with the least WAL per operation: anything else writing to the cluster meanwhile only
     /// adds to them, so the least disturbed round has the least.
     pub wal_per_op: Option<[f64; 3]>,
     /// CPU time used over every round (warm-ups included), by whom.
-    pub cpu: Option<crate::cpu::Cpu>,
+    pub cpu: Option<cpu::Cpu>,
     /// Echo on PostgreSQL, in the round kept: whether the records written behind the answers
     /// kept up with them.
     pub behind: Option<WriteBehind>,
@@ -108,257 +55,6 @@ pub struct WriteBehind {
     /// How long after the load stopped the last of them was committed (`None`: not within a
     /// minute).
     pub drained_after: Option<Duration>,
-}
-
-pub(crate) const ECHO_BODY: &str = r#"{"input":{"text":"hello, tools"}}"#;
-pub(crate) const EMAIL_BODY: &str =
-    r#"{"input":{"to":"bench@example.com","subject":"load","body":"one of many"}}"#;
-const ASK_BODY: &str = r#"{"input":{"question":"ship it?"}}"#;
-pub(crate) const ANSWER_BODY: &str = r#"{"input":{"answer":"yes"}}"#;
-const PEER_BODY: &str = r#"{"text":"hello, tools"}"#;
-const MCP_ECHO_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, tools"}}}"#;
-const GATED_MCP_ECHO_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"peer__echo","arguments":{"text":"hello, tools"}}}"#;
-const GATED_ECHO_BODY: &str = r#"{"input":{"text":"hello, tools"}}"#;
-
-/// A unique suffix for idempotency keys across runs and connections.
-static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
-
-/// A keep-alive HTTP/1 connection to `addr`.
-pub(crate) async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
-}
-
-/// One request of `method` to `path` on `sender`, with a JSON `body` unless it is empty and an
-/// `Idempotency-Key` when `key` is given; the answer's status and whole body.
-pub(crate) async fn send(
-    sender: &mut SendRequest<Full<Bytes>>,
-    method: Method,
-    path: &str,
-    key: Option<&str>,
-    body: &'static str,
-) -> Result<(StatusCode, Bytes), String> {
-    send_with(sender, method, path, key, &[], body).await
-}
-
-async fn send_with(
-    sender: &mut SendRequest<Full<Bytes>>,
-    method: Method,
-    path: &str,
-    key: Option<&str>,
-    headers: &[(&str, &str)],
-    body: &'static str,
-) -> Result<(StatusCode, Bytes), String> {
-    let mut request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", "127.0.0.1");
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    if !body.is_empty() {
-        request = request.header("content-type", "application/json");
-    }
-    if let Some(key) = key {
-        request = request.header("idempotency-key", key);
-    }
-    let request = request
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
-        .map_err(|e| e.to_string())?;
-    exchange(sender, request).await
-}
-
-/// Sends `request` on `sender` once it is ready; the answer's status and whole body.
-pub(crate) async fn exchange(
-    sender: &mut SendRequest<Full<Bytes>>,
-    request: Request<Full<Bytes>>,
-) -> Result<(StatusCode, Bytes), String> {
-    sender.ready().await.map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    Ok((status, bytes))
-}
-
-/// GETs `path` once and returns the body.
-pub async fn fetch(addr: SocketAddr, path: &str) -> Result<Bytes, String> {
-    let mut sender = connect(addr).await?;
-    match send(&mut sender, Method::GET, path, None, "").await? {
-        (StatusCode::OK, body) => Ok(body),
-        (status, body) => Err(format!(
-            "GET {path}: {status} {}",
-            String::from_utf8_lossy(&body)
-        )),
-    }
-}
-
-/// One MCP `tools/call` of echo, on a connection of its own.
-pub async fn mcp_echo_once(addr: SocketAddr) -> Result<(), String> {
-    let mut sender = connect(addr).await?;
-    match operate(Scenario::McpEcho("probe"), &mut sender).await? {
-        true => Ok(()),
-        false => Err("MCP echo did not answer as expected".into()),
-    }
-}
-
-/// One `send_email` call with `key` as its `Idempotency-Key`, on a connection of its own.
-pub async fn send_email(addr: SocketAddr, key: &str) -> Result<(StatusCode, Bytes), String> {
-    let mut sender = connect(addr).await?;
-    send(
-        &mut sender,
-        Method::POST,
-        "/tools/send_email/call",
-        Some(key),
-        EMAIL_BODY,
-    )
-    .await
-}
-
-/// Whether `needle` occurs in `body`.
-fn contains(body: &[u8], needle: &str) -> bool {
-    body.windows(needle.len()).any(|w| w == needle.as_bytes())
-}
-
-/// The suspension token in a `202` body.
-pub(crate) fn token(body: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(body).ok()?;
-    let start = text.find("\"token\":\"")? + 9;
-    let end = start + text[start..].find('"')?;
-    Some(text[start..end].to_owned())
-}
-
-/// One `ask_human` call, which suspends: the answer's status and body.
-pub(crate) async fn ask_human(
-    sender: &mut SendRequest<Full<Bytes>>,
-) -> Result<(StatusCode, Bytes), String> {
-    send(
-        sender,
-        Method::POST,
-        "/tools/ask_human/call",
-        None,
-        ASK_BODY,
-    )
-    .await
-}
-
-/// The `status` of a call's record (or of a call's answer).
-pub(crate) fn status_of(body: &[u8]) -> Option<String> {
-    let call: serde_json::Value = serde_json::from_slice(body).ok()?;
-    call["status"].as_str().map(str::to_owned)
-}
-
-/// One operation of `scenario`; `Ok(true)` when every answer was the expected one.
-async fn operate(
-    scenario: Scenario,
-    sender: &mut SendRequest<Full<Bytes>>,
-) -> Result<bool, String> {
-    let ok = |(status, _): (StatusCode, Bytes), want: StatusCode| status == want;
-    Ok(match scenario {
-        Scenario::Tools(_) => ok(
-            send(sender, Method::GET, "/tools", None, "").await?,
-            StatusCode::OK,
-        ),
-        Scenario::Approvals(_) => ok(
-            send(sender, Method::GET, "/approvals?limit=50", None, "").await?,
-            StatusCode::OK,
-        ),
-        Scenario::Echo(_) => ok(
-            send(sender, Method::POST, "/tools/echo/call", None, ECHO_BODY).await?,
-            StatusCode::OK,
-        ),
-        Scenario::RecordedEcho(_) => ok(
-            send(
-                sender,
-                Method::POST,
-                "/recorded/tools/echo/call",
-                None,
-                ECHO_BODY,
-            )
-            .await?,
-            StatusCode::OK,
-        ),
-        Scenario::PeerEcho(_) => ok(
-            send(sender, Method::POST, "/echo", None, PEER_BODY).await?,
-            StatusCode::OK,
-        ),
-        Scenario::McpEcho(_) | Scenario::GatedMcpEcho(_) => {
-            let headers = [
-                ("accept", "application/json, text/event-stream"),
-                ("mcp-protocol-version", "2025-11-25"),
-            ];
-            let body = match scenario {
-                Scenario::GatedMcpEcho(_) => GATED_MCP_ECHO_BODY,
-                _ => MCP_ECHO_BODY,
-            };
-            let (status, body) =
-                send_with(sender, Method::POST, "/mcp", None, &headers, body).await?;
-            status == StatusCode::OK && contains(&body, "\"isError\":false")
-        }
-        Scenario::GatedEcho(_) => ok(
-            send(
-                sender,
-                Method::POST,
-                "/tools/peer__echo/call",
-                None,
-                GATED_ECHO_BODY,
-            )
-            .await?,
-            StatusCode::OK,
-        ),
-        Scenario::Write(_) => {
-            let key = format!(
-                "bench-{}-{}",
-                std::process::id(),
-                NEXT_KEY.fetch_add(1, Ordering::Relaxed)
-            );
-            ok(
-                send(
-                    sender,
-                    Method::POST,
-                    "/tools/send_email/call",
-                    Some(&key),
-                    EMAIL_BODY,
-                )
-                .await?,
-                StatusCode::OK,
-            )
-        }
-        Scenario::Commits(_) => return Err("commits run on PostgreSQL, not HTTP".into()),
-        Scenario::WebhookPost(_) => ok(
-            exchange(sender, crate::webhooks::sample_request()?).await?,
-            StatusCode::OK,
-        ),
-        Scenario::SuspendApprove(_) => {
-            let (status, body) = ask_human(sender).await?;
-            match (status, token(&body)) {
-                (StatusCode::ACCEPTED, Some(token)) => {
-                    let path = format!("/approvals/{token}/approve");
-                    ok(
-                        send(sender, Method::POST, &path, None, ANSWER_BODY).await?,
-                        StatusCode::OK,
-                    )
-                }
-                _ => false,
-            }
-        }
-    })
 }
 
 /// What one connection measured.
@@ -493,13 +189,13 @@ async fn drive_commits(url: String, index: usize, from: Instant, until: Instant)
     let client_no = i32::try_from(index).unwrap_or(i32::MAX);
     let mut client = None;
     // Each backend's CPU, read before its client closes (it is gone after).
-    let backend_cpu = |backend: Option<u32>| backend.and_then(crate::cpu::process_s);
+    let backend_cpu = |backend: Option<u32>| backend.and_then(cpu::process_s);
     while Instant::now() < until {
         if client.is_none() {
             let connected = async {
-                let c = crate::postgres::connect_as(&url, crate::postgres::COMMITS_CLIENT).await?;
+                let c = postgres::connect_as(&url, postgres::COMMITS_CLIENT).await?;
                 let statement = c
-                    .prepare(crate::postgres::COMMIT_ONE_ROW)
+                    .prepare(postgres::COMMIT_ONE_ROW)
                     .await
                     .map_err(|e| e.to_string())?;
                 let backend = c
@@ -533,41 +229,14 @@ async fn drive_commits(url: String, index: usize, from: Instant, until: Instant)
     tally
 }
 
-/// Peak resident memory of process `pid`, in KiB.
-pub fn peak_rss_kib(pid: u32) -> Option<u64> {
-    proc_status_kib(pid, "VmHWM:")
-}
-
-/// Resident memory of process `pid` now, in KiB.
-pub fn rss_kib(pid: u32) -> Option<u64> {
-    proc_status_kib(pid, "VmRSS:")
-}
-
-/// Anonymous resident memory of process `pid` now (the heap and stacks, not the mapped binary),
-/// in KiB.
-pub fn anon_rss_kib(pid: u32) -> Option<u64> {
-    proc_status_kib(pid, "RssAnon:")
-}
-
-fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|line| line.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// Runs every scenario of `plan`, `options.rounds` times interleaved, and keeps each one's best
 /// round (the least disturbed by the machine's noise). With `admin`, the counters of each
 /// PostgreSQL scenario's database are read before and after each of its rounds (once they
-/// have settled, see [`crate::postgres::Admin::settle`]) and summed.
+/// have settled, see `settle_statistics`) and summed.
 pub async fn run_rounds(
     plan: &[Step],
     options: &Options,
-    admin: Option<&crate::postgres::Admin>,
+    admin: Option<&Admin>,
 ) -> Result<Vec<ScenarioResult>, String> {
     let settle = options
         .postgres
@@ -602,7 +271,7 @@ pub async fn run_rounds(
                 }
                 None => 0,
             };
-            let cpu_before = crate::cpu::Cpu::now(&step.pids, postmaster);
+            let cpu_before = cpu::Cpu::now(&step.pids, postmaster);
             let backends_before = match (admin, &step.database) {
                 (Some(admin), Some(db)) if postmaster.is_some() => Some(admin.backends(db).await?),
                 _ => None,
@@ -650,16 +319,16 @@ pub async fn run_rounds(
                 _ => None,
             };
             // After the records written behind are in: their work is the calls'.
-            let mut cpu = crate::cpu::Cpu::now(&step.pids, postmaster).since(cpu_before);
+            let mut cpu = cpu::Cpu::now(&step.pids, postmaster).since(cpu_before);
             if let (Some(admin), Some(db), Some(before)) = (admin, &step.database, backends_before)
             {
                 let after = admin.backends(db).await?;
-                cpu.backends_s = Some(crate::cpu::used_between(&before, &after) + tally.backends_s);
+                cpu.backends_s = Some(cpu::used_between(&before, &after) + tally.backends_s);
             }
             let operations = tally.operations;
             let pg = match observed {
                 Some((admin, db, before)) => {
-                    admin.settle(step, settle).await?;
+                    settle_statistics(admin, step, settle).await?;
                     let mut counters = admin.sample(db).await?.since(before);
                     // The probes above are transactions of their own in the same database.
                     counters.transactions -= probes;
@@ -763,4 +432,26 @@ impl ScenarioResult {
             behind: None,
         }
     }
+}
+
+/// Waits until the counters of what `step` just did are all flushed to the statistics:
+/// `settle`, then a `/readyz` to each server (a write and a read on its connections, whose
+/// backends flush what they kept pending when they finish a transaction more than a second
+/// after their last flush), or, for the commits baseline, until its backends have exited
+/// (they flush when they exit).
+async fn settle_statistics(admin: &Admin, step: &Step, settle: Duration) -> Result<(), String> {
+    tokio::time::sleep(settle).await;
+    match &step.target {
+        Target::Http(addrs) => {
+            for addr in addrs {
+                fetch(*addr, "/readyz").await?;
+            }
+        }
+        Target::Postgres(_) => {
+            if let Some(db) = &step.database {
+                admin.wait_for_no_backends(db).await;
+            }
+        }
+    }
+    Ok(())
 }

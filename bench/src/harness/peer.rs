@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::load::peak_rss_kib;
+use super::client::fetch;
+use super::operation::mcp_echo_once;
+use super::servers::peak_rss_kib;
 
 const ECHO_SERVER: &str = r#"import sys
 
@@ -112,7 +114,7 @@ impl Peer {
             .spawn()
             .map_err(|e| format!("cannot start mcpo: {e}"))?;
         Peer::answering(child, port, "mcpo", async |addr| {
-            crate::load::fetch(addr, "/openapi.json").await.is_ok()
+            fetch(addr, "/openapi.json").await.is_ok()
         })
         .await
     }
@@ -130,7 +132,7 @@ impl Peer {
             .spawn()
             .map_err(|e| format!("cannot start FastMCP: {e}"))?;
         Peer::answering(child, port, "FastMCP", async |addr| {
-            crate::load::mcp_echo_once(addr).await.is_ok()
+            mcp_echo_once(addr).await.is_ok()
         })
         .await
     }

@@ -1,0 +1,383 @@
+//! Deciding from one approval's page: approvals and rejections through the lifecycle with the
+//! signed-in key as actor, the form's refusals at their fields, a decision made meanwhile, and a
+//! call that needs reconciliation settled.
+
+use reqwest::StatusCode;
+use serde_json::json;
+use toolgate::ToolSet;
+
+use crate::common::{self, TestServer};
+use crate::{
+    APPROVER, CALLER, OTHER_APPROVER, Person, actor_of, api, call_record, keys, signed_in, suspend,
+};
+
+#[tokio::test]
+async fn decisions_go_through_the_lifecycle_with_the_signed_in_key_as_actor() {
+    let (_dir, server, mut person) = signed_in(APPROVER).await;
+
+    // Approve: the tool runs again with the answer.
+    let asked = suspend(&server, "ask_human", json!({"question": "Ship?"})).await;
+    let queue = person.get("/inbox").await;
+    assert!(
+        queue.body.contains(&format!("/inbox/calls/{asked}")),
+        "listed"
+    );
+    assert!(queue.body.contains("orchestrator"), "with its caller");
+    let page = person.get(&format!("/inbox/calls/{asked}")).await;
+    assert!(
+        !page.body.contains("sus_"),
+        "no suspension token in the page"
+    );
+    let approved = person
+        .post(
+            &format!("/inbox/calls/{asked}/approve"),
+            &[("v/answer", "yes, ship it"), ("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(approved.status, StatusCode::SEE_OTHER, "{}", approved.body);
+    assert_eq!(approved.header("location"), format!("/inbox/calls/{asked}"));
+    let call = call_record(&server, &asked).await;
+    assert_eq!(call["status"], "completed");
+    assert_eq!(call["output"], json!({"answer": "yes, ship it"}));
+    assert_eq!(actor_of(&call, "approved").as_deref(), Some("finance-ops"));
+    let history = person.get(&format!("/inbox/calls/{asked}")).await;
+    assert!(
+        history
+            .body
+            .contains("Approved</span> by <strong class=\"actor\">finance-ops</strong>"),
+        "{}",
+        history.body
+    );
+
+    // Reject, with a reason (required).
+    let refused = suspend(&server, "ask_human", json!({"question": "Delete prod?"})).await;
+    let page = person.get(&format!("/inbox/calls/{refused}")).await;
+    let csrf = page.csrf();
+    let empty = person
+        .post(
+            &format!("/inbox/calls/{refused}/reject"),
+            &[("reason", " "), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(empty.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(empty.body.contains("Say why the call is rejected"));
+    let rejected = person
+        .post(
+            &format!("/inbox/calls/{refused}/reject"),
+            &[("reason", "Not on a Friday."), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(rejected.status, StatusCode::SEE_OTHER);
+    let call = call_record(&server, &refused).await;
+    assert_eq!(call["status"], "rejected");
+    assert!(
+        call["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Not on a Friday."),
+        "{call}"
+    );
+    assert_eq!(actor_of(&call, "rejected").as_deref(), Some("finance-ops"));
+
+    // Complete externally, through the output schema's form.
+    let refund = suspend(
+        &server,
+        "issue_refund",
+        json!({"order_id": "o-9", "amount_cents": 25000, "reason": "broken"}),
+    )
+    .await;
+    let page = person.get(&format!("/inbox/calls/{refund}")).await;
+    assert!(
+        page.body
+            .contains("write: changes something outside toolgate")
+    );
+    assert!(
+        page.body.contains("name=\"v/refund_id\""),
+        "the receipt's form"
+    );
+    let completed = person
+        .post(
+            &format!("/inbox/calls/{refund}/complete"),
+            &[
+                ("csrf", &page.csrf()),
+                ("v/refund_id", "rf_manual_1"),
+                ("v/order_id", "o-9"),
+                ("v/amount_cents", "25000"),
+                ("v/status", "0"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        completed.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        completed.body
+    );
+    let call = call_record(&server, &refund).await;
+    assert_eq!(call["status"], "completed");
+    assert_eq!(
+        call["output"],
+        json!({"refund_id": "rf_manual_1", "order_id": "o-9", "amount_cents": 25000, "status": "issued"})
+    );
+    assert_eq!(
+        actor_of(&call, "completed_externally").as_deref(),
+        Some("finance-ops")
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_answer_shows_each_message_at_its_field_and_keeps_what_was_typed() {
+    let (_dir, server, mut person) = signed_in(APPROVER).await;
+    let asked = suspend(&server, "ask_human", json!({"question": "Ship?"})).await;
+    let page = person.get(&format!("/inbox/calls/{asked}")).await;
+    let csrf = page.csrf();
+    // An empty required field is left out, and refused as missing by the real validation.
+    let missing = person
+        .post(
+            &format!("/inbox/calls/{asked}/approve"),
+            &[("v/answer", ""), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(missing.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        missing
+            .body
+            .contains("id=\"approve-f/answer-error\">This field is required.</p>"),
+        "{}",
+        missing.body
+    );
+    assert!(
+        missing
+            .body
+            .contains("aria-invalid=\"true\" aria-describedby=\"approve-f/answer-help approve-f/answer-error\""),
+        "{}",
+        missing.body
+    );
+    assert!(
+        missing.body.contains("required property"),
+        "the validator's own message, in the summary"
+    );
+    assert_eq!(
+        call_record(&server, &asked).await["status"],
+        "suspended",
+        "still pending"
+    );
+
+    // The output form of issue_refund: a number that is no number, and one too large.
+    let refund = suspend(
+        &server,
+        "issue_refund",
+        json!({"order_id": "o-3", "amount_cents": 30000, "reason": "late"}),
+    )
+    .await;
+    let page = person.get(&format!("/inbox/calls/{refund}")).await;
+    let wrong = person
+        .post(
+            &format!("/inbox/calls/{refund}/complete"),
+            &[
+                ("csrf", &page.csrf()),
+                ("v/refund_id", "rf_kept"),
+                ("v/order_id", "o-3"),
+                ("v/amount_cents", "lots"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        wrong.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        wrong.body
+    );
+    let error_at = wrong
+        .body
+        .find("id=\"complete-f/amount_cents-error\"")
+        .expect("a message at amount_cents");
+    assert!(
+        wrong.body[error_at..].starts_with(
+            "id=\"complete-f/amount_cents-error\">value is not of type &#34;integer&#34;"
+        ),
+        "{}",
+        &wrong.body[error_at..error_at + 200]
+    );
+    assert!(
+        wrong.body.contains("value=\"rf_kept\""),
+        "what was typed is kept"
+    );
+    assert!(wrong.body.contains("value=\"lots\""));
+    assert!(
+        wrong
+            .body
+            .contains("id=\"complete-f/status-error\">This field is required."),
+        "{}",
+        wrong.body
+    );
+    assert_eq!(call_record(&server, &refund).await["status"], "suspended");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_approval_decided_meanwhile_shows_who_decided_what() {
+    let (_dir, server, mut person) = signed_in(APPROVER).await;
+    let asked = suspend(&server, "ask_human", json!({"question": "Ship?"})).await;
+    let page = person.get(&format!("/inbox/calls/{asked}")).await;
+    // Someone else approves first, over the API.
+    let token = call_record(&server, &asked).await["suspension"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _) = api(
+        &server,
+        "POST",
+        &format!("/approvals/{token}/approve"),
+        OTHER_APPROVER,
+        Some(json!({"input": {"answer": "done already"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let late = person
+        .post(
+            &format!("/inbox/calls/{asked}/reject"),
+            &[("reason", "no"), ("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(late.status, StatusCode::CONFLICT);
+    assert!(
+        late.body.contains("already decided: approved by on-call"),
+        "{}",
+        late.body
+    );
+    assert!(late.body.contains("It is completed now."), "{}", late.body);
+    assert!(
+        !late.body.contains("id=\"reject-form\""),
+        "no form to decide again"
+    );
+    let call = call_record(&server, &asked).await;
+    assert_eq!(
+        call["status"], "completed",
+        "the late rejection changed nothing"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_call_that_needs_reconciliation_is_listed_and_settled_with_the_key_as_actor() {
+    let dir = common::temp_dir();
+    // send_email takes longer than its timeout: a write whose effect may have happened.
+    let mut tools = ToolSet::new();
+    let slow = toolgate::config::ExamplesConfig {
+        send_email_delay_ms: 2_000,
+        ..Default::default()
+    };
+    toolgate::examples::register(&mut tools, &slow, dir.path()).unwrap();
+    let mut dispatch = toolgate::dispatch::DispatchConfig::default();
+    dispatch.tools.insert(
+        "send_email".into(),
+        toolgate::dispatch::ToolSettings {
+            timeout: std::time::Duration::from_millis(100),
+            ..Default::default()
+        },
+    );
+    let server = TestServer::start_with(tools, dir.path(), |b| {
+        b.api_keys(keys()).dispatch_config(dispatch)
+    })
+    .await;
+    let mut sent = Vec::new();
+    for to in ["a@example.com", "b@example.com"] {
+        let (status, body) = api(
+            &server,
+            "POST",
+            "/tools/send_email/call",
+            CALLER,
+            Some(json!({"input": {"to": to, "subject": "Hi", "body": "Hello"}})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+        sent.push(body["call_id"].as_str().unwrap().to_owned());
+    }
+    let mut person = Person::new(&server);
+    person.sign_in(APPROVER).await;
+    let list = person.get("/inbox/reconcile").await;
+    for call_id in &sent {
+        assert!(
+            list.body.contains(&format!("/inbox/calls/{call_id}")),
+            "{}",
+            list.body
+        );
+    }
+    // Settled as not done, with a reason.
+    let page = person.get(&format!("/inbox/calls/{}", sent[0])).await;
+    assert!(
+        page.body.contains("id=\"settle-error-form\""),
+        "{}",
+        page.body
+    );
+    let csrf = page.csrf();
+    let path = format!("/inbox/calls/{}/resolve", sent[0]);
+    let empty = person
+        .post(
+            &path,
+            &[("settle", "error"), ("error", ""), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(empty.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let settled = person
+        .post(
+            &path,
+            &[
+                ("settle", "error"),
+                ("error", "The mail server has no trace of it."),
+                ("csrf", &csrf),
+            ],
+        )
+        .await;
+    assert_eq!(settled.status, StatusCode::SEE_OTHER, "{}", settled.body);
+    let call = call_record(&server, &sent[0]).await;
+    assert_eq!(call["status"], "failed");
+    assert_eq!(
+        actor_of(&call, "reconciled").as_deref(),
+        Some("finance-ops")
+    );
+    // Settled as done, with its output, through the output schema's form.
+    let page = person.get(&format!("/inbox/calls/{}", sent[1])).await;
+    let path = format!("/inbox/calls/{}/resolve", sent[1]);
+    let bad = person
+        .post(
+            &path,
+            &[
+                ("settle", "output"),
+                ("v/message_id", ""),
+                ("csrf", &page.csrf()),
+            ],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(
+        bad.body
+            .contains("id=\"settle-f/message_id-error\">This field is required."),
+        "{}",
+        bad.body
+    );
+    let done = person
+        .post(
+            &path,
+            &[
+                ("settle", "output"),
+                ("v/message_id", "m-1"),
+                ("csrf", &page.csrf()),
+            ],
+        )
+        .await;
+    assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
+    let call = call_record(&server, &sent[1]).await;
+    assert_eq!(call["status"], "completed");
+    assert_eq!(call["output"], json!({"message_id": "m-1"}));
+    assert_eq!(
+        actor_of(&call, "reconciled").as_deref(),
+        Some("finance-ops")
+    );
+    // Nothing left to reconcile.
+    let list = person.get("/inbox/reconcile").await;
+    assert!(list.body.contains("No call needs reconciliation."));
+    server.stop().await;
+}
