@@ -374,6 +374,14 @@ async fn a_timed_out_write_needs_reconciliation_until_an_approver_settles_it(bac
     assert_error(&body, "output_schema_violation");
     let (status, body) = api.post(&resolve, json!({})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // A settlement as not done must say why (the reasons rule of every door).
+    for error in ["", "   ", &"x".repeat(4097)] {
+        let (status, body) = api.post(&resolve, json!({ "error": error })).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{error:?}: {body}");
+        assert_error(&body, "bad_request");
+    }
+    let (_, record) = api.get(&format!("/calls/{call_id}")).await;
+    assert_eq!(record["status"], "needs_reconciliation", "nothing settled");
     let (status, body) = api
         .post(&resolve, json!({"output": {"charge_id": "ch_9"}}))
         .await;

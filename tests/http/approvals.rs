@@ -175,7 +175,7 @@ async fn reject_finishes_the_call_without_running_the_tool(backend: Backend) {
 
     // Bad rejection bodies.
     let (status, body) = api
-        .post(&format!("/approvals/{token}/reject"), json!({}))
+        .post(&format!("/approvals/{token}/reject"), json!({"reason": 5}))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_error(&body, "bad_request");
@@ -205,6 +205,55 @@ async fn reject_finishes_the_call_without_running_the_tool(backend: Backend) {
         assert_error(&body, "unknown_token");
     }
     assert!(outbox(&location).is_empty());
+    server.stop().await;
+}
+
+/// The reasons rule, as on every door: a rejection's reason is optional, an empty or blank one
+/// is recorded as none, and one past 4,096 characters is refused with nothing recorded.
+async fn a_rejection_without_a_reason_records_none(backend: Backend) {
+    let (server, _location) = examples(backend).await;
+    let api = &server.api;
+    for body in [json!({}), json!({"reason": ""}), json!({"reason": "  \n "})] {
+        let (status, suspended) = api.call("ask_human", json!({"question": "Ship?"})).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let token = suspended["suspension"]["token"].as_str().unwrap();
+        let (status, call) = api
+            .post(&format!("/approvals/{token}/reject"), body.clone())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}: {call}");
+        assert_eq!(call["status"], "rejected");
+        assert_eq!(call["error"]["code"], "rejected");
+        assert_eq!(call["error"]["message"], "Rejected without a reason.", "{body}");
+        let rejected = call["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|event| event["kind"] == "rejected")
+            .unwrap();
+        assert_eq!(rejected.get("details"), None, "no reason recorded: {rejected}");
+    }
+
+    let (_, suspended) = api.call("ask_human", json!({"question": "Ship?"})).await;
+    let token = suspended["suspension"]["token"].as_str().unwrap();
+    let call_id = suspended["call_id"].as_str().unwrap();
+    let (status, body) = api
+        .post(
+            &format!("/approvals/{token}/reject"),
+            json!({"reason": "x".repeat(4097)}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_error(&body, "bad_request");
+    let (_, call) = api.get(&format!("/calls/{call_id}")).await;
+    assert_eq!(call["status"], "suspended", "nothing recorded");
+    let (status, call) = api
+        .post(
+            &format!("/approvals/{token}/reject"),
+            json!({"reason": "x".repeat(4096)}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{call}");
+    assert_eq!(call["error"]["message"], "x".repeat(4096));
     server.stop().await;
 }
 
@@ -389,6 +438,7 @@ async fn a_rejected_call_never_runs_its_tool_again(backend: Backend) {
 crate::on_each_backend! {
     #[tokio::test] async fn ask_human_suspends_lists_rejects_bad_answers_and_completes_once;
     #[tokio::test] async fn reject_finishes_the_call_without_running_the_tool;
+    #[tokio::test] async fn a_rejection_without_a_reason_records_none;
     #[tokio::test] async fn approvals_page_oldest_first_with_a_cursor;
     #[tokio::test] async fn concurrent_approvals_of_one_token_have_exactly_one_winner;
     #[tokio::test] async fn an_approved_call_can_suspend_again_with_a_new_token;

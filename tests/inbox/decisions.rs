@@ -49,18 +49,34 @@ async fn decisions_go_through_the_lifecycle_with_the_signed_in_key_as_actor() {
         history.body
     );
 
-    // Reject, with a reason (required).
+    // Reject without a reason: the rule of every door, an empty one is recorded as none.
+    let quiet = suspend(&server, "ask_human", json!({"question": "Deploy?"})).await;
+    let page = person.get(&format!("/inbox/calls/{quiet}")).await;
+    let empty = person
+        .post(
+            &format!("/inbox/calls/{quiet}/reject"),
+            &[("reason", " "), ("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(empty.status, StatusCode::SEE_OTHER, "{}", empty.body);
+    let call = call_record(&server, &quiet).await;
+    assert_eq!(call["status"], "rejected");
+    assert_eq!(call["error"]["message"], "Rejected without a reason.");
+    // Past the bound, the form again with the message at its field; nothing recorded.
     let refused = suspend(&server, "ask_human", json!({"question": "Delete prod?"})).await;
     let page = person.get(&format!("/inbox/calls/{refused}")).await;
     let csrf = page.csrf();
-    let empty = person
+    let long = "x".repeat(4097);
+    let too_long = person
         .post(
             &format!("/inbox/calls/{refused}/reject"),
-            &[("reason", " "), ("csrf", &csrf)],
+            &[("reason", &long), ("csrf", &csrf)],
         )
         .await;
-    assert_eq!(empty.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(empty.body.contains("Say why the call is rejected"));
+    assert_eq!(too_long.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(too_long.body.contains("The reason is longer than 4096 characters."));
+    assert_eq!(call_record(&server, &refused).await["status"], "suspended");
+    // Reject, with a reason.
     let rejected = person
         .post(
             &format!("/inbox/calls/{refused}/reject"),
@@ -321,6 +337,24 @@ async fn a_call_that_needs_reconciliation_is_listed_and_settled_with_the_key_as_
         )
         .await;
     assert_eq!(empty.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        empty
+            .body
+            .contains("Say why the effect did not happen (1 to 4096 characters)."),
+        "{}",
+        empty.body
+    );
+    let blank = person
+        .post(
+            &path,
+            &[("settle", "error"), ("error", "   "), ("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(blank.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        call_record(&server, &sent[0]).await["status"],
+        "needs_reconciliation"
+    );
     let settled = person
         .post(
             &path,
