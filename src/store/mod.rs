@@ -8,12 +8,13 @@
 //! `Arc<dyn Store>` and brings the sub-trait it calls into scope. [`SqliteStore`] is the
 //! embedded default; [`PostgresStore`] lets several replicas share one database.
 //!
-//! Several parts of the server write: the dispatcher (every change of a call), the webhook
-//! outbox (`crate::feed::webhooks`: its cursor, claims and settlements), the inbox (its
-//! sessions), the admin API (retrying a delivery) and the store's upkeep (pruning the feed and
-//! expired sessions). Every one of those writes goes through the backend's one batching writer
-//! (`queue.rs` holds the writes it is sent); on PostgreSQL the heartbeat's sweep of dead
-//! replicas' calls is the one write beside it. Every backend runs the same conformance suite
+//! Several parts of the server write, not only the dispatcher (every change of a call, including
+//! those an approver or an admin asks of it): the webhook outbox (`crate::feed::webhooks`: its
+//! cursor, claims and settlements), the admin API (sending a failed delivery again), the inbox
+//! (its sessions) and the store's upkeep in `main.rs` (pruning the feed and expired sessions).
+//! Each of those writes is one write of the backend's one batching writer (`queue.rs` lists
+//! them); on PostgreSQL, only the heartbeat (its lease, and its sweep of dead replicas' calls)
+//! and the migrations write beside it. Every backend runs the same conformance suite
 //! (`tests/store/`), and keeps these promises (paths below `src/store/`):
 //!
 //! - **a write returns only once it is committed** (durable), so an answer sent after it is true.
@@ -76,8 +77,8 @@
 //!   the SQL in `migrations/`.
 //!
 //! What is shared by every SQL backend, turning calls and outcomes into rows and rows back into
-//! records, is in `record.rs`; the write half of every trait, one [`queue`] write per method,
-//! is in `backend.rs`, written once for both backends.
+//! records, is in `record.rs`; the write half of every trait (one queued write per method) and
+//! read-your-writes are in `backend.rs`, written once for both backends.
 
 mod backend;
 mod calls;

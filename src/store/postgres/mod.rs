@@ -3,15 +3,21 @@
 //!
 //! Where each promise of the Store traits is kept (the map of both backends is in
 //! `store/mod.rs`; the traits' write half, one queued write per method, in `store/backend.rs`):
-//! - durable writes, batched: [`writer`] (one transaction and multi-row statements per batch,
-//!   `synchronous_commit` on; only read records written behind commit asynchronously);
-//! - one call per idempotency key, one winner per suspension, outcomes only from the run that
-//!   owns the call (`late_outcome` otherwise): the SQL in [`writer`];
+//! - durable writes, batched: [`writer`] (its loop: one transaction per batch,
+//!   `synchronous_commit` on; only read records written behind commit asynchronously), the
+//!   multi-row statements in `writer/batch.rs`;
+//! - one call per idempotency key and outcomes only from the run that owns the call
+//!   (`late_outcome` otherwise): `writer/batch.rs`; one winner per suspension, one claimant per
+//!   interrupted call, one settlement per reconciliation: `writer/conditional.rs`;
+//! - the feed, in commit order across replicas, and its wake-ups: [`feed`];
 //! - replicas, leases, and settling the calls of a dead replica: [`leases`];
 //! - schema versions under an advisory lock: [`migrations`];
-//! - reading records back: [`reads`];
+//! - reading records back: [`reads`]; inbox sessions: [`sessions`];
 //! - the webhook outbox, one cursor mover and one claimant per delivery across replicas:
 //!   [`webhooks`].
+//!
+//! This file opens the store and implements the store's `Backend` for it: the writer's queue,
+//! records written behind (bounded), each read on the pool, and leaving the database.
 //!
 //! Reads run on a pool of `pool_size` connections; the writer and the heartbeat have their own.
 //! A database that cannot be reached makes every store call fail fast with
