@@ -1,7 +1,7 @@
 //! What only a shared database has: several stores (replicas, in this process) on one
 //! PostgreSQL database. Leases, the sweep of a dead replica's calls, outcomes refused once a run
 //! lost its call, migrations under a lock, and a database that cannot be reached. The behaviour
-//! every backend shares is the conformance suite in `tests/store.rs`.
+//! every backend shares is the conformance suite in `tests/store/`.
 
 mod common;
 
@@ -13,8 +13,8 @@ use serde_json::json;
 use tokio_postgres::NoTls;
 use toolgate::Effect;
 use toolgate::store::{
-    CallStatus, FeedCursor, Inserted, NewCall, NewDelivery, Outcome, PostgresOptions,
-    PostgresStore, Resolution, Resolved, Store, StoreError, Timestamp,
+    CallStatus, CallStore, FeedCursor, FeedStore, Inserted, NewCall, NewDelivery, Outcome,
+    PostgresOptions, PostgresStore, Resolution, Resolved, Store, StoreError, Timestamp,
 };
 
 fn keyed(id: &str, key: Option<&str>, effect: Effect) -> NewCall {

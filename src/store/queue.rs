@@ -3,7 +3,7 @@
 //!
 //! Both backends batch the same way (one writer takes every write waiting, applies them in one
 //! transaction, commits once, then answers each), so they share these types; each backend's
-//! writer (`sqlite/writer.rs`, `postgres/writer.rs`) turns them into its own statements.
+//! writer (`sqlite/writer.rs`, `postgres/writer/`) turns them into its own statements.
 
 use std::sync::Mutex;
 use std::time::Duration;

@@ -127,6 +127,21 @@ fn broken<T>() -> Result<T, toolgate::store::StoreError> {
 
 #[toolgate::async_trait]
 impl toolgate::store::Store for BrokenStore {
+    async fn counts(&self) -> Result<toolgate::store::StoreCounts, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn ping(&self) -> Result<(), toolgate::store::StoreError> {
+        broken()
+    }
+
+    fn backend(&self) -> &'static str {
+        "broken"
+    }
+}
+
+#[toolgate::async_trait]
+impl toolgate::store::CallStore for BrokenStore {
     async fn insert_call(
         &self,
         _call: toolgate::store::NewCall,
@@ -134,6 +149,7 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::Inserted, toolgate::store::StoreError> {
         broken()
     }
+
     async fn finish_call(
         &self,
         _call_id: &str,
@@ -143,18 +159,21 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<(), toolgate::store::StoreError> {
         broken()
     }
+
     async fn rerun_interrupted(
         &self,
         _call_id: &str,
     ) -> Result<Option<toolgate::store::Rerun>, toolgate::store::StoreError> {
         broken()
     }
+
     async fn call(
         &self,
         _call_id: &str,
     ) -> Result<Option<toolgate::store::CallRecord>, toolgate::store::StoreError> {
         broken()
     }
+
     async fn list_calls(
         &self,
         _filter: toolgate::store::CallFilter,
@@ -163,6 +182,7 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::CallPage, toolgate::store::StoreError> {
         broken()
     }
+
     async fn pending_approvals_of(
         &self,
         _tool: Option<&str>,
@@ -171,37 +191,14 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::ApprovalPage, toolgate::store::StoreError> {
         broken()
     }
-    async fn create_session(
-        &self,
-        _session: &toolgate::store::InboxSession,
-    ) -> Result<(), toolgate::store::StoreError> {
-        broken()
-    }
-    async fn session(
-        &self,
-        _id_sha256: &str,
-        _now: toolgate::store::Timestamp,
-    ) -> Result<Option<toolgate::store::InboxSession>, toolgate::store::StoreError> {
-        broken()
-    }
-    async fn delete_session(&self, _id_sha256: &str) -> Result<bool, toolgate::store::StoreError> {
-        broken()
-    }
-    async fn prune_sessions(
-        &self,
-        _now: toolgate::store::Timestamp,
-    ) -> Result<u64, toolgate::store::StoreError> {
-        broken()
-    }
-    async fn counts(&self) -> Result<toolgate::store::StoreCounts, toolgate::store::StoreError> {
-        broken()
-    }
+
     async fn approval(
         &self,
         _token: &str,
     ) -> Result<Option<toolgate::store::ApprovalState>, toolgate::store::StoreError> {
         broken()
     }
+
     async fn resolve(
         &self,
         _token: &str,
@@ -210,6 +207,7 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::Resolved, toolgate::store::StoreError> {
         broken()
     }
+
     async fn reconcile(
         &self,
         _call_id: &str,
@@ -218,9 +216,10 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::Reconciled, toolgate::store::StoreError> {
         broken()
     }
-    async fn ping(&self) -> Result<(), toolgate::store::StoreError> {
-        broken()
-    }
+}
+
+#[toolgate::async_trait]
+impl toolgate::store::FeedStore for BrokenStore {
     async fn feed(
         &self,
         _after: Option<&toolgate::store::FeedCursor>,
@@ -228,23 +227,31 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::FeedPage, toolgate::store::StoreError> {
         broken()
     }
+
     async fn feed_head(&self) -> Result<toolgate::store::FeedCursor, toolgate::store::StoreError> {
         broken()
     }
+
     async fn prune_feed(
         &self,
         _before: toolgate::store::Timestamp,
     ) -> Result<u64, toolgate::store::StoreError> {
         broken()
     }
+
     fn feed_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         tokio::sync::watch::channel(0).1
     }
+}
+
+#[toolgate::async_trait]
+impl toolgate::store::OutboxStore for BrokenStore {
     async fn webhook_cursor(
         &self,
     ) -> Result<Option<toolgate::store::FeedCursor>, toolgate::store::StoreError> {
         broken()
     }
+
     async fn enqueue_deliveries(
         &self,
         _from: Option<&toolgate::store::FeedCursor>,
@@ -253,6 +260,7 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<bool, toolgate::store::StoreError> {
         broken()
     }
+
     async fn claim_deliveries(
         &self,
         _limit: u32,
@@ -260,6 +268,7 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<Vec<toolgate::store::Delivery>, toolgate::store::StoreError> {
         broken()
     }
+
     async fn settle_delivery(
         &self,
         _id: i64,
@@ -267,6 +276,7 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<(), toolgate::store::StoreError> {
         broken()
     }
+
     async fn list_deliveries(
         &self,
         _status: Option<toolgate::store::DeliveryStatus>,
@@ -275,17 +285,45 @@ impl toolgate::store::Store for BrokenStore {
     ) -> Result<toolgate::store::DeliveryPage, toolgate::store::StoreError> {
         broken()
     }
+
     async fn retry_delivery(
         &self,
         _id: i64,
     ) -> Result<Option<toolgate::store::Delivery>, toolgate::store::StoreError> {
         broken()
     }
+
     async fn disabled_webhooks(&self) -> Result<Vec<String>, toolgate::store::StoreError> {
         broken()
     }
-    fn backend(&self) -> &'static str {
-        "broken"
+}
+
+#[toolgate::async_trait]
+impl toolgate::store::SessionStore for BrokenStore {
+    async fn create_session(
+        &self,
+        _session: &toolgate::store::InboxSession,
+    ) -> Result<(), toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn session(
+        &self,
+        _id_sha256: &str,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<Option<toolgate::store::InboxSession>, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn delete_session(&self, _id_sha256: &str) -> Result<bool, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn prune_sessions(
+        &self,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<u64, toolgate::store::StoreError> {
+        broken()
     }
 }
 

@@ -1,16 +1,23 @@
 //! The PostgreSQL store: several toolgate processes (replicas) on one database behave as one
 //! server.
 //!
-//! Where each promise of the [`Store`] trait is kept:
-//! - durable writes, batched: [`writer`] (one transaction and multi-row statements per batch,
-//!   `synchronous_commit` on; only read records written behind commit asynchronously);
-//! - one call per idempotency key, one winner per suspension, outcomes only from the run that
-//!   owns the call (`late_outcome` otherwise): the SQL in [`writer`];
+//! Where each promise of the Store traits is kept (the map of both backends is in
+//! `store/mod.rs`; the traits' write half, one queued write per method, in `store/backend.rs`):
+//! - durable writes, batched: [`writer`] (its loop: one transaction per batch,
+//!   `synchronous_commit` on; only read records written behind commit asynchronously), the
+//!   multi-row statements in `writer/batch.rs`;
+//! - one call per idempotency key and outcomes only from the run that owns the call
+//!   (`late_outcome` otherwise): `writer/batch.rs`; one winner per suspension, one claimant per
+//!   interrupted call, one settlement per reconciliation: `writer/conditional.rs`;
+//! - the feed, in commit order across replicas, and its wake-ups: [`feed`];
 //! - replicas, leases, and settling the calls of a dead replica: [`leases`];
 //! - schema versions under an advisory lock: [`migrations`];
-//! - reading records back: [`reads`];
+//! - reading records back: [`reads`]; inbox sessions: [`sessions`];
 //! - the webhook outbox, one cursor mover and one claimant per delivery across replicas:
 //!   [`webhooks`].
+//!
+//! This file opens the store and implements the store's `Backend` for it: the writer's queue,
+//! records written behind (bounded), each read on the pool, and leaving the database.
 //!
 //! Reads run on a pool of `pool_size` connections; the writer and the heartbeat have their own.
 //! A database that cannot be reached makes every store call fail fast with
@@ -28,17 +35,15 @@ mod writer;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_postgres::NoTls;
 
-use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
+use super::backend::Backend;
+use super::queue::{self, Behind, Msg, WriteOp};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
-    DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, InboxSession, Inserted, NewCall,
-    NewDelivery, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts,
-    StoreError, Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, DeliveryPage, DeliveryStatus,
+    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, StoreCounts, StoreError, Timestamp,
 };
 use leases::Lease;
 use reads::Conn;
@@ -194,28 +199,9 @@ impl PostgresStore {
         &self.inner.target
     }
 
-    fn send(&self, msg: Msg) -> Result<(), StoreError> {
-        self.inner.writer.send(msg).map_err(|_| stopped())
-    }
-
-    /// Queues `op` for the writer and waits until it is committed.
-    async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(Msg::Write(Job { op, reply }))?;
-        answer.await.map_err(|_| stopped())?
-    }
-
     /// A pooled connection for reads.
     async fn reader(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.inner.reads.get().await.map_err(pool_error)
-    }
-
-    async fn find(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            reads::find_call(&Conn::Client(&conn), call_id, Timestamp::now().0).await
-        })
-        .await
     }
 }
 
@@ -233,10 +219,6 @@ async fn bounded<T>(read: impl Future<Output = Result<T, StoreError>>) -> Result
                 READ_TIMEOUT.as_secs()
             )))
         })
-}
-
-fn stopped() -> StoreError {
-    StoreError::Backend("the store's writer has stopped".into())
 }
 
 /// A PostgreSQL error as a store error: the server unreachable, the connection lost, or the
@@ -328,19 +310,19 @@ pub fn redact_url(url: &str) -> String {
     out
 }
 
-#[async_trait]
-impl Store for PostgresStore {
-    async fn insert_call(
-        &self,
-        call: NewCall,
-        outcome: Option<Outcome>,
-    ) -> Result<Inserted, StoreError> {
-        self.write(WriteOp::insert(call, outcome)?)
-            .await?
-            .inserted()
+impl Backend for PostgresStore {
+    const NAME: &'static str = "postgres";
+    const STOPPED: &'static str = "the store's writer has stopped";
+
+    fn send(&self, msg: Msg) -> Result<(), StoreError> {
+        self.inner.writer.send(msg).map_err(|_| Self::stopped())
     }
 
-    async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
+    fn feed_counter(&self) -> &watch::Sender<u64> {
+        &self.inner.feed
+    }
+
+    async fn write_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
         // Not awaited: the writer commits it with the next batch, or within the window. But
         // when the database takes records more slowly than they come, the caller waits for the
         // next commit: the queue, and what a crash would lose, stay bounded. (A database that
@@ -357,41 +339,20 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn finish_call(
-        &self,
-        call_id: &str,
-        run: Option<u32>,
-        attempts: u32,
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
-        let op = WriteOp::finish(call_id, run, attempts, outcome)?;
-        self.write(op).await?.finished()
+    async fn find_call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            reads::find_call(&Conn::Client(&conn), call_id, Timestamp::now().0).await
+        })
+        .await
     }
 
-    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {
-        self.write(WriteOp::Rerun(call_id.to_owned()))
-            .await?
-            .rerun()
-    }
-
-    async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-        if let Some(found) = self.find(call_id).await? {
-            return Ok(Some(found));
-        }
-        // Read-your-writes: it may be written behind and still queued here. The queue is
-        // committed in order, so once a no-op queued after it is committed, so is the record.
-        self.write(WriteOp::Ping).await?;
-        self.find(call_id).await
-    }
-
-    async fn list_calls(
+    async fn read_calls(
         &self,
         filter: CallFilter,
         after: Option<i64>,
         limit: u32,
     ) -> Result<CallPage, StoreError> {
-        // Records written behind here are committed first, so a list shows every answered call.
-        self.write(WriteOp::Ping).await?;
         bounded(async {
             let conn = self.reader().await?;
             reads::list_calls(&Conn::Client(&conn), &filter, after, limit).await
@@ -399,7 +360,7 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn pending_approvals_of(
+    async fn read_approvals(
         &self,
         tool: Option<&str>,
         after: Option<i64>,
@@ -412,42 +373,7 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn create_session(&self, session: &InboxSession) -> Result<(), StoreError> {
-        self.write(WriteOp::CreateSession(Box::new(session.clone())))
-            .await?
-            .settled()
-    }
-
-    async fn session(
-        &self,
-        id_sha256: &str,
-        now: Timestamp,
-    ) -> Result<Option<InboxSession>, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            sessions::find(&Conn::Client(&conn), id_sha256, now.0).await
-        })
-        .await
-    }
-
-    async fn delete_session(&self, id_sha256: &str) -> Result<bool, StoreError> {
-        let op = WriteOp::DeleteSession(id_sha256.to_owned());
-        Ok(self.write(op).await?.pruned()? > 0)
-    }
-
-    async fn prune_sessions(&self, now: Timestamp) -> Result<u64, StoreError> {
-        self.write(WriteOp::PruneSessions(now.0)).await?.pruned()
-    }
-
-    async fn counts(&self) -> Result<StoreCounts, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            reads::counts(&Conn::Client(&conn)).await
-        })
-        .await
-    }
-
-    async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
+    async fn read_approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
         bounded(async {
             let conn = self.reader().await?;
             reads::approval(&Conn::Client(&conn), token, Timestamp::now().0).await
@@ -455,42 +381,19 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn resolve(
-        &self,
-        token: &str,
-        resolution: Resolution,
-        actor: Option<&str>,
-    ) -> Result<Resolved, StoreError> {
-        let op = WriteOp::resolve(token, resolution, actor);
-        self.write(op).await?.resolved()
-    }
-
-    async fn reconcile(
-        &self,
-        call_id: &str,
-        settlement: Settlement,
-        actor: Option<&str>,
-    ) -> Result<Reconciled, StoreError> {
-        let op = WriteOp::reconcile(call_id, settlement, actor);
-        self.write(op).await?.reconciled()
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        // Through the writer too: a store that can read but no longer write is not ready.
-        self.write(WriteOp::Ping).await?;
+    async fn read_counts(&self) -> Result<StoreCounts, StoreError> {
         bounded(async {
             let conn = self.reader().await?;
-            conn.simple_query("SELECT 1").await.map_err(pg_error)?;
-            Ok(())
+            reads::counts(&Conn::Client(&conn)).await
         })
         .await
     }
 
-    fn backend(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn feed(&self, after: Option<&FeedCursor>, limit: u32) -> Result<FeedPage, StoreError> {
+    async fn read_feed(
+        &self,
+        after: Option<&FeedCursor>,
+        limit: u32,
+    ) -> Result<FeedPage, StoreError> {
         bounded(async {
             let conn = self.reader().await?;
             feed::read(&Conn::Client(&conn), after, limit).await
@@ -498,7 +401,7 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn feed_head(&self) -> Result<FeedCursor, StoreError> {
+    async fn read_feed_head(&self) -> Result<FeedCursor, StoreError> {
         bounded(async {
             let conn = self.reader().await?;
             feed::head(&Conn::Client(&conn)).await
@@ -506,15 +409,7 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn prune_feed(&self, before: Timestamp) -> Result<u64, StoreError> {
-        self.write(WriteOp::PruneFeed(before.0)).await?.pruned()
-    }
-
-    fn feed_changes(&self) -> watch::Receiver<u64> {
-        self.inner.feed.subscribe()
-    }
-
-    async fn webhook_cursor(&self) -> Result<Option<FeedCursor>, StoreError> {
+    async fn read_webhook_cursor(&self) -> Result<Option<FeedCursor>, StoreError> {
         bounded(async {
             let conn = self.reader().await?;
             webhooks::cursor(&Conn::Client(&conn)).await
@@ -522,32 +417,7 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn enqueue_deliveries(
-        &self,
-        from: Option<&FeedCursor>,
-        to: &FeedCursor,
-        deliveries: Vec<NewDelivery>,
-    ) -> Result<bool, StoreError> {
-        let op = WriteOp::enqueue_deliveries(from, to, deliveries);
-        self.write(op).await?.enqueued()
-    }
-
-    async fn claim_deliveries(
-        &self,
-        limit: u32,
-        lease: Duration,
-    ) -> Result<Vec<Delivery>, StoreError> {
-        let op = WriteOp::claim_deliveries(limit, lease);
-        self.write(op).await?.claimed()
-    }
-
-    async fn settle_delivery(&self, id: i64, result: DeliveryResult) -> Result<(), StoreError> {
-        self.write(WriteOp::SettleDelivery(id, result))
-            .await?
-            .settled()
-    }
-
-    async fn list_deliveries(
+    async fn read_deliveries(
         &self,
         status: Option<DeliveryStatus>,
         after: Option<i64>,
@@ -560,14 +430,31 @@ impl Store for PostgresStore {
         .await
     }
 
-    async fn retry_delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {
-        self.write(WriteOp::RetryDelivery(id)).await?.delivery()
-    }
-
-    async fn disabled_webhooks(&self) -> Result<Vec<String>, StoreError> {
+    async fn read_disabled_webhooks(&self) -> Result<Vec<String>, StoreError> {
         bounded(async {
             let conn = self.reader().await?;
             webhooks::disabled_webhooks(&Conn::Client(&conn)).await
+        })
+        .await
+    }
+
+    async fn read_session(
+        &self,
+        id_sha256: &str,
+        now: Timestamp,
+    ) -> Result<Option<InboxSession>, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            sessions::find(&Conn::Client(&conn), id_sha256, now.0).await
+        })
+        .await
+    }
+
+    async fn read_one(&self) -> Result<(), StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            conn.simple_query("SELECT 1").await.map_err(pg_error)?;
+            Ok(())
         })
         .await
     }

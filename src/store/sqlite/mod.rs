@@ -3,9 +3,9 @@
 //! Writes go through one writer thread that owns the only writing connection and commits
 //! concurrent writes together (group commit: `writer.rs`; the statements of each write are in
 //! `writes.rs`). Reads run on a small pool of separate connections (WAL lets them read while the
-//! writer writes), on tokio's blocking threads (`reads.rs`). This file opens the store and holds
-//! the `Store` impl, which only turns each method into a write for the writer or a read on the
-//! pool.
+//! writer writes), on tokio's blocking threads (`reads.rs`). This file opens the store and
+//! implements [`Backend`] for it: the writer's queue and each read on the pool; the Store traits
+//! built on that, the same for every backend, are in `store/backend.rs`.
 //!
 //! Opening the store brings its schema up to date (`migrations.rs`) and recovers from a crash
 //! (`recovery.rs`): calls left `running` by a previous process become `interrupted` (read,
@@ -24,16 +24,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
-use tokio::sync::oneshot;
 
-use super::queue::{self, Behind, Job, Msg, Reply, WriteOp};
+use super::backend::Backend;
+use super::queue::{self, Behind, Msg};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
-    DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, InboxSession, Inserted, NewCall,
-    NewDelivery, Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, Store, StoreCounts,
-    StoreError, Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, DeliveryPage, DeliveryStatus,
+    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, StoreCounts, StoreError, Timestamp,
 };
 use migrations::migrate;
 use recovery::recover;
@@ -120,23 +117,6 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// Queues `op` for the writer; the receiver answers once it is committed.
-    fn send(&self, msg: Msg) -> Result<(), StoreError> {
-        self.inner
-            .writer
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(msg)
-            .map_err(|_| stopped())
-    }
-
-    /// Queues `op` for the writer and waits until it is committed.
-    async fn write(&self, op: WriteOp) -> Result<Reply, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        self.send(Msg::Write(Job { op, reply }))?;
-        answer.await.map_err(|_| stopped())?
-    }
-
     /// Runs `f` on a read connection, on a blocking thread.
     async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
@@ -195,10 +175,6 @@ fn lock(path: &Path) -> Result<std::fs::File, StoreError> {
     }
 }
 
-fn stopped() -> StoreError {
-    StoreError::Backend("the writer thread has stopped".into())
-}
-
 fn backend(err: rusqlite::Error) -> StoreError {
     StoreError::Backend(err.to_string())
 }
@@ -222,107 +198,24 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
-#[async_trait]
-impl Store for SqliteStore {
-    async fn insert_call(
-        &self,
-        call: NewCall,
-        outcome: Option<Outcome>,
-    ) -> Result<Inserted, StoreError> {
-        self.write(WriteOp::insert(call, outcome)?)
-            .await?
-            .inserted()
+impl Backend for SqliteStore {
+    const NAME: &'static str = "sqlite";
+    const STOPPED: &'static str = "the writer thread has stopped";
+
+    fn send(&self, msg: Msg) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .as_ref()
+            .ok_or_else(Self::stopped)?
+            .send(msg)
+            .map_err(|_| Self::stopped())
     }
 
-    async fn finish_call(
-        &self,
-        call_id: &str,
-        run: Option<u32>,
-        attempts: u32,
-        outcome: &Outcome,
-    ) -> Result<(), StoreError> {
-        let op = WriteOp::finish(call_id, run, attempts, outcome)?;
-        self.write(op).await?.finished()
+    fn feed_counter(&self) -> &tokio::sync::watch::Sender<u64> {
+        &self.inner.feed
     }
 
-    fn backend(&self) -> &'static str {
-        "sqlite"
-    }
-
-    async fn feed(&self, after: Option<&FeedCursor>, limit: u32) -> Result<FeedPage, StoreError> {
-        let after = match after {
-            Some(cursor) => Some(reads::parse_cursor(cursor)?),
-            None => None,
-        };
-        self.read(move |conn| reads::feed(conn, after, limit)).await
-    }
-
-    async fn feed_head(&self) -> Result<FeedCursor, StoreError> {
-        self.read(reads::feed_head).await
-    }
-
-    async fn prune_feed(&self, before: Timestamp) -> Result<u64, StoreError> {
-        self.write(WriteOp::PruneFeed(before.0)).await?.pruned()
-    }
-
-    fn feed_changes(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.inner.feed.subscribe()
-    }
-
-    async fn webhook_cursor(&self) -> Result<Option<FeedCursor>, StoreError> {
-        self.read(webhooks::cursor).await
-    }
-
-    async fn enqueue_deliveries(
-        &self,
-        from: Option<&FeedCursor>,
-        to: &FeedCursor,
-        deliveries: Vec<NewDelivery>,
-    ) -> Result<bool, StoreError> {
-        let op = WriteOp::enqueue_deliveries(from, to, deliveries);
-        self.write(op).await?.enqueued()
-    }
-
-    async fn claim_deliveries(
-        &self,
-        limit: u32,
-        lease: Duration,
-    ) -> Result<Vec<Delivery>, StoreError> {
-        let op = WriteOp::claim_deliveries(limit, lease);
-        self.write(op).await?.claimed()
-    }
-
-    async fn settle_delivery(&self, id: i64, result: DeliveryResult) -> Result<(), StoreError> {
-        self.write(WriteOp::SettleDelivery(id, result))
-            .await?
-            .settled()
-    }
-
-    async fn list_deliveries(
-        &self,
-        status: Option<DeliveryStatus>,
-        after: Option<i64>,
-        limit: u32,
-    ) -> Result<DeliveryPage, StoreError> {
-        self.read(move |conn| webhooks::list(conn, status, after, limit))
-            .await
-    }
-
-    async fn retry_delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {
-        self.write(WriteOp::RetryDelivery(id)).await?.delivery()
-    }
-
-    async fn disabled_webhooks(&self) -> Result<Vec<String>, StoreError> {
-        self.read(webhooks::disabled_webhooks).await
-    }
-
-    async fn rerun_interrupted(&self, call_id: &str) -> Result<Option<Rerun>, StoreError> {
-        self.write(WriteOp::Rerun(call_id.to_owned()))
-            .await?
-            .rerun()
-    }
-
-    async fn insert_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
+    async fn write_behind(&self, call: NewCall, outcome: &Outcome) -> Result<(), StoreError> {
         // Not awaited: the writer commits it with the next batch, or within `BEHIND_WINDOW`.
         match Behind::push(&self.inner.behind, queue::behind(call, outcome)?) {
             Some(msg) => self.send(msg),
@@ -330,35 +223,23 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-        let owned = call_id.to_owned();
-        let found = self
-            .read(move |conn| reads::find_call(conn, &owned, Timestamp::now().0))
-            .await?;
-        if found.is_some() {
-            return Ok(found);
-        }
-        // Read-your-writes: it may be written behind and still queued. The queue is committed
-        // in order, so once a no-op queued after it is committed, so is the record.
-        self.write(WriteOp::Ping).await?;
+    async fn find_call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
         let owned = call_id.to_owned();
         self.read(move |conn| reads::find_call(conn, &owned, Timestamp::now().0))
             .await
     }
 
-    async fn list_calls(
+    async fn read_calls(
         &self,
         filter: CallFilter,
         after: Option<i64>,
         limit: u32,
     ) -> Result<CallPage, StoreError> {
-        // Records written behind are committed first, so a list shows every answered call.
-        self.write(WriteOp::Ping).await?;
         self.read(move |conn| reads::list_calls(conn, filter, after, limit))
             .await
     }
 
-    async fn pending_approvals_of(
+    async fn read_approvals(
         &self,
         tool: Option<&str>,
         after: Option<i64>,
@@ -369,13 +250,50 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn create_session(&self, session: &InboxSession) -> Result<(), StoreError> {
-        self.write(WriteOp::CreateSession(Box::new(session.clone())))
-            .await?
-            .settled()
+    async fn read_approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
+        let token = token.to_owned();
+        self.read(move |conn| reads::approval(conn, &token)).await
     }
 
-    async fn session(
+    async fn read_counts(&self) -> Result<StoreCounts, StoreError> {
+        self.read(reads::counts).await
+    }
+
+    async fn read_feed(
+        &self,
+        after: Option<&FeedCursor>,
+        limit: u32,
+    ) -> Result<FeedPage, StoreError> {
+        let after = match after {
+            Some(cursor) => Some(reads::parse_cursor(cursor)?),
+            None => None,
+        };
+        self.read(move |conn| reads::feed(conn, after, limit)).await
+    }
+
+    async fn read_feed_head(&self) -> Result<FeedCursor, StoreError> {
+        self.read(reads::feed_head).await
+    }
+
+    async fn read_webhook_cursor(&self) -> Result<Option<FeedCursor>, StoreError> {
+        self.read(webhooks::cursor).await
+    }
+
+    async fn read_deliveries(
+        &self,
+        status: Option<DeliveryStatus>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, StoreError> {
+        self.read(move |conn| webhooks::list(conn, status, after, limit))
+            .await
+    }
+
+    async fn read_disabled_webhooks(&self) -> Result<Vec<String>, StoreError> {
+        self.read(webhooks::disabled_webhooks).await
+    }
+
+    async fn read_session(
         &self,
         id_sha256: &str,
         now: Timestamp,
@@ -385,47 +303,7 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn delete_session(&self, id_sha256: &str) -> Result<bool, StoreError> {
-        let op = WriteOp::DeleteSession(id_sha256.to_owned());
-        Ok(self.write(op).await?.pruned()? > 0)
-    }
-
-    async fn prune_sessions(&self, now: Timestamp) -> Result<u64, StoreError> {
-        self.write(WriteOp::PruneSessions(now.0)).await?.pruned()
-    }
-
-    async fn counts(&self) -> Result<StoreCounts, StoreError> {
-        self.read(reads::counts).await
-    }
-
-    async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
-        let token = token.to_owned();
-        self.read(move |conn| reads::approval(conn, &token)).await
-    }
-
-    async fn resolve(
-        &self,
-        token: &str,
-        resolution: Resolution,
-        actor: Option<&str>,
-    ) -> Result<Resolved, StoreError> {
-        let op = WriteOp::resolve(token, resolution, actor);
-        self.write(op).await?.resolved()
-    }
-
-    async fn reconcile(
-        &self,
-        call_id: &str,
-        settlement: Settlement,
-        actor: Option<&str>,
-    ) -> Result<Reconciled, StoreError> {
-        let op = WriteOp::reconcile(call_id, settlement, actor);
-        self.write(op).await?.reconciled()
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        // Through the writer too: a store that can read but no longer write is not ready.
-        self.write(WriteOp::Ping).await?;
+    async fn read_one(&self) -> Result<(), StoreError> {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
             .await
     }

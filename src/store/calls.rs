@@ -1,0 +1,291 @@
+//! Calls as the store keeps them: a call's status, its record and history, what a new call and
+//! an attempt's outcome bring, lists of calls, and settling a call that needs reconciliation.
+//!
+//! These are the types of [`CallStore`](super::CallStore); a call's suspension, as an approver
+//! sees it, is in `suspensions.rs`.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{SuspensionView, Timestamp};
+use crate::contract::meta::Effect;
+
+/// Where a call is in its lifecycle.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// The tool is running (or was, when the server stopped).
+    Running,
+    /// Waiting for a person to approve or reject.
+    Suspended,
+    /// Finished with an output.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// A person rejected it; the tool did not run again.
+    Rejected,
+    /// A `read` or `idempotent` call was running when the server stopped; the same request
+    /// (same idempotency key) runs it again.
+    Interrupted,
+    /// A `write` call was running when the server stopped, or timed out: its effect may or may
+    /// not have happened. Never re-run by itself; an approver settles it.
+    NeedsReconciliation,
+    /// Its suspension expired before anyone approved or rejected it.
+    Expired,
+}
+
+impl CallStatus {
+    /// The name stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Running => "running",
+            CallStatus::Suspended => "suspended",
+            CallStatus::Completed => "completed",
+            CallStatus::Failed => "failed",
+            CallStatus::Rejected => "rejected",
+            CallStatus::Interrupted => "interrupted",
+            CallStatus::NeedsReconciliation => "needs_reconciliation",
+            CallStatus::Expired => "expired",
+        }
+    }
+
+    /// The status named `s`, if any.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "running" => CallStatus::Running,
+            "suspended" => CallStatus::Suspended,
+            "completed" => CallStatus::Completed,
+            "failed" => CallStatus::Failed,
+            "rejected" => CallStatus::Rejected,
+            "interrupted" => CallStatus::Interrupted,
+            "needs_reconciliation" => CallStatus::NeedsReconciliation,
+            "expired" => CallStatus::Expired,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a call failed or was rejected, as recorded and shown.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct CallError {
+    /// A stable token, such as `tool_failed` or `rejected`.
+    pub code: String,
+    /// A sentence for people.
+    pub message: String,
+    /// Structured evidence, when there is some.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+}
+
+impl CallError {
+    /// An error without details.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        CallError {
+            code: code.into(),
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+/// One entry of a call's append-only history.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CallEvent {
+    /// When it happened.
+    #[schema(value_type = String, format = DateTime)]
+    pub at: Timestamp,
+    /// What happened: `created`, `suspended`, `approved`, `rejected`, `completed_externally`,
+    /// `redispatched`, `completed`, `failed`, `interrupted`, `needs_reconciliation`,
+    /// `reconciled`, `expired`. A finished run's event carries its `attempts` (retries
+    /// included) and, when it failed, the error (`tool_timeout` for a timeout).
+    pub kind: String,
+    /// The API key name of whoever caused it, when a client or a person did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// Evidence, such as an error or the number of attempts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
+}
+
+/// Everything recorded about one call.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CallRecord {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// What the tool does to the world.
+    pub effect: Effect,
+    /// Where the call is in its lifecycle.
+    pub status: CallStatus,
+    /// The API key name that made the call; `null` when auth is off.
+    pub caller: Option<String>,
+    /// The idempotency key the call ran under, if any.
+    pub idempotency_key: Option<String>,
+    /// The input it was called with.
+    pub input: Value,
+    /// The output, once completed.
+    pub output: Option<Value>,
+    /// Why it failed or was rejected.
+    pub error: Option<CallError>,
+    /// The pending suspension, while suspended.
+    pub suspension: Option<SuspensionView>,
+    /// When the call was made.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// When its record last changed.
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+    /// How many times its tool has run (an approval or a retry runs it again).
+    pub attempts: u32,
+    /// What happened to the call, oldest first. Left out of lists.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<CallEvent>,
+}
+
+/// A call about to be recorded.
+#[derive(Debug, Clone)]
+pub struct NewCall {
+    /// A fresh call id.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// What the tool does to the world.
+    pub effect: Effect,
+    /// The API key name making the call, when auth is on.
+    pub caller: Option<String>,
+    /// The input, already validated.
+    pub input: Value,
+    /// The idempotency key: the tool's own, or one derived from the client's header. At most
+    /// one call exists per (tool, key).
+    pub idempotency_key: Option<String>,
+    /// How many times the tool has run: 1 for an intent recorded before the first run.
+    pub attempts: u32,
+    /// When the call was made.
+    pub created_at: Timestamp,
+}
+
+/// What inserting a call did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inserted {
+    /// The call is new.
+    New,
+    /// A call with the same (tool, idempotency key) exists; nothing was written.
+    Existing(Box<CallRecord>),
+}
+
+/// How an attempt ended, as recorded.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// The call completed with this output.
+    Completed {
+        /// The tool's output.
+        output: Value,
+    },
+    /// The call failed.
+    Failed {
+        /// Why.
+        error: CallError,
+    },
+    /// The call waits for a person; the suspension is created with it.
+    Suspended {
+        /// A fresh single-use token.
+        token: String,
+        /// What the approver is asked.
+        reason: String,
+        /// The JSON Schema the approver's input must satisfy.
+        input_schema: Value,
+        /// When the suspension expires, if it does.
+        expires_at: Option<Timestamp>,
+    },
+    /// The effect of a `write` call may or may not have happened (it timed out): a person must
+    /// settle it.
+    NeedsReconciliation {
+        /// Why.
+        error: CallError,
+    },
+    /// The run ended before its tool ran (its store could not be reached): the same request
+    /// runs it again.
+    Interrupted {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An interrupted call claimed for another run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rerun {
+    /// The call, now `running`.
+    pub call: CallRecord,
+    /// The approver's input, when the interrupted run was the re-dispatch of an approval: the
+    /// new run resumes with it rather than asking again.
+    pub resume_input: Option<Value>,
+}
+
+/// How a call needing reconciliation is settled.
+#[derive(Debug, Clone)]
+pub enum Settlement {
+    /// The effect happened, with this output (already checked against the output schema).
+    Output(Value),
+    /// The effect did not happen, for this reason.
+    Error(String),
+}
+
+/// What settling a call did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reconciled {
+    /// Settled; the call as it is now.
+    Settled(CallRecord),
+    /// The call does not need reconciliation; the call as it is now.
+    NotNeeded(CallRecord),
+    /// No call has this id.
+    UnknownCall,
+}
+
+/// Which calls to list.
+#[derive(Debug, Clone, Default)]
+pub struct CallFilter {
+    /// Only calls in this status.
+    pub status: Option<CallStatus>,
+    /// Only calls of this tool.
+    pub tool: Option<String>,
+}
+
+/// A call as a list shows it: its state, without its input, output and history (which can be
+/// large; read the call for them).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct CallSummary {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// What the tool does to the world.
+    pub effect: Effect,
+    /// Where the call is in its lifecycle.
+    pub status: CallStatus,
+    /// The API key name that made the call.
+    pub caller: Option<String>,
+    /// The idempotency key the call ran under, if any.
+    pub idempotency_key: Option<String>,
+    /// When the call was made.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// When its record last changed.
+    #[schema(value_type = String, format = DateTime)]
+    pub updated_at: Timestamp,
+    /// How many times its tool has run.
+    pub attempts: u32,
+}
+
+/// One page of calls, newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallPage {
+    /// The calls.
+    pub calls: Vec<CallSummary>,
+    /// Where the next page starts, when there is one.
+    pub next_cursor: Option<i64>,
+}

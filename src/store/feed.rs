@@ -1,0 +1,57 @@
+//! The change feed's types: a position in it (opaque to clients, each backend writes its own),
+//! an entry (one change of a call), and a page of entries, as [`FeedStore`](super::FeedStore)
+//! answers them.
+
+use super::{CallSummary, SuspensionView, Timestamp};
+
+/// A position in the change feed, as text: opaque to clients, which hand it back to read on
+/// from it (an SSE `id:`, `?after=`). Each backend writes and parses its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FeedCursor(pub String);
+
+impl std::fmt::Display for FeedCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One change of a call, as the change feed keeps it: every change of a call's status other
+/// than into `running`, in commit order. A plain read without an idempotency key that finishes
+/// within its request has none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedEntry {
+    /// Its position: reading after it returns the entries that follow.
+    pub cursor: FeedCursor,
+    /// `call.<status>`: `call.suspended`, `call.completed`, `call.failed`, `call.rejected`,
+    /// `call.expired`, `call.interrupted`, `call.needs_reconciliation`.
+    pub kind: String,
+    /// When the change happened.
+    pub at: Timestamp,
+    /// The call as the change left it (its status, attempts and `updated_at` as of the entry).
+    pub call: CallSummary,
+    /// For `call.suspended`: the suspension it made.
+    pub suspension: Option<SuspensionView>,
+}
+
+/// The types of feed entries, as `FeedEntry::kind` names them.
+pub const FEED_TYPES: [&str; 7] = [
+    "call.suspended",
+    "call.completed",
+    "call.failed",
+    "call.rejected",
+    "call.expired",
+    "call.interrupted",
+    "call.needs_reconciliation",
+];
+
+/// A page of the change feed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedPage {
+    /// The entries after the cursor asked for, oldest first.
+    pub entries: Vec<FeedEntry>,
+    /// Where to read on from: the last entry's cursor, or the one asked for if none.
+    pub cursor: FeedCursor,
+    /// Entries after these exist but are not final yet (on a shared database, a transaction
+    /// older than theirs is still in flight): read again shortly rather than wait for a wake-up.
+    pub settling: bool,
+}

@@ -1,0 +1,282 @@
+//! The batch's conditional writes: re-running an interrupted call, resolving a suspension,
+//! settling a call that needs reconciliation, pruning the feed. Each depends on what it finds,
+//! so each runs as its own statements, one write after another, inside the batch's transaction.
+//!
+//! Their conditions are the Store traits' promises on a shared database: an `UPDATE` that
+//! matches only the state it leaves (`interrupted`, a pending and unexpired suspension,
+//! `needs_reconciliation`), so that of two replicas doing the same the second waits for the
+//! first's row lock and then changes nothing.
+
+use serde_json::{Value, json};
+
+use super::batch::FeedRows;
+use crate::store::postgres::pg_error;
+use crate::store::postgres::reads::{Conn, find_call, load_call};
+use crate::store::record::{
+    event_json, expired_error, json_text, parse_json, settled_columns, to_json,
+};
+use crate::store::{
+    CallError, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
+};
+
+pub(super) async fn rerun(
+    c: &Conn<'_>,
+    replica: &str,
+    call_id: &str,
+    now: i64,
+) -> Result<Option<Rerun>, StoreError> {
+    let event = event_json(
+        now,
+        "redispatched",
+        None,
+        Some(&json!({"after": "interrupted"})),
+    );
+    let claimed = c
+        .execute(
+            "UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = $2, \
+             owner = $3, events = events || $4::text::jsonb \
+             WHERE call_id = $1 AND status = 'interrupted'",
+            &[&call_id, &now, &replica, &event],
+        )
+        .await
+        .map_err(pg_error)?;
+    if claimed == 0 {
+        return Ok(None);
+    }
+    // The call's latest suspension, if approved, is what the interrupted run resumed.
+    let resume = c
+        .query_opt(
+            "SELECT status, resume_input FROM suspensions WHERE call_id = $1 \
+             ORDER BY seq DESC LIMIT 1",
+            &[&call_id],
+        )
+        .await
+        .map_err(pg_error)?;
+    let resume_input = match resume {
+        Some(row) => {
+            let status: String = row.try_get(0).map_err(pg_error)?;
+            let input: Option<String> = row.try_get(1).map_err(pg_error)?;
+            match input {
+                Some(input) if status == "approved" => Some(parse_json(&input)?),
+                _ => None,
+            }
+        }
+        None => None,
+    };
+    Ok(Some(Rerun {
+        call: load_call(c, call_id, now).await?,
+        resume_input,
+    }))
+}
+
+pub(super) async fn resolve(
+    c: &Conn<'_>,
+    replica: &str,
+    token: &str,
+    resolution: &Resolution,
+    actor: Option<&str>,
+    feed: &mut FeedRows,
+    now: i64,
+) -> Result<Resolved, StoreError> {
+    let (status, resume_input, reject_reason) = match resolution {
+        Resolution::Approve { resume_input } => ("approved", Some(json_text(resume_input)), None),
+        Resolution::Reject { reason } => ("rejected", None, Some(reason.as_str())),
+        Resolution::Complete { .. } => ("completed", None, None),
+        // Whoever read it as expired has decided; this only writes it down.
+        Resolution::Expire => return unresolved(c, token, feed, now).await,
+    };
+    // Conditional on `pending` and unexpired: of two resolutions of one token, on any replicas,
+    // the second waits for the first's lock and then changes nothing.
+    let call_id: Option<String> = c
+        .query_opt(
+            "UPDATE suspensions SET status = $2, resume_input = $3, reject_reason = $4, \
+             resolved_at = $5, resolved_by = $6 WHERE token = $1 AND status = 'pending' \
+             AND (expires_at IS NULL OR expires_at > $5) RETURNING call_id",
+            &[&token, &status, &resume_input, &reject_reason, &now, &actor],
+        )
+        .await
+        .map_err(pg_error)?
+        .map(|row| row.try_get(0))
+        .transpose()
+        .map_err(pg_error)?;
+    let Some(call_id) = call_id else {
+        return unresolved(c, token, feed, now).await;
+    };
+    match resolution {
+        Resolution::Approve { .. } => {
+            let events = format!(
+                "[{},{}]",
+                event_json::<Value>(now, "approved", actor, None),
+                event_json::<Value>(now, "redispatched", None, None)
+            );
+            c.execute(
+                "UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = $2, \
+                 owner = $3, events = events || $4::text::jsonb WHERE call_id = $1",
+                &[&call_id, &now, &replica, &events],
+            )
+            .await
+            .map_err(pg_error)?;
+            Ok(Resolved::Approved(load_call(c, &call_id, now).await?))
+        }
+        Resolution::Reject { reason } => {
+            let error = to_json(&CallError::new("rejected", reason.clone()))?;
+            let event = event_json(now, "rejected", actor, Some(&json!({"reason": reason})));
+            c.execute(
+                "UPDATE calls SET status = 'rejected', error = $2, updated_at = $3, \
+                 events = events || $4::text::jsonb WHERE call_id = $1",
+                &[&call_id, &error, &now, &event],
+            )
+            .await
+            .map_err(pg_error)?;
+            let call = load_call(c, &call_id, now).await?;
+            feed.push(&call, CallStatus::Rejected, None);
+            Ok(Resolved::Rejected(call))
+        }
+        Resolution::Complete { output } => {
+            let event = event_json::<Value>(now, "completed_externally", actor, None);
+            c.execute(
+                "UPDATE calls SET status = 'completed', output = $2, updated_at = $3, \
+                 events = events || $4::text::jsonb WHERE call_id = $1",
+                &[&call_id, &json_text(output), &now, &event],
+            )
+            .await
+            .map_err(pg_error)?;
+            let call = load_call(c, &call_id, now).await?;
+            feed.push(&call, CallStatus::Completed, None);
+            Ok(Resolved::Completed(call))
+        }
+        Resolution::Expire => unreachable!("handled before the update"),
+    }
+}
+
+/// Why a token could not be resolved: it never existed, was resolved before, or has expired
+/// (which is recorded now, once, by whichever replica gets there first).
+async fn unresolved(
+    c: &Conn<'_>,
+    token: &str,
+    feed: &mut FeedRows,
+    now: i64,
+) -> Result<Resolved, StoreError> {
+    let expired: Option<String> = c
+        .query_opt(
+            "UPDATE suspensions SET status = 'expired', resolved_at = $2 WHERE token = $1 \
+             AND status = 'pending' AND expires_at IS NOT NULL AND expires_at <= $2 \
+             RETURNING call_id",
+            &[&token, &now],
+        )
+        .await
+        .map_err(pg_error)?
+        .map(|row| row.try_get(0))
+        .transpose()
+        .map_err(pg_error)?;
+    if let Some(call_id) = expired {
+        let error = to_json(&expired_error())?;
+        let event = event_json::<Value>(now, "expired", None, None);
+        c.execute(
+            "UPDATE calls SET status = 'expired', error = $2, updated_at = $3, \
+             events = events || $4::text::jsonb WHERE call_id = $1",
+            &[&call_id, &error, &now, &event],
+        )
+        .await
+        .map_err(pg_error)?;
+        let call = load_call(c, &call_id, now).await?;
+        feed.push(&call, CallStatus::Expired, None);
+        return Ok(Resolved::Expired(call));
+    }
+    let row = c
+        .query_opt(
+            "SELECT call_id, status FROM suspensions WHERE token = $1",
+            &[&token],
+        )
+        .await
+        .map_err(pg_error)?;
+    let Some(row) = row else {
+        return Ok(Resolved::UnknownToken);
+    };
+    let call_id: String = row.try_get(0).map_err(pg_error)?;
+    let status: String = row.try_get(1).map_err(pg_error)?;
+    let call = load_call(c, &call_id, now).await?;
+    Ok(if status == "expired" {
+        Resolved::Expired(call)
+    } else {
+        Resolved::AlreadyResolved(call)
+    })
+}
+
+pub(super) async fn reconcile(
+    c: &Conn<'_>,
+    call_id: &str,
+    settlement: &Settlement,
+    actor: Option<&str>,
+    feed: &mut FeedRows,
+    now: i64,
+) -> Result<Reconciled, StoreError> {
+    let (status, output, error) = settled_columns(settlement)?;
+    let event = event_json(
+        now,
+        "reconciled",
+        actor,
+        Some(&json!({"status": status.as_str()})),
+    );
+    // Settled as failed, the effect did not happen: the key is released so that a new request
+    // can make it.
+    let changed = c
+        .execute(
+            "UPDATE calls SET status = $2, output = $3, error = $4, updated_at = $5, \
+             idempotency_key = CASE WHEN $2 = 'failed' THEN NULL ELSE idempotency_key END, \
+             events = events || $6::text::jsonb \
+             WHERE call_id = $1 AND status IN ('needs_reconciliation', 'interrupted')",
+            &[&call_id, &status.as_str(), &output, &error, &now, &event],
+        )
+        .await
+        .map_err(pg_error)?;
+    if changed == 0 {
+        return Ok(match find_call(c, call_id, now).await? {
+            Some(call) => Reconciled::NotNeeded(call),
+            None => Reconciled::UnknownCall,
+        });
+    }
+    let call = load_call(c, call_id, now).await?;
+    feed.push(&call, status, None);
+    Ok(Reconciled::Settled(call))
+}
+
+/// Drops the final feed entries older than `before` (Unix ms) and every entry before them, and
+/// raises the floor under which a cursor is expired.
+pub(super) async fn prune_feed(c: &Conn<'_>, before: i64) -> Result<u64, StoreError> {
+    let row = c
+        .query_opt(
+            "SELECT xid::text, seq FROM feed \
+             WHERE at < $1 AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+             ORDER BY xid DESC, seq DESC LIMIT 1",
+            &[&before],
+        )
+        .await
+        .map_err(pg_error)?
+        .map(|row| {
+            Ok::<_, tokio_postgres::Error>((
+                row.try_get::<_, String>(0)?,
+                row.try_get::<_, i64>(1)?,
+            ))
+        })
+        .transpose()
+        .map_err(pg_error)?;
+    let Some((xid, seq)) = row else {
+        return Ok(0);
+    };
+    let dropped = c
+        .execute(
+            "DELETE FROM feed WHERE (xid, seq) <= ($1::text::xid8, $2)",
+            &[&xid, &seq],
+        )
+        .await
+        .map_err(pg_error)?;
+    c.execute(
+        "UPDATE feed_state SET floor_xid = $1::text::xid8, floor_seq = $2 \
+         WHERE (floor_xid, floor_seq) < ($1::text::xid8, $2)",
+        &[&xid, &seq],
+    )
+    .await
+    .map_err(pg_error)?;
+    Ok(dropped)
+}

@@ -1,0 +1,112 @@
+//! Suspensions: a call parked until a person decides, as a call record, the approvals queue and
+//! a token show it, and the decision that resolves it.
+//!
+//! Split from `calls.rs` because they are what the approvers' doors (the approvals API, the
+//! inbox) read and write; [`CallStore`](super::CallStore) keeps both.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{CallRecord, Timestamp};
+
+/// A suspension as a call record shows it while it is pending.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct SuspensionView {
+    /// The single-use token an approver resolves it with.
+    pub token: String,
+    /// What the approver is asked.
+    pub reason: String,
+    /// The JSON Schema the approver's input must satisfy.
+    pub input_schema: Value,
+    /// When the call was suspended.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// When the suspension expires, if it does.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Timestamp>,
+}
+
+/// A pending suspension, as the approvals queue shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Approval {
+    /// The token to approve or reject it with.
+    pub token: String,
+    /// The suspended call.
+    pub call_id: String,
+    /// The tool the call is for.
+    pub tool: String,
+    /// The API key name that made the call; `null` when auth is off.
+    pub caller: Option<String>,
+    /// What the approver is asked.
+    pub reason: String,
+    /// The JSON Schema the approver's input must satisfy.
+    pub input_schema: Value,
+    /// When the call was suspended.
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: Timestamp,
+    /// When it expires, if it does.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<Timestamp>,
+    /// The call's input; present when one approval is read by its token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+}
+
+/// One page of the approvals queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalPage {
+    /// Oldest first.
+    pub approvals: Vec<Approval>,
+    /// Where the next page starts, when there is one.
+    pub next_cursor: Option<i64>,
+}
+
+/// What a token currently stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalState {
+    /// Still waiting, with the call's input.
+    Pending(Approval),
+    /// Already approved, rejected or completed; the call as it is now.
+    Resolved(CallRecord),
+    /// It expired before anyone resolved it; the call as it is now.
+    Expired(CallRecord),
+}
+
+/// A person's decision on a suspension.
+#[derive(Debug, Clone)]
+pub enum Resolution {
+    /// Run the tool again with this (validated) input as `ctx.resume()`.
+    Approve {
+        /// The approver's input.
+        resume_input: Value,
+    },
+    /// Finish the call as rejected; the tool does not run.
+    Reject {
+        /// The approver's reason.
+        reason: String,
+    },
+    /// Finish the call as completed with work done outside the server; the tool does not run.
+    Complete {
+        /// The output, already checked against the tool's output schema.
+        output: Value,
+    },
+    /// Record that a suspension found expired has expired (the call becomes `expired`).
+    Expire,
+}
+
+/// What resolving a token did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolved {
+    /// Approved: the call is `running` again, its attempts counted; it must be re-dispatched.
+    Approved(CallRecord),
+    /// Rejected: the call is `rejected`.
+    Rejected(CallRecord),
+    /// Completed externally: the call is `completed`.
+    Completed(CallRecord),
+    /// Someone resolved it first; the call as it is now.
+    AlreadyResolved(CallRecord),
+    /// It had expired: now recorded as such; the call as it is now.
+    Expired(CallRecord),
+    /// No suspension ever had this token.
+    UnknownToken,
+}

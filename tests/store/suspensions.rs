@@ -1,0 +1,323 @@
+//! Suspensions: single-use approvals, one winner among concurrent resolutions, rejection,
+//! external completion and expiry, the approvals queue (its pages, its filter, its count).
+
+use std::sync::Arc;
+
+use serde_json::json;
+use toolgate::store::{
+    ApprovalState, CallError, CallStatus, NewCall, Outcome, Resolution, Resolved, Store, Timestamp,
+};
+
+use crate::calls::{kinds, new_call, suspended};
+
+pub(crate) async fn approve_is_single_use(store: Arc<dyn Store>) {
+    store
+        .insert_call(new_call("a1"), Some(suspended("ta")))
+        .await
+        .unwrap();
+    match store.approval("ta").await.unwrap() {
+        Some(ApprovalState::Pending(approval)) => {
+            assert_eq!(approval.call_id, "a1");
+            assert_eq!(approval.input, Some(json!({"id": "a1"})));
+        }
+        other => panic!("expected pending, got {other:?}"),
+    }
+    let approve = || Resolution::Approve {
+        resume_input: json!({"yes": 1}),
+    };
+    match store.resolve("ta", approve(), Some("ops")).await.unwrap() {
+        Resolved::Approved(call) => {
+            assert_eq!(call.status, CallStatus::Running);
+            assert_eq!(call.attempts, 2);
+            assert_eq!(call.suspension, None);
+            assert_eq!(
+                kinds(&call),
+                ["created", "suspended", "approved", "redispatched"]
+            );
+            assert_eq!(call.events[2].actor.as_deref(), Some("ops"));
+        }
+        other => panic!("expected approved, got {other:?}"),
+    }
+    assert!(matches!(
+        store.resolve("ta", approve(), Some("ops")).await.unwrap(),
+        Resolved::AlreadyResolved(_)
+    ));
+    assert!(matches!(
+        store.approval("ta").await.unwrap(),
+        Some(ApprovalState::Resolved(_))
+    ));
+    assert_eq!(
+        store.resolve("nope", approve(), None).await.unwrap(),
+        Resolved::UnknownToken
+    );
+    assert_eq!(store.approval("nope").await.unwrap(), None);
+    let page = store.pending_approvals(None, 10).await.unwrap();
+    assert!(page.approvals.iter().all(|a| a.token != "ta"));
+}
+
+pub(crate) async fn reject_records_the_reason(store: Arc<dyn Store>) {
+    store
+        .insert_call(new_call("r1"), Some(suspended("tr")))
+        .await
+        .unwrap();
+    let reject = Resolution::Reject {
+        reason: "no".into(),
+    };
+    match store
+        .resolve("tr", reject.clone(), Some("ops"))
+        .await
+        .unwrap()
+    {
+        Resolved::Rejected(call) => {
+            assert_eq!(call.status, CallStatus::Rejected);
+            assert_eq!(call.error, Some(CallError::new("rejected", "no")));
+            assert_eq!(call.attempts, 1);
+            let last = call.events.last().unwrap();
+            assert_eq!(
+                (last.kind.as_str(), last.actor.as_deref()),
+                ("rejected", Some("ops"))
+            );
+        }
+        other => panic!("expected rejected, got {other:?}"),
+    }
+    match store.resolve("tr", reject, None).await.unwrap() {
+        Resolved::AlreadyResolved(call) => assert_eq!(call.status, CallStatus::Rejected),
+        other => panic!("expected already resolved, got {other:?}"),
+    }
+}
+
+pub(crate) async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>) {
+    store
+        .insert_call(new_call("x1"), Some(suspended("tx")))
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let resolution = if i % 2 == 0 {
+                    Resolution::Approve {
+                        resume_input: json!(i),
+                    }
+                } else {
+                    Resolution::Reject {
+                        reason: format!("r{i}"),
+                    }
+                };
+                store.resolve("tx", resolution, None).await.unwrap()
+            })
+        })
+        .collect();
+    let mut winners = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Resolved::Approved(_) | Resolved::Rejected(_) => winners += 1,
+            Resolved::AlreadyResolved(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(winners, 1);
+}
+
+pub(crate) async fn pending_pages_oldest_first(store: Arc<dyn Store>) {
+    let before = store
+        .pending_approvals(None, 500)
+        .await
+        .unwrap()
+        .approvals
+        .len();
+    for i in 0..7 {
+        store
+            .insert_call(
+                new_call(&format!("p{i}")),
+                Some(suspended(&format!("tp{i}"))),
+            )
+            .await
+            .unwrap();
+    }
+    let mut tokens = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.pending_approvals(cursor, 3).await.unwrap();
+        assert!(page.approvals.len() <= 3);
+        tokens.extend(page.approvals.into_iter().map(|a| a.token));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let ours: Vec<String> = tokens.into_iter().filter(|t| t.starts_with("tp")).collect();
+    let expected: Vec<String> = (0..7).map(|i| format!("tp{i}")).collect();
+    assert_eq!(ours, expected);
+    let all = store.pending_approvals(None, 500).await.unwrap();
+    assert_eq!(all.approvals.len(), before + 7);
+    assert_eq!(all.next_cursor, None);
+
+    // A suspension recorded as the outcome of a running call names its tool as well as one
+    // recorded with its call.
+    store
+        .insert_call(
+            NewCall {
+                tool: "other_tool".into(),
+                ..new_call("p7")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    store
+        .finish_call("p7", Some(1), 1, &suspended("tp7"))
+        .await
+        .unwrap();
+    let all = store.pending_approvals(None, 500).await.unwrap();
+    let tool_of = |token: &str| {
+        all.approvals
+            .iter()
+            .find(|a| a.token == token)
+            .map(|a| (a.tool.clone(), a.call_id.clone()))
+    };
+    assert_eq!(tool_of("tp0"), Some(("tool".into(), "p0".into())));
+    assert_eq!(tool_of("tp7"), Some(("other_tool".into(), "p7".into())));
+}
+
+pub(crate) async fn counts_show_what_is_pending_now(store: Arc<dyn Store>) {
+    // On a shared database, this store's own lease is live; a store of one process has none.
+    let live = store.replica().map(|_| 1);
+    let counts = store.counts().await.unwrap();
+    assert_eq!(counts.pending_approvals, 0);
+    assert_eq!(counts.live_replicas, live);
+
+    let expired = Outcome::Suspended {
+        token: "tc-expired".into(),
+        reason: "too late".into(),
+        input_schema: json!({"type": "object"}),
+        expires_at: Some(Timestamp(1)),
+    };
+    store
+        .insert_call(new_call("cc0"), Some(suspended("tc0")))
+        .await
+        .unwrap();
+    store
+        .insert_call(new_call("cc1"), Some(suspended("tc1")))
+        .await
+        .unwrap();
+    store
+        .insert_call(new_call("cc2"), Some(expired))
+        .await
+        .unwrap();
+    store.insert_call(new_call("cc3"), None).await.unwrap();
+    store
+        .finish_call("cc3", Some(1), 1, &suspended("tc3"))
+        .await
+        .unwrap();
+    // Pending and unexpired only, as the approvals queue lists them.
+    assert_eq!(store.counts().await.unwrap().pending_approvals, 3);
+    let reject = Resolution::Reject {
+        reason: "no".into(),
+    };
+    store.resolve("tc1", reject, None).await.unwrap();
+    let approve = Resolution::Approve {
+        resume_input: json!({}),
+    };
+    store.resolve("tc3", approve, None).await.unwrap();
+    let counts = store.counts().await.unwrap();
+    assert_eq!(counts.pending_approvals, 1);
+    assert_eq!(counts.live_replicas, live);
+}
+
+pub(crate) async fn external_completion_and_expiry(store: Arc<dyn Store>) {
+    store
+        .insert_call(new_call("e1"), Some(suspended("te1")))
+        .await
+        .unwrap();
+    match store
+        .resolve(
+            "te1",
+            Resolution::Complete {
+                output: json!({"r": 1}),
+            },
+            Some("ops"),
+        )
+        .await
+        .unwrap()
+    {
+        Resolved::Completed(call) => {
+            assert_eq!(call.status, CallStatus::Completed);
+            assert_eq!(call.output, Some(json!({"r": 1})));
+            assert_eq!(call.attempts, 1, "the tool did not run");
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+
+    let past = Outcome::Suspended {
+        token: "te2".into(),
+        reason: "late".into(),
+        input_schema: json!({}),
+        expires_at: Some(Timestamp(Timestamp::now().0 - 1)),
+    };
+    store.insert_call(new_call("e2"), Some(past)).await.unwrap();
+    // Expired by the clock: not listed, shown as expired, and refused.
+    let page = store.pending_approvals(None, 500).await.unwrap();
+    assert!(page.approvals.iter().all(|a| a.token != "te2"));
+    assert_eq!(
+        store.call("e2").await.unwrap().unwrap().status,
+        CallStatus::Expired
+    );
+    assert!(matches!(
+        store.approval("te2").await.unwrap(),
+        Some(ApprovalState::Expired(_))
+    ));
+    match store
+        .resolve(
+            "te2",
+            Resolution::Approve {
+                resume_input: json!({}),
+            },
+            None,
+        )
+        .await
+        .unwrap()
+    {
+        Resolved::Expired(call) => {
+            assert_eq!(call.status, CallStatus::Expired);
+            assert_eq!(call.error.unwrap().code, "suspension_expired");
+        }
+        other => panic!("expected expired, got {other:?}"),
+    }
+}
+
+pub(crate) async fn pending_approvals_filter_by_tool_and_name_the_caller(store: Arc<dyn Store>) {
+    for (id, tool) in [("f1", "refunds"), ("f2", "emails"), ("f3", "refunds")] {
+        let call = NewCall {
+            tool: tool.into(),
+            caller: (id != "f2").then(|| "agent".to_owned()),
+            ..new_call(id)
+        };
+        store
+            .insert_call(call, Some(suspended(&format!("t{id}"))))
+            .await
+            .unwrap();
+    }
+    let refunds = store
+        .pending_approvals_of(Some("refunds"), None, 1)
+        .await
+        .unwrap();
+    assert_eq!(refunds.approvals.len(), 1);
+    assert_eq!(refunds.approvals[0].token, "tf1");
+    assert_eq!(refunds.approvals[0].caller.as_deref(), Some("agent"));
+    let rest = store
+        .pending_approvals_of(Some("refunds"), refunds.next_cursor, 10)
+        .await
+        .unwrap();
+    let tokens: Vec<&str> = rest.approvals.iter().map(|a| a.token.as_str()).collect();
+    assert_eq!(tokens, ["tf3"], "the next page of the same tool only");
+    assert_eq!(rest.next_cursor, None);
+    let all = store.pending_approvals_of(None, None, 10).await.unwrap();
+    assert_eq!(all.approvals.len(), 3);
+    assert_eq!(all.approvals[1].caller, None, "a call made with auth off");
+    let none = store
+        .pending_approvals_of(Some("nothing"), None, 10)
+        .await
+        .unwrap();
+    assert!(none.approvals.is_empty());
+}
