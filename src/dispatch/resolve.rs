@@ -74,7 +74,7 @@ impl Dispatcher {
         reason: Option<String>,
         actor: Option<&str>,
     ) -> Result<CallRecord, DispatchError> {
-        let reason = rejection_reason(reason)?.unwrap_or_default();
+        let reason = rejection_reason(reason)?;
         let asked = Timestamp::now();
         let resolved = self
             .store

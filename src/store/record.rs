@@ -284,6 +284,16 @@ pub(crate) fn settled_columns(
     })
 }
 
+/// The error of a call a person rejected, with their reason if they gave one.
+pub(crate) fn rejected_error(reason: Option<&str>) -> CallError {
+    CallError::new("rejected", reason.unwrap_or("Rejected without a reason."))
+}
+
+/// The details of a `rejected` event: the reason, when there is one.
+pub(crate) fn rejected_details(reason: Option<&str>) -> Option<Value> {
+    reason.map(|reason| serde_json::json!({ "reason": reason }))
+}
+
 /// The error of a call whose suspension expired.
 pub(crate) fn expired_error() -> CallError {
     CallError::new(

@@ -82,8 +82,8 @@ pub enum Resolution {
     },
     /// Finish the call as rejected; the tool does not run.
     Reject {
-        /// The approver's reason.
-        reason: String,
+        /// The approver's reason, if they gave one (`None` for an empty or blank one).
+        reason: Option<String>,
     },
     /// Finish the call as completed with work done outside the server; the tool does not run.
     Complete {

@@ -223,14 +223,21 @@ async fn a_rejection_without_a_reason_records_none(backend: Backend) {
         assert_eq!(status, StatusCode::OK, "{body}: {call}");
         assert_eq!(call["status"], "rejected");
         assert_eq!(call["error"]["code"], "rejected");
-        assert_eq!(call["error"]["message"], "Rejected without a reason.", "{body}");
+        assert_eq!(
+            call["error"]["message"], "Rejected without a reason.",
+            "{body}"
+        );
         let rejected = call["events"]
             .as_array()
             .unwrap()
             .iter()
             .find(|event| event["kind"] == "rejected")
             .unwrap();
-        assert_eq!(rejected.get("details"), None, "no reason recorded: {rejected}");
+        assert_eq!(
+            rejected.get("details"),
+            None,
+            "no reason recorded: {rejected}"
+        );
     }
 
     let (_, suspended) = api.call("ask_human", json!({"question": "Ship?"})).await;

@@ -74,7 +74,11 @@ async fn decisions_go_through_the_lifecycle_with_the_signed_in_key_as_actor() {
         )
         .await;
     assert_eq!(too_long.status, StatusCode::UNPROCESSABLE_ENTITY);
-    assert!(too_long.body.contains("The reason is longer than 4096 characters."));
+    assert!(
+        too_long
+            .body
+            .contains("The reason is longer than 4096 characters.")
+    );
     assert_eq!(call_record(&server, &refused).await["status"], "suspended");
     // Reject, with a reason.
     let rejected = person

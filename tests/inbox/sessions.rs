@@ -4,8 +4,8 @@
 
 use reqwest::StatusCode;
 use serde_json::json;
-use toolgate::inbox::InboxOptions;
 use toolgate::http::auth::{ApiKey, Role, token_sha256};
+use toolgate::inbox::InboxOptions;
 
 use crate::common::{self, Backend, Location, TestServer};
 use crate::{APPROVER, CALLER, Person, actor_of, call_record, signed_in, start, suspend, visitor};

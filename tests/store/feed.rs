@@ -87,7 +87,7 @@ pub(crate) async fn the_feed_has_one_entry_per_change_in_order(store: Arc<dyn St
         .resolve(
             "te2",
             Resolution::Reject {
-                reason: "no".into(),
+                reason: Some("no".into()),
             },
             Some("ops"),
         )

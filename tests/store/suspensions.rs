@@ -61,7 +61,7 @@ pub(crate) async fn reject_records_the_reason(store: Arc<dyn Store>) {
         .await
         .unwrap();
     let reject = Resolution::Reject {
-        reason: "no".into(),
+        reason: Some("no".into()),
     };
     match store
         .resolve("tr", reject.clone(), Some("ops"))
@@ -84,6 +84,24 @@ pub(crate) async fn reject_records_the_reason(store: Arc<dyn Store>) {
         Resolved::AlreadyResolved(call) => assert_eq!(call.status, CallStatus::Rejected),
         other => panic!("expected already resolved, got {other:?}"),
     }
+
+    // Without a reason: none is recorded, and the error says so.
+    store
+        .insert_call(new_call("r2"), Some(suspended("tr2")))
+        .await
+        .unwrap();
+    let quiet = Resolution::Reject { reason: None };
+    match store.resolve("tr2", quiet, Some("ops")).await.unwrap() {
+        Resolved::Rejected(call) => {
+            assert_eq!(
+                call.error,
+                Some(CallError::new("rejected", "Rejected without a reason."))
+            );
+            let last = call.events.last().unwrap();
+            assert_eq!((last.kind.as_str(), &last.details), ("rejected", &None));
+        }
+        other => panic!("expected rejected, got {other:?}"),
+    }
 }
 
 pub(crate) async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>) {
@@ -101,7 +119,7 @@ pub(crate) async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>
                     }
                 } else {
                     Resolution::Reject {
-                        reason: format!("r{i}"),
+                        reason: Some(format!("r{i}")),
                     }
                 };
                 store.resolve("tx", resolution, None).await.unwrap()
@@ -213,7 +231,7 @@ pub(crate) async fn counts_show_what_is_pending_now(store: Arc<dyn Store>) {
     // Pending and unexpired only, as the approvals queue lists them.
     assert_eq!(store.counts().await.unwrap().pending_approvals, 3);
     let reject = Resolution::Reject {
-        reason: "no".into(),
+        reason: Some("no".into()),
     };
     store.resolve("tc1", reject, None).await.unwrap();
     let approve = Resolution::Approve {

@@ -15,11 +15,11 @@ use super::backend;
 use super::reads::{find_call, load_call};
 use crate::store::record::{
     Prepared, PreparedCall, event_json, events_json, expired_error, feed_type, json_text,
-    parse_json, settled_columns, to_json,
+    parse_json, rejected_details, rejected_error, settled_columns, to_json,
 };
 use crate::store::{
-    CallError, CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved,
-    Settlement, StoreError,
+    CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
+    StoreError,
 };
 
 /// Claims the interrupted call `call_id` for another run; `None` when it is not interrupted.
@@ -285,7 +285,7 @@ pub(super) fn resolve(
     };
     let (resume_input, reject_reason) = match &resolution {
         Resolution::Approve { resume_input } => (Some(json_text(resume_input)), None),
-        Resolution::Reject { reason } => (None, Some(reason.as_str())),
+        Resolution::Reject { reason } => (None, reason.as_deref()),
         Resolution::Complete { .. } | Resolution::Expire => (None, None),
     };
     // Conditional on `pending` and unexpired: of two resolutions of one token, the second
@@ -320,21 +320,15 @@ pub(super) fn resolve(
             Ok(Resolved::Approved(load_call(conn, &call_id, now)?))
         }
         Resolution::Reject { reason } => {
-            let error = to_json(&CallError::new("rejected", reason.clone()))?;
+            let error = to_json(&rejected_error(reason.as_deref()))?;
             conn.prepare_cached(
                 "UPDATE calls SET status = 'rejected', error = ?2, updated_at = ?3 \
                  WHERE call_id = ?1",
             )
             .and_then(|mut st| st.execute(params![call_id, error, now]))
             .map_err(backend)?;
-            append_event(
-                conn,
-                &call_id,
-                now,
-                "rejected",
-                actor,
-                Some(&json!({"reason": reason})),
-            )?;
+            let details = rejected_details(reason.as_deref());
+            append_event(conn, &call_id, now, "rejected", actor, details.as_ref())?;
             append_feed(conn, &call_id, now, CallStatus::Rejected, None)?;
             Ok(Resolved::Rejected(load_call(conn, &call_id, now)?))
         }

@@ -13,11 +13,10 @@ use super::batch::FeedRows;
 use crate::store::postgres::pg_error;
 use crate::store::postgres::reads::{Conn, find_call, load_call};
 use crate::store::record::{
-    event_json, expired_error, json_text, parse_json, settled_columns, to_json,
+    event_json, expired_error, json_text, parse_json, rejected_details, rejected_error,
+    settled_columns, to_json,
 };
-use crate::store::{
-    CallError, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
-};
+use crate::store::{CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError};
 
 pub(super) async fn rerun(
     c: &Conn<'_>,
@@ -80,7 +79,7 @@ pub(super) async fn resolve(
 ) -> Result<Resolved, StoreError> {
     let (status, resume_input, reject_reason) = match resolution {
         Resolution::Approve { resume_input } => ("approved", Some(json_text(resume_input)), None),
-        Resolution::Reject { reason } => ("rejected", None, Some(reason.as_str())),
+        Resolution::Reject { reason } => ("rejected", None, reason.as_deref()),
         Resolution::Complete { .. } => ("completed", None, None),
         // Whoever read it as expired has decided; this only writes it down.
         Resolution::Expire => return unresolved(c, token, feed, now).await,
@@ -119,8 +118,9 @@ pub(super) async fn resolve(
             Ok(Resolved::Approved(load_call(c, &call_id, now).await?))
         }
         Resolution::Reject { reason } => {
-            let error = to_json(&CallError::new("rejected", reason.clone()))?;
-            let event = event_json(now, "rejected", actor, Some(&json!({"reason": reason})));
+            let error = to_json(&rejected_error(reason.as_deref()))?;
+            let details = rejected_details(reason.as_deref());
+            let event = event_json(now, "rejected", actor, details.as_ref());
             c.execute(
                 "UPDATE calls SET status = 'rejected', error = $2, updated_at = $3, \
                  events = events || $4::text::jsonb WHERE call_id = $1",
