@@ -1,12 +1,15 @@
 //! The change feed's consumers in this process: requests that wait for a call to change
-//! (long-polls) or for a suspension to arrive. (`GET /events` streams and the webhooks' outbox
-//! read the store's feed themselves, each from its own cursor.)
+//! (long-polls) or for a suspension to arrive (this module, the watcher); the entries one
+//! principal may see, which `GET /events` and the inbox's live queue follow ([`stream`]); and
+//! the webhooks ([`webhooks`]). (The streams and the webhooks' outbox read the store's feed
+//! themselves, each from its own cursor.)
 //!
 //! One watcher task per process follows the store's feed (see `Store::feed`) from where it was
 //! when the watcher started: woken by the store when the feed may have grown (at once for a
 //! commit of this process; on PostgreSQL by `NOTIFY` from other replicas, and on a timer), it
-//! reads every new entry and wakes the requests waiting for that call, or for any suspension. A waiting request holds no database connection and no
-//! thread: a registration in a map, and a future parked on a channel.
+//! reads every new entry and wakes the requests waiting for that call, or for any suspension. A
+//! waiting request holds no database connection and no thread: a registration in a map, and a
+//! future parked on a channel.
 //!
 //! The watcher starts with the first request that waits, so a server nobody waits on reads
 //! nothing more.

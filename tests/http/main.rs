@@ -7,6 +7,7 @@ mod common;
 mod approvals;
 mod calls;
 mod example_tools;
+mod mounted;
 mod service;
 mod tools;
 

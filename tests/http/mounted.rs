@@ -1,0 +1,87 @@
+//! `ServerBuilder`'s router mounted in an app of its own, as the README promises a Rust
+//! developer: the app's own routes and toolgate's side by side, and the store's upkeep running
+//! with nothing from the binary (feed entries past their retention and inbox sessions that ran
+//! out are pruned).
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use reqwest::StatusCode;
+use serde_json::json;
+use toolgate::store::{InboxSession, Timestamp};
+use toolgate::{ServerBuilder, ToolSet};
+
+use crate::common::{Api, Backend, Location, eventually, open_store};
+
+fn session(id: &str, expires_in_ms: i64) -> InboxSession {
+    let now = Timestamp::now();
+    InboxSession {
+        id_sha256: id.to_owned(),
+        key_name: Some("ops".into()),
+        role: "approver".into(),
+        key_fingerprint: None,
+        created_at: now,
+        expires_at: Timestamp(now.0 + expires_in_ms),
+    }
+}
+
+async fn a_mounted_router_runs_the_stores_upkeep(backend: Backend) {
+    let location = Location::new(backend).await;
+    let store = open_store(&location).await;
+    store.create_session(&session("ran-out", 50)).await.unwrap();
+    store
+        .create_session(&session("still-on", 3_600_000))
+        .await
+        .unwrap();
+
+    let mut tools = ToolSet::new();
+    tools.register(toolgate::examples::Echo).unwrap();
+    let toolgate = ServerBuilder::with_shared_store(tools, store.clone())
+        .feed_retention(Duration::from_millis(300))
+        .upkeep_interval(Duration::from_millis(50))
+        .build();
+    let app = Router::new()
+        .route("/app/hello", get(|| async { "hello from the app" }))
+        .merge(toolgate);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let api = Api::new(addr);
+
+    let hello = reqwest::get(format!("http://{addr}/app/hello")).await.unwrap();
+    assert_eq!(hello.status(), StatusCode::OK);
+    assert_eq!(hello.text().await.unwrap(), "hello from the app");
+    let (status, body) = api.call("echo", json!({"text": "mounted"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, call) = api
+        .get(&format!("/calls/{}", body["call_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{call}");
+    let entries = store.feed(None, 100).await.unwrap().entries;
+    assert!(!entries.is_empty(), "the call is in the feed");
+
+    // Within a few upkeep rounds past the retention: the feed's entries are gone, and so is
+    // the session that ran out; the live one stays.
+    eventually("the feed pruned", async || {
+        let page = store.feed(None, 100).await.ok()?;
+        page.entries.is_empty().then_some(())
+    })
+    .await;
+    // Read as of the epoch, a session is found for as long as its row exists.
+    let long_ago = Timestamp(0);
+    eventually("the ended session pruned", async || {
+        let found = store.session("ran-out", long_ago).await.ok()?;
+        found.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        store.session("still-on", long_ago).await.unwrap().is_some(),
+        "a live session is kept"
+    );
+    server.abort();
+}
+
+crate::on_each_backend! {
+    #[tokio::test] async fn a_mounted_router_runs_the_stores_upkeep;
+}
