@@ -19,7 +19,7 @@ use crate::store::{ApprovalPage, CallRecord, CallStatus};
 /// the requests of everyone else).
 pub trait Hold: Send {
     /// The longest the request may be held.
-    fn limit(&self) -> std::time::Duration;
+    fn limit(&self) -> Duration;
     /// The request starts to wait now.
     fn waiting(&mut self);
 }
@@ -184,14 +184,4 @@ impl Dispatcher {
             }
         }
     }
-}
-
-/// A hold of a fixed time with nothing to give back meanwhile (for callers of the dispatcher
-/// outside HTTP).
-impl Hold for Duration {
-    fn limit(&self) -> Duration {
-        *self
-    }
-
-    fn waiting(&mut self) {}
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::contract::error::InputViolation;
-use crate::dispatch::{DispatchError, ErrorKind};
+use crate::dispatch::DispatchError;
 use crate::store::{CallRecord, StoreError};
 
 /// The body of every error answer.
@@ -118,19 +118,6 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// What kind of refusal it is, which a door that does not speak HTTP (MCP) answers by.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            ApiError::Internal | ApiError::StoreUnavailable | ApiError::NotReady => {
-                ErrorKind::Internal
-            }
-            ApiError::Overloaded(_) | ApiError::UpstreamUnavailable { .. } => {
-                ErrorKind::Unavailable
-            }
-            _ => ErrorKind::InvalidRequest,
-        }
-    }
-
     /// The HTTP status answered.
     pub fn status(&self) -> StatusCode {
         match self {

@@ -143,9 +143,17 @@ fn violations_error(message: &str, violations: &[InputViolation]) -> CallToolRes
     CallToolResult::error(vec![text(text_)])
 }
 
-/// A refusal of the lifecycle: a tool error the model can act on, or a protocol error for
-/// what it cannot (an unknown tool; the server's own failures), by the error's kind.
+/// A refusal of the lifecycle, by its kind: the server's own failures (`Internal`) are
+/// `-32603` (logged where the error was made, answered without their cause); an unknown tool is
+/// `-32602`, as the protocol routes it; every other is a tool error the model can act on, with
+/// the REST door's sentence and code and never its details (they may hold a call's record, and
+/// so a token).
 pub(super) fn dispatch_error(err: DispatchError) -> Result<CallToolResult, McpError> {
+    if err.kind() == ErrorKind::Internal {
+        // Converted for what it logs; the answer says nothing of it.
+        drop(ApiError::from(err));
+        return Err(server_failure());
+    }
     match err {
         DispatchError::UnknownTool(name) => Err(McpError::invalid_params(
             format!("No tool is named `{name}`."),
@@ -155,29 +163,21 @@ pub(super) fn dispatch_error(err: DispatchError) -> Result<CallToolResult, McpEr
             &format!("The input does not fit the input schema of tool `{tool}`."),
             &violations,
         )),
-        other => api_error(other.into()),
+        other => {
+            let object = ApiError::from(other).to_object();
+            Ok(CallToolResult::error(vec![text(format!(
+                "{} ({})",
+                object.message, object.code
+            ))]))
+        }
     }
 }
 
-/// An [`ApiError`] over MCP: the server's own failures (kind `Internal`) are `-32603` (logged
-/// where the error was made, answered without their cause); every other is a tool error with
-/// the REST door's sentence and code, and never its details (they may hold a call's record,
-/// and so a token).
-fn api_error(err: ApiError) -> Result<CallToolResult, McpError> {
-    if err.kind() == ErrorKind::Internal {
-        return Err(server_failure());
-    }
-    let object = err.to_object();
-    Ok(CallToolResult::error(vec![text(format!(
-        "{} ({})",
-        object.message, object.code
-    ))]))
-}
-
-/// A refusal where no tool result can carry it (`tasks/*`).
+/// A refusal where no tool result can carry it (`tasks/*`), by its kind as above.
 pub(super) fn protocol_error(err: DispatchError) -> McpError {
+    let internal = err.kind() == ErrorKind::Internal;
     let err = ApiError::from(err);
-    if err.kind() == ErrorKind::Internal {
+    if internal {
         server_failure()
     } else {
         McpError::invalid_params(err.to_object().message, None)
