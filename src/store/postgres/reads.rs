@@ -3,7 +3,7 @@
 //! just changed) and the request path reads on a pooled connection, with the same SQL.
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Error as PgError, Row};
+use tokio_postgres::{Error as PgError, Row, Statement};
 
 use super::super::record::{RawCall, parse_effect, parse_json};
 use super::super::{
@@ -25,17 +25,18 @@ pub(super) enum Conn<'a> {
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 impl Conn<'_> {
-    pub(super) async fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
+    /// `sql`, prepared (or taken from the cache), with the client to run it on: a transaction's
+    /// statements run on its connection's client, as `Transaction`'s own methods run them.
+    async fn prepare(&self, sql: &str) -> Result<(&tokio_postgres::Client, Statement), PgError> {
         match self {
-            Conn::Client(client) => {
-                let statement = client.prepare_cached(sql).await?;
-                client.query(&statement, params).await
-            }
-            Conn::Tx(tx) => {
-                let statement = tx.prepare_cached(sql).await?;
-                tx.query(&statement, params).await
-            }
+            Conn::Client(client) => Ok((client, client.prepare_cached(sql).await?)),
+            Conn::Tx(tx) => Ok((tx.client(), tx.prepare_cached(sql).await?)),
         }
+    }
+
+    pub(super) async fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
+        let (client, statement) = self.prepare(sql).await?;
+        client.query(&statement, params).await
     }
 
     pub(super) async fn query_opt(
@@ -43,29 +44,13 @@ impl Conn<'_> {
         sql: &str,
         params: Params<'_>,
     ) -> Result<Option<Row>, PgError> {
-        match self {
-            Conn::Client(client) => {
-                let statement = client.prepare_cached(sql).await?;
-                client.query_opt(&statement, params).await
-            }
-            Conn::Tx(tx) => {
-                let statement = tx.prepare_cached(sql).await?;
-                tx.query_opt(&statement, params).await
-            }
-        }
+        let (client, statement) = self.prepare(sql).await?;
+        client.query_opt(&statement, params).await
     }
 
     pub(super) async fn execute(&self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
-        match self {
-            Conn::Client(client) => {
-                let statement = client.prepare_cached(sql).await?;
-                client.execute(&statement, params).await
-            }
-            Conn::Tx(tx) => {
-                let statement = tx.prepare_cached(sql).await?;
-                tx.execute(&statement, params).await
-            }
-        }
+        let (client, statement) = self.prepare(sql).await?;
+        client.execute(&statement, params).await
     }
 }
 
