@@ -353,7 +353,8 @@ impl Backend for PostgresStore {
     }
 
     async fn find_call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-        self.read(async |c| reads::find_call(c, call_id, Timestamp::now().0).await).await
+        self.read(async |c| reads::find_call(c, call_id, Timestamp::now().0).await)
+            .await
     }
 
     async fn read_calls(
@@ -362,7 +363,8 @@ impl Backend for PostgresStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<CallPage, StoreError> {
-        self.read(async |c| reads::list_calls(c, &filter, after, limit).await).await
+        self.read(async |c| reads::list_calls(c, &filter, after, limit).await)
+            .await
     }
 
     async fn read_approvals(
@@ -371,11 +373,13 @@ impl Backend for PostgresStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<ApprovalPage, StoreError> {
-        self.read(async |c| reads::pending_approvals(c, tool, after, limit).await).await
+        self.read(async |c| reads::pending_approvals(c, tool, after, limit).await)
+            .await
     }
 
     async fn read_approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
-        self.read(async |c| reads::approval(c, token, Timestamp::now().0).await).await
+        self.read(async |c| reads::approval(c, token, Timestamp::now().0).await)
+            .await
     }
 
     async fn read_counts(&self) -> Result<StoreCounts, StoreError> {
@@ -404,11 +408,13 @@ impl Backend for PostgresStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<DeliveryPage, StoreError> {
-        self.read(async |c| webhooks::list(c, status, after, limit).await).await
+        self.read(async |c| webhooks::list(c, status, after, limit).await)
+            .await
     }
 
     async fn read_disabled_webhooks(&self) -> Result<Vec<String>, StoreError> {
-        self.read(async |c| webhooks::disabled_webhooks(c).await).await
+        self.read(async |c| webhooks::disabled_webhooks(c).await)
+            .await
     }
 
     async fn read_session(
@@ -416,7 +422,8 @@ impl Backend for PostgresStore {
         id_sha256: &str,
         now: Timestamp,
     ) -> Result<Option<InboxSession>, StoreError> {
-        self.read(async |c| sessions::find(c, id_sha256, now.0).await).await
+        self.read(async |c| sessions::find(c, id_sha256, now.0).await)
+            .await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

@@ -5,7 +5,8 @@
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Error as PgError, Row, Statement};
 
-use super::super::record::{RawCall, parse_effect, parse_json};
+use super::super::record::parse_json;
+use super::super::rows::{Columns, RawCall, parse_effect};
 use super::super::{
     Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
     CallSummary, StoreCounts, StoreError,
@@ -54,7 +55,7 @@ impl Conn<'_> {
     }
 }
 
-/// A call with its pending suspension; `raw_call` reads these columns in this order.
+/// A call with its pending suspension, its columns in the order [`RawCall::read`] reads them.
 const CALL: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
      s.token, s.reason, s.input_schema, s.created_at, s.expires_at, \
@@ -62,27 +63,33 @@ const CALL: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
      WHERE c.call_id = $1";
 
-fn raw_call(row: &Row) -> Result<RawCall, PgError> {
-    Ok(RawCall {
-        call_id: row.try_get(0)?,
-        tool: row.try_get(1)?,
-        effect: row.try_get(2)?,
-        status: row.try_get(3)?,
-        caller: row.try_get(4)?,
-        idempotency_key: row.try_get(5)?,
-        input: row.try_get(6)?,
-        output: row.try_get(7)?,
-        error: row.try_get(8)?,
-        attempts: i64::from(row.try_get::<_, i32>(9)?),
-        created_at: row.try_get(10)?,
-        updated_at: row.try_get(11)?,
-        token: row.try_get(12)?,
-        reason: row.try_get(13)?,
-        input_schema: row.try_get(14)?,
-        suspended_at: row.try_get(15)?,
-        expires_at: row.try_get(16)?,
-        events: row.try_get(17)?,
-    })
+/// A PostgreSQL row's columns, as every backend reads them.
+impl Columns for Row {
+    type Error = PgError;
+
+    fn text(&self, i: usize) -> Result<String, PgError> {
+        self.try_get(i)
+    }
+
+    fn text_or_null(&self, i: usize) -> Result<Option<String>, PgError> {
+        self.try_get(i)
+    }
+
+    fn bigint(&self, i: usize) -> Result<i64, PgError> {
+        self.try_get(i)
+    }
+
+    fn bigint_or_null(&self, i: usize) -> Result<Option<i64>, PgError> {
+        self.try_get(i)
+    }
+
+    fn integer(&self, i: usize) -> Result<i64, PgError> {
+        self.try_get::<_, i32>(i).map(i64::from)
+    }
+
+    fn integer_or_null(&self, i: usize) -> Result<Option<i64>, PgError> {
+        Ok(self.try_get::<_, Option<i32>>(i)?.map(i64::from))
+    }
 }
 
 /// The call `call_id` as of `now`, if it exists.
@@ -94,7 +101,7 @@ pub(super) async fn find_call(
     let Some(row) = conn.query_opt(CALL, &[&call_id]).await.map_err(pg_error)? else {
         return Ok(None);
     };
-    raw_call(&row).map_err(pg_error)?.decode(now).map(Some)
+    RawCall::read(&row).map_err(pg_error)?.decode(now).map(Some)
 }
 
 /// The call `call_id`, which must exist (the caller just changed it).
