@@ -148,14 +148,11 @@ pub(super) async fn list_calls(
         )
         .await
         .map_err(pg_error)?;
-    let more = rows.len() > limit as usize;
-    let mut calls = Vec::with_capacity(rows.len().min(limit as usize));
-    let mut next_cursor = None;
-    for row in rows.iter().take(limit as usize) {
+    let (calls, next_cursor) = page(&rows, limit, |row| {
         let effect: String = row.try_get(3).map_err(pg_error)?;
         let status: String = row.try_get(4).map_err(pg_error)?;
-        next_cursor = Some(row.try_get::<_, i64>(0).map_err(pg_error)?);
-        calls.push(CallSummary {
+        let seq = row.try_get::<_, i64>(0).map_err(pg_error)?;
+        let call = CallSummary {
             call_id: row.try_get(1).map_err(pg_error)?,
             tool: row.try_get(2).map_err(pg_error)?,
             effect: parse_effect(&effect)?,
@@ -167,12 +164,29 @@ pub(super) async fn list_calls(
             updated_at: Timestamp(row.try_get(8).map_err(pg_error)?),
             attempts: u32::try_from(row.try_get::<_, i32>(9).map_err(pg_error)?)
                 .unwrap_or(u32::MAX),
-        });
+        };
+        Ok((seq, call))
+    })?;
+    Ok(CallPage { calls, next_cursor })
+}
+
+/// The first `limit` of `rows` (asked for one more, which tells whether another page follows),
+/// each read by `read` into its cursor and its item; with the last one's cursor when another
+/// page follows.
+fn page<T>(
+    rows: &[Row],
+    limit: u32,
+    mut read: impl FnMut(&Row) -> Result<(i64, T), StoreError>,
+) -> Result<(Vec<T>, Option<i64>), StoreError> {
+    let more = rows.len() > limit as usize;
+    let mut items = Vec::with_capacity(rows.len().min(limit as usize));
+    let mut next_cursor = None;
+    for row in rows.iter().take(limit as usize) {
+        let (cursor, item) = read(row)?;
+        next_cursor = Some(cursor);
+        items.push(item);
     }
-    Ok(CallPage {
-        calls,
-        next_cursor: if more { next_cursor } else { None },
-    })
+    Ok((items, if more { next_cursor } else { None }))
 }
 
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
@@ -226,17 +240,10 @@ pub(super) async fn pending_approvals(
         )
         .await
         .map_err(pg_error)?;
-    let more = rows.len() > limit as usize;
-    let mut approvals = Vec::with_capacity(rows.len().min(limit as usize));
-    let mut next_cursor = None;
-    for row in rows.iter().take(limit as usize) {
-        let (seq, approval) = approval_from_row(row)?;
-        next_cursor = Some(seq);
-        approvals.push(approval);
-    }
+    let (approvals, next_cursor) = page(&rows, limit, approval_from_row)?;
     Ok(ApprovalPage {
         approvals,
-        next_cursor: if more { next_cursor } else { None },
+        next_cursor,
     })
 }
 
