@@ -90,6 +90,51 @@ pub(crate) struct Job {
     pub(crate) reply: oneshot::Sender<Result<Reply, StoreError>>,
 }
 
+/// What a writer commits at once: the writes it took from its queue, and the records written
+/// behind that wait.
+pub(crate) struct Batch {
+    pub(crate) ops: Vec<WriteOp>,
+    /// The callers of `ops`, in their order.
+    pub(crate) replies: Vec<oneshot::Sender<Result<Reply, StoreError>>>,
+    pub(crate) records: Vec<(PreparedCall, Prepared)>,
+    /// Whether a write of the batch may grow the feed.
+    pub(crate) fed: bool,
+}
+
+impl Batch {
+    /// `jobs` and the records written behind now; `None` when there are neither.
+    pub(crate) fn take(jobs: Vec<Job>, behind: &Mutex<Behind>) -> Option<Self> {
+        // Taken after the writes: a read-your-writes probe (`Ping`) commits every record
+        // written behind before it was sent.
+        let records = Behind::take(behind);
+        if jobs.is_empty() && records.is_empty() {
+            return None;
+        }
+        let (ops, replies): (Vec<WriteOp>, Vec<_>) =
+            jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
+        let fed = ops.iter().any(WriteOp::may_feed);
+        Some(Batch {
+            ops,
+            replies,
+            records,
+            fed,
+        })
+    }
+}
+
+/// Answers the callers of a batch's writes, each with its write's result.
+pub(crate) fn answer(
+    replies: Vec<oneshot::Sender<Result<Reply, StoreError>>>,
+    results: Vec<Result<Reply, StoreError>>,
+) {
+    for (reply, result) in replies.into_iter().zip(results) {
+        // The caller went away: a failure must still be heard.
+        if let Err(Err(err)) = reply.send(result) {
+            tracing::error!(error = %err, "a write whose caller went away failed");
+        }
+    }
+}
+
 /// A write the writer applies, one of the Store trait's.
 pub(crate) enum WriteOp {
     Insert(PreparedCall, Option<Prepared>),
