@@ -3,9 +3,9 @@
 //!
 //! Each is a plain function over a `Connection`: `mod.rs` runs it inside `SqliteStore::read`,
 //! on a blocking thread, and the writer runs `find_call` and `load_call` inside its
-//! transaction, so that a write's answer shows what it wrote. Decoding a row into a record is
-//! shared with every backend (`crate::store::record`); what is SQLite's is the SQL and reading
-//! the columns of a result row.
+//! transaction, so that a write's answer shows what it wrote. Reading a row's columns in order
+//! and decoding it into a record are shared with every backend (`crate::store::rows`); what is
+//! SQLite's is the SQL and how one column of its rows is read (`Columns for Row`).
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
