@@ -76,9 +76,10 @@
 //!   `sqlite/migrations.rs` (`user_version`), `postgres/migrations.rs` (under an advisory lock);
 //!   the SQL in `migrations/`.
 //!
-//! What is shared by every SQL backend, turning calls and outcomes into rows and rows back into
-//! records, is in `record.rs`; the write half of every trait (one queued write per method) and
-//! read-your-writes are in `backend.rs`, written once for both backends.
+//! What is shared by every SQL backend is written once: turning calls and outcomes into rows in
+//! `record.rs`, reading rows back into records in `rows.rs` (over each backend's one way of
+//! reading a column); the write half of every trait (one queued write per method) and
+//! read-your-writes in `backend.rs`.
 
 mod backend;
 mod calls;
@@ -89,6 +90,7 @@ mod outbox;
 mod postgres;
 mod queue;
 mod record;
+mod rows;
 mod sessions;
 mod sqlite;
 mod suspensions;

@@ -90,6 +90,51 @@ pub(crate) struct Job {
     pub(crate) reply: oneshot::Sender<Result<Reply, StoreError>>,
 }
 
+/// What a writer commits at once: the writes it took from its queue, and the records written
+/// behind that wait.
+pub(crate) struct Batch {
+    pub(crate) ops: Vec<WriteOp>,
+    /// The callers of `ops`, in their order.
+    pub(crate) replies: Vec<oneshot::Sender<Result<Reply, StoreError>>>,
+    pub(crate) records: Vec<(PreparedCall, Prepared)>,
+    /// Whether a write of the batch may grow the feed.
+    pub(crate) fed: bool,
+}
+
+impl Batch {
+    /// `jobs` and the records written behind now; `None` when there are neither.
+    pub(crate) fn take(jobs: Vec<Job>, behind: &Mutex<Behind>) -> Option<Self> {
+        // Taken after the writes: a read-your-writes probe (`Ping`) commits every record
+        // written behind before it was sent.
+        let records = Behind::take(behind);
+        if jobs.is_empty() && records.is_empty() {
+            return None;
+        }
+        let (ops, replies): (Vec<WriteOp>, Vec<_>) =
+            jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
+        let fed = ops.iter().any(WriteOp::may_feed);
+        Some(Batch {
+            ops,
+            replies,
+            records,
+            fed,
+        })
+    }
+}
+
+/// Answers the callers of a batch's writes, each with its write's result.
+pub(crate) fn answer(
+    replies: Vec<oneshot::Sender<Result<Reply, StoreError>>>,
+    results: Vec<Result<Reply, StoreError>>,
+) {
+    for (reply, result) in replies.into_iter().zip(results) {
+        // The caller went away: a failure must still be heard.
+        if let Err(Err(err)) = reply.send(result) {
+            tracing::error!(error = %err, "a write whose caller went away failed");
+        }
+    }
+}
+
 /// A write the writer applies, one of the Store trait's.
 pub(crate) enum WriteOp {
     Insert(PreparedCall, Option<Prepared>),
@@ -232,15 +277,9 @@ pub(crate) fn behind(
     Ok((PreparedCall::new(call), outcome))
 }
 
-/// Each write's answer, as the Store trait returns it.
+/// Each write's answer, as the Store trait returns it: the reply of the write's kind (any other
+/// is the writer's mistake). Written by `answers!` below, but for [`Reply::finished`].
 impl Reply {
-    pub(crate) fn inserted(self) -> Result<Inserted, StoreError> {
-        match self {
-            Reply::Inserted(inserted) => Ok(inserted),
-            _ => Err(unexpected()),
-        }
-    }
-
     pub(crate) fn finished(self) -> Result<(), StoreError> {
         match self {
             Reply::Done => Ok(()),
@@ -248,62 +287,35 @@ impl Reply {
             _ => Err(unexpected()),
         }
     }
+}
 
-    pub(crate) fn rerun(self) -> Result<Option<Rerun>, StoreError> {
-        match self {
-            Reply::Rerun(rerun) => Ok(rerun.map(|r| *r)),
-            _ => Err(unexpected()),
+/// The answers of one reply each: `name -> Type { pattern => value }` is the method `name`,
+/// which returns `value` for a reply matching `pattern` and fails on any other.
+macro_rules! answers {
+    ($($name:ident -> $answer:ty { $reply:pat => $value:expr })*) => {
+        impl Reply {
+            $(
+                pub(crate) fn $name(self) -> Result<$answer, StoreError> {
+                    match self {
+                        $reply => Ok($value),
+                        _ => Err(unexpected()),
+                    }
+                }
+            )*
         }
-    }
+    };
+}
 
-    pub(crate) fn resolved(self) -> Result<Resolved, StoreError> {
-        match self {
-            Reply::Resolved(resolved) => Ok(*resolved),
-            _ => Err(unexpected()),
-        }
-    }
-
-    pub(crate) fn pruned(self) -> Result<u64, StoreError> {
-        match self {
-            Reply::Pruned(count) => Ok(count),
-            _ => Err(unexpected()),
-        }
-    }
-
-    pub(crate) fn reconciled(self) -> Result<Reconciled, StoreError> {
-        match self {
-            Reply::Reconciled(reconciled) => Ok(*reconciled),
-            _ => Err(unexpected()),
-        }
-    }
-
-    pub(crate) fn enqueued(self) -> Result<bool, StoreError> {
-        match self {
-            Reply::Enqueued(moved) => Ok(moved),
-            _ => Err(unexpected()),
-        }
-    }
-
-    pub(crate) fn claimed(self) -> Result<Vec<Delivery>, StoreError> {
-        match self {
-            Reply::Claimed(deliveries) => Ok(deliveries),
-            _ => Err(unexpected()),
-        }
-    }
-
-    pub(crate) fn settled(self) -> Result<(), StoreError> {
-        match self {
-            Reply::Done => Ok(()),
-            _ => Err(unexpected()),
-        }
-    }
-
-    pub(crate) fn delivery(self) -> Result<Option<Delivery>, StoreError> {
-        match self {
-            Reply::Delivery(delivery) => Ok(delivery.map(|d| *d)),
-            _ => Err(unexpected()),
-        }
-    }
+answers! {
+    inserted -> Inserted { Reply::Inserted(inserted) => inserted }
+    rerun -> Option<Rerun> { Reply::Rerun(rerun) => rerun.map(|r| *r) }
+    resolved -> Resolved { Reply::Resolved(resolved) => *resolved }
+    pruned -> u64 { Reply::Pruned(count) => count }
+    reconciled -> Reconciled { Reply::Reconciled(reconciled) => *reconciled }
+    enqueued -> bool { Reply::Enqueued(moved) => moved }
+    claimed -> Vec<Delivery> { Reply::Claimed(deliveries) => deliveries }
+    settled -> () { Reply::Done => () }
+    delivery -> Option<Delivery> { Reply::Delivery(delivery) => delivery.map(|d| *d) }
 }
 
 fn unexpected() -> StoreError {

@@ -1,21 +1,14 @@
-//! Calls and outcomes (and webhook deliveries) as the rows a SQL backend stores, and those rows
-//! back as records.
+//! Calls and outcomes (and webhook deliveries) as the rows a SQL backend writes.
 //!
 //! Nothing here is particular to one database. The JSON is serialized and the events encoded
 //! here, on the caller's task, so that a backend's statements bind only text and numbers; and
-//! every SQL backend shares one encoding of a call's `events` and one decoding of a call row
-//! (a suspension whose time is up shows as expired; a completed call's events are derived), so
-//! that a record reads the same whichever backend stored it. How a row is bound to a statement
-//! or read from a result set stays with each backend (SQLite's `raw_call` is in
-//! `sqlite/reads.rs`).
+//! every SQL backend shares one encoding of a call's `events`, so that a record reads the same
+//! whichever backend stored it. How a row is bound to a statement stays with each backend;
+//! reading rows back, and decoding them, is `rows.rs`.
 
 use serde_json::{Value, json};
 
-use super::{
-    CallError, CallEvent, CallRecord, CallStatus, NewCall, Outcome, Settlement, StoreError,
-    SuspensionView, Timestamp,
-};
-use crate::contract::meta::Effect;
+use super::{CallError, CallStatus, NewCall, Outcome, Settlement, StoreError, Timestamp};
 
 /// A new call with its JSON already serialized: that work is done by the caller's task, not by
 /// the store's writer (in SQLite, the one writer thread everyone waits for).
@@ -198,27 +191,9 @@ pub(crate) fn events_json(call: &PreparedCall, outcome: Option<&Prepared>) -> St
 /// The `events` of a call inserted already completed (most of them: every read): its two
 /// events, `created` and `completed`, say nothing its columns do not (`created_at` and
 /// `caller`; `updated_at` and `attempts`), so they are not written, which keeps the most
-/// common row at about half its size. [`RawCall::decode`] derives them. A completed call
-/// never gains another event.
+/// common row at about half its size. [`RawCall::decode`](super::rows::RawCall::decode) derives
+/// them. A completed call never gains another event.
 pub(crate) const DERIVED_EVENTS: &str = "";
-
-/// The events of a call stored with [`DERIVED_EVENTS`].
-fn derived_events(raw: &RawCall) -> Vec<CallEvent> {
-    vec![
-        CallEvent {
-            at: Timestamp(raw.created_at),
-            kind: "created".to_owned(),
-            actor: raw.caller.clone(),
-            details: None,
-        },
-        CallEvent {
-            at: Timestamp(raw.updated_at),
-            kind: CallStatus::Completed.as_str().to_owned(),
-            actor: None,
-            details: Some(json!({ "attempts": raw.attempts })),
-        },
-    ]
-}
 
 /// One event as stored in a call's `events` array.
 pub(crate) fn event_json<D>(at: i64, kind: &str, actor: Option<&str>, details: Option<&D>) -> String
@@ -254,17 +229,6 @@ where
 #[derive(serde::Serialize)]
 struct Attempts {
     attempts: u32,
-}
-
-/// An event as read back from a call's `events` array.
-#[derive(serde::Deserialize)]
-struct StoredEvent {
-    at: i64,
-    kind: String,
-    #[serde(default)]
-    actor: Option<String>,
-    #[serde(default)]
-    details: Option<Value>,
 }
 
 /// The status, output and error a call settled by `settlement` gets.
@@ -318,109 +282,6 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
-/// A call row as stored, before its JSON columns are parsed.
-pub(crate) struct RawCall {
-    pub(crate) call_id: String,
-    pub(crate) tool: String,
-    pub(crate) effect: String,
-    pub(crate) status: String,
-    pub(crate) caller: Option<String>,
-    pub(crate) idempotency_key: Option<String>,
-    pub(crate) input: String,
-    pub(crate) output: Option<String>,
-    pub(crate) error: Option<String>,
-    pub(crate) attempts: i64,
-    pub(crate) created_at: i64,
-    pub(crate) updated_at: i64,
-    pub(crate) token: Option<String>,
-    pub(crate) reason: Option<String>,
-    pub(crate) input_schema: Option<String>,
-    pub(crate) suspended_at: Option<i64>,
-    pub(crate) expires_at: Option<i64>,
-    pub(crate) events: String,
-}
-
-/// The effect stored as `s`.
-pub(crate) fn parse_effect(s: &str) -> Result<Effect, StoreError> {
-    match s {
-        "read" => Ok(Effect::Read),
-        "idempotent" => Ok(Effect::Idempotent),
-        "write" => Ok(Effect::Write),
-        other => Err(StoreError::Corrupt(format!("unknown effect {other}"))),
-    }
-}
-
-impl RawCall {
-    /// The record as of `now`: a suspension whose time is up shows as `expired` even before
-    /// anyone tries to resolve it (which records the expiry).
-    pub(crate) fn decode(self, now: i64) -> Result<CallRecord, StoreError> {
-        let events = if self.events == DERIVED_EVENTS {
-            derived_events(&self)
-        } else {
-            parse_json::<Vec<StoredEvent>>(&self.events)?
-                .into_iter()
-                .map(|e| CallEvent {
-                    at: Timestamp(e.at),
-                    kind: e.kind,
-                    actor: e.actor,
-                    details: e.details,
-                })
-                .collect()
-        };
-        let mut status = CallStatus::parse(&self.status)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown call status {}", self.status)))?;
-        let mut error = self.error.as_deref().map(parse_json).transpose()?;
-        let mut suspension = suspension_view(
-            self.token,
-            self.reason,
-            self.input_schema,
-            self.suspended_at,
-            self.expires_at,
-        )?;
-        if status == CallStatus::Suspended && self.expires_at.is_some_and(|at| at <= now) {
-            status = CallStatus::Expired;
-            suspension = None;
-            error = Some(expired_error());
-        }
-        Ok(CallRecord {
-            call_id: self.call_id,
-            tool: self.tool,
-            effect: parse_effect(&self.effect)?,
-            status,
-            caller: self.caller,
-            idempotency_key: self.idempotency_key,
-            input: parse_json(&self.input)?,
-            output: self.output.as_deref().map(parse_json).transpose()?,
-            error,
-            suspension,
-            created_at: Timestamp(self.created_at),
-            updated_at: Timestamp(self.updated_at),
-            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
-            events,
-        })
-    }
-}
-
-/// A suspension from its joined columns, when the row has one.
-fn suspension_view(
-    token: Option<String>,
-    reason: Option<String>,
-    input_schema: Option<String>,
-    suspended_at: Option<i64>,
-    expires_at: Option<i64>,
-) -> Result<Option<SuspensionView>, StoreError> {
-    Ok(match (token, reason, input_schema, suspended_at) {
-        (Some(token), Some(reason), Some(schema), Some(at)) => Some(SuspensionView {
-            token,
-            reason,
-            input_schema: parse_json(&schema)?,
-            created_at: Timestamp(at),
-            expires_at: expires_at.map(Timestamp),
-        }),
-        _ => None,
-    })
-}
-
 /// The feed entry type of a change into `status`.
 pub(crate) fn feed_type(status: CallStatus) -> &'static str {
     match status {
@@ -433,112 +294,6 @@ pub(crate) fn feed_type(status: CallStatus) -> &'static str {
         CallStatus::NeedsReconciliation => "call.needs_reconciliation",
         // No entry is made for a change into `running`.
         CallStatus::Running => "call.running",
-    }
-}
-
-/// A feed entry as stored, with its call's unchanging columns joined, before parsing.
-pub(crate) struct RawFeedEntry {
-    pub(crate) cursor: String,
-    pub(crate) at: i64,
-    pub(crate) kind: String,
-    pub(crate) call_id: String,
-    pub(crate) attempts: i64,
-    pub(crate) token: Option<String>,
-    pub(crate) tool: String,
-    pub(crate) effect: String,
-    pub(crate) caller: Option<String>,
-    pub(crate) idempotency_key: Option<String>,
-    pub(crate) created_at: i64,
-    pub(crate) reason: Option<String>,
-    pub(crate) input_schema: Option<String>,
-    pub(crate) suspended_at: Option<i64>,
-    pub(crate) expires_at: Option<i64>,
-}
-
-impl RawFeedEntry {
-    pub(crate) fn decode(self) -> Result<super::FeedEntry, StoreError> {
-        let status = self
-            .kind
-            .strip_prefix("call.")
-            .and_then(CallStatus::parse)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown feed entry type {}", self.kind)))?;
-        let suspension = suspension_view(
-            self.token,
-            self.reason,
-            self.input_schema,
-            self.suspended_at,
-            self.expires_at,
-        )?;
-        Ok(super::FeedEntry {
-            cursor: super::FeedCursor(self.cursor),
-            kind: self.kind,
-            at: Timestamp(self.at),
-            call: super::CallSummary {
-                call_id: self.call_id,
-                tool: self.tool,
-                effect: parse_effect(&self.effect)?,
-                status,
-                caller: self.caller,
-                idempotency_key: self.idempotency_key,
-                created_at: Timestamp(self.created_at),
-                updated_at: Timestamp(self.at),
-                attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
-            },
-            suspension,
-        })
-    }
-}
-
-/// A delivery's columns but for its body, in the order every backend reads them into a
-/// [`RawDelivery`] (the body follows them).
-pub(crate) const DELIVERY_COLUMNS: &str = "id, webhook, message_id, type, call_id, status, \
-     attempts, last_status, last_error, next_attempt_at, created_at, updated_at";
-
-/// A webhook delivery row as stored, before its status is parsed.
-pub(crate) struct RawDelivery {
-    pub(crate) id: i64,
-    pub(crate) webhook: String,
-    pub(crate) message_id: String,
-    pub(crate) kind: String,
-    pub(crate) call_id: String,
-    pub(crate) status: String,
-    pub(crate) attempts: i64,
-    pub(crate) last_status: Option<i64>,
-    pub(crate) last_error: Option<String>,
-    pub(crate) next_attempt_at: Option<i64>,
-    pub(crate) created_at: i64,
-    pub(crate) updated_at: i64,
-    /// Empty in lists, which leave it out.
-    pub(crate) body: String,
-}
-
-impl RawDelivery {
-    pub(crate) fn decode(self) -> Result<super::Delivery, StoreError> {
-        let status = super::DeliveryStatus::parse(&self.status).ok_or_else(|| {
-            StoreError::Corrupt(format!("unknown delivery status {}", self.status))
-        })?;
-        let last_status = self
-            .last_status
-            .map(|s| {
-                u16::try_from(s)
-                    .map_err(|_| StoreError::Corrupt(format!("HTTP status {s} out of range")))
-            })
-            .transpose()?;
-        Ok(super::Delivery {
-            id: self.id,
-            webhook: self.webhook,
-            message_id: self.message_id,
-            kind: self.kind,
-            call_id: self.call_id,
-            status,
-            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
-            last_status,
-            last_error: self.last_error,
-            next_attempt_at: self.next_attempt_at.map(Timestamp),
-            created_at: Timestamp(self.created_at),
-            updated_at: Timestamp(self.updated_at),
-            body: self.body,
-        })
     }
 }
 

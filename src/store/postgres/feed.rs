@@ -36,7 +36,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::pg_error;
 use super::reads::Conn;
-use crate::store::record::RawFeedEntry;
+use crate::store::rows::RawFeedEntry;
 use crate::store::{FeedCursor, FeedPage, StoreError};
 
 /// Sent after a commit that may have grown the feed.
@@ -163,23 +163,7 @@ pub(super) async fn read(
     for row in &rows {
         let xid: String = row.try_get(0).map_err(pg_error)?;
         let seq: i64 = row.try_get(1).map_err(pg_error)?;
-        let raw = RawFeedEntry {
-            cursor: cursor(&xid, seq).0,
-            at: row.try_get(2).map_err(pg_error)?,
-            kind: row.try_get(3).map_err(pg_error)?,
-            call_id: row.try_get(4).map_err(pg_error)?,
-            attempts: i64::from(row.try_get::<_, i32>(5).map_err(pg_error)?),
-            token: row.try_get(6).map_err(pg_error)?,
-            tool: row.try_get(7).map_err(pg_error)?,
-            effect: row.try_get(8).map_err(pg_error)?,
-            caller: row.try_get(9).map_err(pg_error)?,
-            idempotency_key: row.try_get(10).map_err(pg_error)?,
-            created_at: row.try_get(11).map_err(pg_error)?,
-            reason: row.try_get(12).map_err(pg_error)?,
-            input_schema: row.try_get(13).map_err(pg_error)?,
-            suspended_at: row.try_get(14).map_err(pg_error)?,
-            expires_at: row.try_get(15).map_err(pg_error)?,
-        };
+        let raw = RawFeedEntry::read(row, 2, cursor(&xid, seq).0).map_err(pg_error)?;
         entries.push(raw.decode()?);
     }
     let full = entries.len() == limit as usize;

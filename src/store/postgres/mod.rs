@@ -203,6 +203,19 @@ impl PostgresStore {
     async fn reader(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.inner.reads.get().await.map_err(pool_error)
     }
+
+    /// Runs `read` on a pooled connection, waiting for the connection included, within
+    /// [`READ_TIMEOUT`].
+    async fn read<T>(
+        &self,
+        read: impl AsyncFnOnce(&Conn<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        bounded(async {
+            let conn = self.reader().await?;
+            read(&Conn::Client(&conn)).await
+        })
+        .await
+    }
 }
 
 /// How long a read may take before it is answered `Unavailable`: a connection whose server
@@ -340,11 +353,8 @@ impl Backend for PostgresStore {
     }
 
     async fn find_call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            reads::find_call(&Conn::Client(&conn), call_id, Timestamp::now().0).await
-        })
-        .await
+        self.read(async |c| reads::find_call(c, call_id, Timestamp::now().0).await)
+            .await
     }
 
     async fn read_calls(
@@ -353,11 +363,8 @@ impl Backend for PostgresStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<CallPage, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            reads::list_calls(&Conn::Client(&conn), &filter, after, limit).await
-        })
-        .await
+        self.read(async |c| reads::list_calls(c, &filter, after, limit).await)
+            .await
     }
 
     async fn read_approvals(
@@ -366,27 +373,17 @@ impl Backend for PostgresStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<ApprovalPage, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            reads::pending_approvals(&Conn::Client(&conn), tool, after, limit).await
-        })
-        .await
+        self.read(async |c| reads::pending_approvals(c, tool, after, limit).await)
+            .await
     }
 
     async fn read_approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            reads::approval(&Conn::Client(&conn), token, Timestamp::now().0).await
-        })
-        .await
+        self.read(async |c| reads::approval(c, token, Timestamp::now().0).await)
+            .await
     }
 
     async fn read_counts(&self) -> Result<StoreCounts, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            reads::counts(&Conn::Client(&conn)).await
-        })
-        .await
+        self.read(async |c| reads::counts(c).await).await
     }
 
     async fn read_feed(
@@ -394,27 +391,15 @@ impl Backend for PostgresStore {
         after: Option<&FeedCursor>,
         limit: u32,
     ) -> Result<FeedPage, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            feed::read(&Conn::Client(&conn), after, limit).await
-        })
-        .await
+        self.read(async |c| feed::read(c, after, limit).await).await
     }
 
     async fn read_feed_head(&self) -> Result<FeedCursor, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            feed::head(&Conn::Client(&conn)).await
-        })
-        .await
+        self.read(async |c| feed::head(c).await).await
     }
 
     async fn read_webhook_cursor(&self) -> Result<Option<FeedCursor>, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            webhooks::cursor(&Conn::Client(&conn)).await
-        })
-        .await
+        self.read(async |c| webhooks::cursor(c).await).await
     }
 
     async fn read_deliveries(
@@ -423,19 +408,13 @@ impl Backend for PostgresStore {
         after: Option<i64>,
         limit: u32,
     ) -> Result<DeliveryPage, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            webhooks::list(&Conn::Client(&conn), status, after, limit).await
-        })
-        .await
+        self.read(async |c| webhooks::list(c, status, after, limit).await)
+            .await
     }
 
     async fn read_disabled_webhooks(&self) -> Result<Vec<String>, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            webhooks::disabled_webhooks(&Conn::Client(&conn)).await
-        })
-        .await
+        self.read(async |c| webhooks::disabled_webhooks(c).await)
+            .await
     }
 
     async fn read_session(
@@ -443,11 +422,8 @@ impl Backend for PostgresStore {
         id_sha256: &str,
         now: Timestamp,
     ) -> Result<Option<InboxSession>, StoreError> {
-        bounded(async {
-            let conn = self.reader().await?;
-            sessions::find(&Conn::Client(&conn), id_sha256, now.0).await
-        })
-        .await
+        self.read(async |c| sessions::find(c, id_sha256, now.0).await)
+            .await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

@@ -3,9 +3,10 @@
 //! just changed) and the request path reads on a pooled connection, with the same SQL.
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Error as PgError, Row};
+use tokio_postgres::{Error as PgError, Row, Statement};
 
-use super::super::record::{RawCall, parse_effect, parse_json};
+use super::super::record::parse_json;
+use super::super::rows::{Columns, RawCall, parse_effect};
 use super::super::{
     Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
     CallSummary, StoreCounts, StoreError,
@@ -25,17 +26,18 @@ pub(super) enum Conn<'a> {
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 impl Conn<'_> {
-    pub(super) async fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
+    /// `sql`, prepared (or taken from the cache), with the client to run it on: a transaction's
+    /// statements run on its connection's client, as `Transaction`'s own methods run them.
+    async fn prepare(&self, sql: &str) -> Result<(&tokio_postgres::Client, Statement), PgError> {
         match self {
-            Conn::Client(client) => {
-                let statement = client.prepare_cached(sql).await?;
-                client.query(&statement, params).await
-            }
-            Conn::Tx(tx) => {
-                let statement = tx.prepare_cached(sql).await?;
-                tx.query(&statement, params).await
-            }
+            Conn::Client(client) => Ok((client, client.prepare_cached(sql).await?)),
+            Conn::Tx(tx) => Ok((tx.client(), tx.prepare_cached(sql).await?)),
         }
+    }
+
+    pub(super) async fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
+        let (client, statement) = self.prepare(sql).await?;
+        client.query(&statement, params).await
     }
 
     pub(super) async fn query_opt(
@@ -43,33 +45,17 @@ impl Conn<'_> {
         sql: &str,
         params: Params<'_>,
     ) -> Result<Option<Row>, PgError> {
-        match self {
-            Conn::Client(client) => {
-                let statement = client.prepare_cached(sql).await?;
-                client.query_opt(&statement, params).await
-            }
-            Conn::Tx(tx) => {
-                let statement = tx.prepare_cached(sql).await?;
-                tx.query_opt(&statement, params).await
-            }
-        }
+        let (client, statement) = self.prepare(sql).await?;
+        client.query_opt(&statement, params).await
     }
 
     pub(super) async fn execute(&self, sql: &str, params: Params<'_>) -> Result<u64, PgError> {
-        match self {
-            Conn::Client(client) => {
-                let statement = client.prepare_cached(sql).await?;
-                client.execute(&statement, params).await
-            }
-            Conn::Tx(tx) => {
-                let statement = tx.prepare_cached(sql).await?;
-                tx.execute(&statement, params).await
-            }
-        }
+        let (client, statement) = self.prepare(sql).await?;
+        client.execute(&statement, params).await
     }
 }
 
-/// A call with its pending suspension; `raw_call` reads these columns in this order.
+/// A call with its pending suspension, its columns in the order [`RawCall::read`] reads them.
 const CALL: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
      s.token, s.reason, s.input_schema, s.created_at, s.expires_at, \
@@ -77,27 +63,33 @@ const CALL: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
      WHERE c.call_id = $1";
 
-fn raw_call(row: &Row) -> Result<RawCall, PgError> {
-    Ok(RawCall {
-        call_id: row.try_get(0)?,
-        tool: row.try_get(1)?,
-        effect: row.try_get(2)?,
-        status: row.try_get(3)?,
-        caller: row.try_get(4)?,
-        idempotency_key: row.try_get(5)?,
-        input: row.try_get(6)?,
-        output: row.try_get(7)?,
-        error: row.try_get(8)?,
-        attempts: i64::from(row.try_get::<_, i32>(9)?),
-        created_at: row.try_get(10)?,
-        updated_at: row.try_get(11)?,
-        token: row.try_get(12)?,
-        reason: row.try_get(13)?,
-        input_schema: row.try_get(14)?,
-        suspended_at: row.try_get(15)?,
-        expires_at: row.try_get(16)?,
-        events: row.try_get(17)?,
-    })
+/// A PostgreSQL row's columns, as every backend reads them.
+impl Columns for Row {
+    type Error = PgError;
+
+    fn text(&self, i: usize) -> Result<String, PgError> {
+        self.try_get(i)
+    }
+
+    fn text_or_null(&self, i: usize) -> Result<Option<String>, PgError> {
+        self.try_get(i)
+    }
+
+    fn bigint(&self, i: usize) -> Result<i64, PgError> {
+        self.try_get(i)
+    }
+
+    fn bigint_or_null(&self, i: usize) -> Result<Option<i64>, PgError> {
+        self.try_get(i)
+    }
+
+    fn integer(&self, i: usize) -> Result<i64, PgError> {
+        self.try_get::<_, i32>(i).map(i64::from)
+    }
+
+    fn integer_or_null(&self, i: usize) -> Result<Option<i64>, PgError> {
+        Ok(self.try_get::<_, Option<i32>>(i)?.map(i64::from))
+    }
 }
 
 /// The call `call_id` as of `now`, if it exists.
@@ -109,7 +101,7 @@ pub(super) async fn find_call(
     let Some(row) = conn.query_opt(CALL, &[&call_id]).await.map_err(pg_error)? else {
         return Ok(None);
     };
-    raw_call(&row).map_err(pg_error)?.decode(now).map(Some)
+    RawCall::read(&row).map_err(pg_error)?.decode(now).map(Some)
 }
 
 /// The call `call_id`, which must exist (the caller just changed it).
@@ -156,14 +148,11 @@ pub(super) async fn list_calls(
         )
         .await
         .map_err(pg_error)?;
-    let more = rows.len() > limit as usize;
-    let mut calls = Vec::with_capacity(rows.len().min(limit as usize));
-    let mut next_cursor = None;
-    for row in rows.iter().take(limit as usize) {
+    let (calls, next_cursor) = page(&rows, limit, |row| {
         let effect: String = row.try_get(3).map_err(pg_error)?;
         let status: String = row.try_get(4).map_err(pg_error)?;
-        next_cursor = Some(row.try_get::<_, i64>(0).map_err(pg_error)?);
-        calls.push(CallSummary {
+        let seq = row.try_get::<_, i64>(0).map_err(pg_error)?;
+        let call = CallSummary {
             call_id: row.try_get(1).map_err(pg_error)?,
             tool: row.try_get(2).map_err(pg_error)?,
             effect: parse_effect(&effect)?,
@@ -175,12 +164,29 @@ pub(super) async fn list_calls(
             updated_at: Timestamp(row.try_get(8).map_err(pg_error)?),
             attempts: u32::try_from(row.try_get::<_, i32>(9).map_err(pg_error)?)
                 .unwrap_or(u32::MAX),
-        });
+        };
+        Ok((seq, call))
+    })?;
+    Ok(CallPage { calls, next_cursor })
+}
+
+/// The first `limit` of `rows` (asked for one more, which tells whether another page follows),
+/// each read by `read` into its cursor and its item; with the last one's cursor when another
+/// page follows.
+fn page<T>(
+    rows: &[Row],
+    limit: u32,
+    mut read: impl FnMut(&Row) -> Result<(i64, T), StoreError>,
+) -> Result<(Vec<T>, Option<i64>), StoreError> {
+    let more = rows.len() > limit as usize;
+    let mut items = Vec::with_capacity(rows.len().min(limit as usize));
+    let mut next_cursor = None;
+    for row in rows.iter().take(limit as usize) {
+        let (cursor, item) = read(row)?;
+        next_cursor = Some(cursor);
+        items.push(item);
     }
-    Ok(CallPage {
-        calls,
-        next_cursor: if more { next_cursor } else { None },
-    })
+    Ok((items, if more { next_cursor } else { None }))
 }
 
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
@@ -234,17 +240,10 @@ pub(super) async fn pending_approvals(
         )
         .await
         .map_err(pg_error)?;
-    let more = rows.len() > limit as usize;
-    let mut approvals = Vec::with_capacity(rows.len().min(limit as usize));
-    let mut next_cursor = None;
-    for row in rows.iter().take(limit as usize) {
-        let (seq, approval) = approval_from_row(row)?;
-        next_cursor = Some(seq);
-        approvals.push(approval);
-    }
+    let (approvals, next_cursor) = page(&rows, limit, approval_from_row)?;
     Ok(ApprovalPage {
         approvals,
-        next_cursor: if more { next_cursor } else { None },
+        next_cursor,
     })
 }
 

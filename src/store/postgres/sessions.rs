@@ -3,7 +3,8 @@
 
 use super::pg_error;
 use super::reads::Conn;
-use crate::store::{InboxSession, StoreError, Timestamp};
+use crate::store::rows::read_session;
+use crate::store::{InboxSession, StoreError};
 
 /// Records `session`.
 pub(super) async fn create(c: &Conn<'_>, session: &InboxSession) -> Result<(), StoreError> {
@@ -38,20 +39,9 @@ pub(super) async fn find(
         )
         .await
         .map_err(pg_error)?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let session = || -> Result<InboxSession, tokio_postgres::Error> {
-        Ok(InboxSession {
-            id_sha256: row.try_get(0)?,
-            key_name: row.try_get(1)?,
-            role: row.try_get(2)?,
-            key_fingerprint: row.try_get(3)?,
-            created_at: Timestamp(row.try_get(4)?),
-            expires_at: Timestamp(row.try_get(5)?),
-        })
-    };
-    session().map(Some).map_err(pg_error)
+    row.map(|row| read_session(&row))
+        .transpose()
+        .map_err(pg_error)
 }
 
 /// Ends the session found by `id_sha256`; how many rows went (0 or 1).

@@ -17,35 +17,16 @@ use tokio_postgres::Row;
 
 use super::pg_error;
 use super::reads::Conn;
-use crate::store::record::{DELIVERY_COLUMNS, RawDelivery, settled_delivery};
+use crate::store::record::settled_delivery;
+use crate::store::rows::{DELIVERY_COLUMNS, RawDelivery};
 use crate::store::{
     Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, NewDelivery, StoreError,
 };
 
-/// Reads a row of [`DELIVERY_COLUMNS`] followed by the body.
-fn raw_delivery(row: &Row) -> Result<RawDelivery, StoreError> {
-    let raw = || -> Result<RawDelivery, tokio_postgres::Error> {
-        Ok(RawDelivery {
-            id: row.try_get(0)?,
-            webhook: row.try_get(1)?,
-            message_id: row.try_get(2)?,
-            kind: row.try_get(3)?,
-            call_id: row.try_get(4)?,
-            status: row.try_get(5)?,
-            attempts: i64::from(row.try_get::<_, i32>(6)?),
-            last_status: row.try_get::<_, Option<i32>>(7)?.map(i64::from),
-            last_error: row.try_get(8)?,
-            next_attempt_at: row.try_get(9)?,
-            created_at: row.try_get(10)?,
-            updated_at: row.try_get(11)?,
-            body: row.try_get(12)?,
-        })
-    };
-    raw().map_err(pg_error)
-}
-
 fn decode_all(rows: &[Row]) -> Result<Vec<Delivery>, StoreError> {
-    rows.iter().map(|row| raw_delivery(row)?.decode()).collect()
+    rows.iter()
+        .map(|row| RawDelivery::read(row).map_err(pg_error)?.decode())
+        .collect()
 }
 
 /// The first move of the cursor: one row, inserted by whoever gets there first.
@@ -175,7 +156,8 @@ pub(super) async fn retry(c: &Conn<'_>, id: i64, now: i64) -> Result<Option<Deli
     .map_err(pg_error)?;
     let sql = format!("SELECT {DELIVERY_COLUMNS}, body FROM webhook_deliveries WHERE id = $1");
     let row = c.query_opt(&sql, &[&id]).await.map_err(pg_error)?;
-    row.map(|row| raw_delivery(&row)?.decode()).transpose()
+    row.map(|row| RawDelivery::read(&row).map_err(pg_error)?.decode())
+        .transpose()
 }
 
 /// Where the outbox has read the feed up to, if it has started.

@@ -3,22 +3,24 @@
 //!
 //! Each is a plain function over a `Connection`: `mod.rs` runs it inside `SqliteStore::read`,
 //! on a blocking thread, and the writer runs `find_call` and `load_call` inside its
-//! transaction, so that a write's answer shows what it wrote. Decoding a row into a record is
-//! shared with every backend (`crate::store::record`); what is SQLite's is the SQL and reading
-//! the columns of a result row.
+//! transaction, so that a write's answer shows what it wrote. Reading a row's columns in order
+//! and decoding it into a record are shared with every backend (`crate::store::rows`); what is
+//! SQLite's is the SQL and how one column of its rows is read (`Columns for Row`).
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
 use super::backend;
 use crate::contract::meta::Effect;
-use crate::store::record::{RawCall, RawFeedEntry, parse_effect, parse_json};
+use crate::store::record::parse_json;
+use crate::store::rows::{Columns, RawCall, RawFeedEntry, parse_effect};
 use crate::store::{
     Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
     CallSummary, FeedCursor, FeedPage, StoreCounts, StoreError, Timestamp,
 };
 
-/// The columns `raw_call` reads, with the call's pending suspension joined.
+/// A call's columns, with its pending suspension joined, in the order [`RawCall::read`] reads
+/// them.
 const CALL_COLUMNS: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
      s.token, s.reason, s.input_schema, s.created_at, s.expires_at, c.events \
@@ -43,7 +45,7 @@ pub(super) fn find_call(
     let sql = format!("{CALL_COLUMNS} WHERE c.call_id = ?1");
     let Some(raw) = conn
         .prepare_cached(&sql)
-        .and_then(|mut st| st.query_row([call_id], raw_call).optional())
+        .and_then(|mut st| st.query_row([call_id], |row| RawCall::read(row)).optional())
         .map_err(backend)?
     else {
         return Ok(None);
@@ -51,28 +53,33 @@ pub(super) fn find_call(
     raw.decode(now).map(Some)
 }
 
-/// Reads a row of [`CALL_COLUMNS`].
-fn raw_call(row: &Row<'_>) -> rusqlite::Result<RawCall> {
-    Ok(RawCall {
-        call_id: row.get(0)?,
-        tool: row.get(1)?,
-        effect: row.get(2)?,
-        status: row.get(3)?,
-        caller: row.get(4)?,
-        idempotency_key: row.get(5)?,
-        input: row.get(6)?,
-        output: row.get(7)?,
-        error: row.get(8)?,
-        attempts: row.get(9)?,
-        created_at: row.get(10)?,
-        updated_at: row.get(11)?,
-        token: row.get(12)?,
-        reason: row.get(13)?,
-        input_schema: row.get(14)?,
-        suspended_at: row.get(15)?,
-        expires_at: row.get(16)?,
-        events: row.get(17)?,
-    })
+/// A SQLite row's columns, as every backend reads them.
+impl Columns for Row<'_> {
+    type Error = rusqlite::Error;
+
+    fn text(&self, i: usize) -> rusqlite::Result<String> {
+        self.get(i)
+    }
+
+    fn text_or_null(&self, i: usize) -> rusqlite::Result<Option<String>> {
+        self.get(i)
+    }
+
+    fn bigint(&self, i: usize) -> rusqlite::Result<i64> {
+        self.get(i)
+    }
+
+    fn bigint_or_null(&self, i: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(i)
+    }
+
+    fn integer(&self, i: usize) -> rusqlite::Result<i64> {
+        self.get(i)
+    }
+
+    fn integer_or_null(&self, i: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(i)
+    }
 }
 
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
@@ -320,23 +327,7 @@ pub(super) fn feed(
         .map_err(backend)?;
     let rows = st
         .query_map(params![after, i64::from(limit)], |row| {
-            Ok(RawFeedEntry {
-                cursor: row.get::<_, i64>(0)?.to_string(),
-                at: row.get(1)?,
-                kind: row.get(2)?,
-                call_id: row.get(3)?,
-                attempts: row.get(4)?,
-                token: row.get(5)?,
-                tool: row.get(6)?,
-                effect: row.get(7)?,
-                caller: row.get(8)?,
-                idempotency_key: row.get(9)?,
-                created_at: row.get(10)?,
-                reason: row.get(11)?,
-                input_schema: row.get(12)?,
-                suspended_at: row.get(13)?,
-                expires_at: row.get(14)?,
-            })
+            RawFeedEntry::read(row, 1, row.get::<_, i64>(0)?.to_string())
         })
         .map_err(backend)?;
     let mut entries = Vec::new();

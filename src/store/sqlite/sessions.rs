@@ -4,7 +4,8 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::backend;
-use crate::store::{InboxSession, StoreError, Timestamp};
+use crate::store::rows::read_session;
+use crate::store::{InboxSession, StoreError};
 
 /// Records `session`.
 pub(super) fn create(conn: &Connection, session: &InboxSession) -> Result<(), StoreError> {
@@ -37,17 +38,8 @@ pub(super) fn find(
          FROM inbox_sessions WHERE id_sha256 = ?1 AND expires_at > ?2",
     )
     .and_then(|mut st| {
-        st.query_row(params![id_sha256, now], |row| {
-            Ok(InboxSession {
-                id_sha256: row.get(0)?,
-                key_name: row.get(1)?,
-                role: row.get(2)?,
-                key_fingerprint: row.get(3)?,
-                created_at: Timestamp(row.get(4)?),
-                expires_at: Timestamp(row.get(5)?),
-            })
-        })
-        .optional()
+        st.query_row(params![id_sha256, now], |row| read_session(row))
+            .optional()
     })
     .map_err(backend)
 }

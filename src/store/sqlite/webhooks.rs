@@ -6,32 +6,14 @@
 //! compare-and-set of the cursor and a claim cannot race another; the same SQL on a shared
 //! database needs row locks (`postgres/webhooks.rs`).
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::backend;
-use crate::store::record::{DELIVERY_COLUMNS, RawDelivery, settled_delivery};
+use crate::store::record::settled_delivery;
+use crate::store::rows::{DELIVERY_COLUMNS, RawDelivery};
 use crate::store::{
     Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, NewDelivery, StoreError,
 };
-
-/// Reads a row of [`DELIVERY_COLUMNS`] followed by the body.
-fn raw_delivery(row: &Row<'_>) -> rusqlite::Result<RawDelivery> {
-    Ok(RawDelivery {
-        id: row.get(0)?,
-        webhook: row.get(1)?,
-        message_id: row.get(2)?,
-        kind: row.get(3)?,
-        call_id: row.get(4)?,
-        status: row.get(5)?,
-        attempts: row.get(6)?,
-        last_status: row.get(7)?,
-        last_error: row.get(8)?,
-        next_attempt_at: row.get(9)?,
-        created_at: row.get(10)?,
-        updated_at: row.get(11)?,
-        body: row.get(12)?,
-    })
-}
 
 /// Moves the outbox's cursor from `from` (`None`: it has none yet) to `to` and creates
 /// `deliveries`, pending and due now; `false`, writing nothing, when the cursor is not `from`.
@@ -101,7 +83,7 @@ pub(super) fn claim(
     let rows = st
         .query_map(
             params![now, i64::from(limit), now.saturating_add(lease_ms)],
-            raw_delivery,
+            |row| RawDelivery::read(row),
         )
         .map_err(backend)?;
     let mut claimed = rows
@@ -151,7 +133,7 @@ pub(super) fn retry(conn: &Connection, id: i64, now: i64) -> Result<Option<Deliv
     .map_err(backend)?;
     let sql = format!("SELECT {DELIVERY_COLUMNS}, body FROM webhook_deliveries WHERE id = ?1");
     conn.prepare_cached(&sql)
-        .and_then(|mut st| st.query_row([id], raw_delivery).optional())
+        .and_then(|mut st| st.query_row([id], |row| RawDelivery::read(row)).optional())
         .map_err(backend)?
         .map(RawDelivery::decode)
         .transpose()
@@ -186,7 +168,7 @@ pub(super) fn list(
                 after.unwrap_or(i64::MAX),
                 i64::from(limit) + 1
             ],
-            raw_delivery,
+            |row| RawDelivery::read(row),
         )
         .map_err(backend)?;
     let mut deliveries = Vec::with_capacity(limit as usize);

@@ -16,7 +16,7 @@ use super::writes::{
     INSERT_CALL, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun, resolve,
 };
 use super::{backend, sessions, webhooks};
-use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
+use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
 use crate::store::{CallStatus, StoreError, Timestamp};
 
@@ -68,15 +68,15 @@ pub(super) fn write_loop(
                 Err(mpsc::TryRecvError::Disconnected) => open = false,
             }
         }
-        // Taken after the writes: a read-your-writes probe (`Ping`) commits every record
-        // written behind before it was sent.
-        let records = Behind::take(behind);
-        if jobs.is_empty() && records.is_empty() {
+        let Some(Batch {
+            ops,
+            replies,
+            records,
+            fed,
+        }) = Batch::take(jobs, behind)
+        else {
             continue;
-        }
-        let (ops, replies): (Vec<WriteOp>, Vec<_>) =
-            jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
-        let fed = ops.iter().any(WriteOp::may_feed);
+        };
         let (writes, started) = (ops.len() + records.len(), std::time::Instant::now());
         let results = apply_batch(&mut conn, ops, records);
         crate::metrics::store_batch(writes, started.elapsed());
@@ -84,12 +84,7 @@ pub(super) fn write_loop(
         if fed {
             feed.send_modify(|changes| *changes = changes.wrapping_add(1));
         }
-        for (reply, result) in replies.into_iter().zip(results) {
-            // The caller went away: a failure must still be heard.
-            if let Err(Err(err)) = reply.send(result) {
-                tracing::error!(error = %err, "a write whose caller went away failed");
-            }
-        }
+        queue::answer(replies, results);
     }
 }
 

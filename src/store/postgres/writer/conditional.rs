@@ -16,7 +16,9 @@ use crate::store::record::{
     event_json, expired_error, json_text, parse_json, rejected_details, rejected_error,
     settled_columns, to_json,
 };
-use crate::store::{CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError};
+use crate::store::{
+    CallRecord, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
+};
 
 pub(super) async fn rerun(
     c: &Conn<'_>,
@@ -121,32 +123,62 @@ pub(super) async fn resolve(
             let error = to_json(&rejected_error(reason.as_deref()))?;
             let details = rejected_details(reason.as_deref());
             let event = event_json(now, "rejected", actor, details.as_ref());
-            c.execute(
-                "UPDATE calls SET status = 'rejected', error = $2, updated_at = $3, \
-                 events = events || $4::text::jsonb WHERE call_id = $1",
-                &[&call_id, &error, &now, &event],
-            )
-            .await
-            .map_err(pg_error)?;
-            let call = load_call(c, &call_id, now).await?;
-            feed.push(&call, CallStatus::Rejected, None);
+            let call = end(c, feed, &REJECTED, &call_id, &error, &event, now).await?;
             Ok(Resolved::Rejected(call))
         }
         Resolution::Complete { output } => {
             let event = event_json::<Value>(now, "completed_externally", actor, None);
-            c.execute(
-                "UPDATE calls SET status = 'completed', output = $2, updated_at = $3, \
-                 events = events || $4::text::jsonb WHERE call_id = $1",
-                &[&call_id, &json_text(output), &now, &event],
-            )
-            .await
-            .map_err(pg_error)?;
-            let call = load_call(c, &call_id, now).await?;
-            feed.push(&call, CallStatus::Completed, None);
+            let output = json_text(output);
+            let call = end(c, feed, &COMPLETED, &call_id, &output, &event, now).await?;
             Ok(Resolved::Completed(call))
         }
         Resolution::Expire => unreachable!("handled before the update"),
     }
+}
+
+/// An end a resolved call comes to: its status, and the statement that writes it, binding the
+/// call, the one column it sets (its error or its output), the time and the event it appends,
+/// as `$1` to `$4`.
+struct End {
+    status: CallStatus,
+    sql: &'static str,
+}
+
+const REJECTED: End = End {
+    status: CallStatus::Rejected,
+    sql: "UPDATE calls SET status = 'rejected', error = $2, updated_at = $3, \
+          events = events || $4::text::jsonb WHERE call_id = $1",
+};
+
+const COMPLETED: End = End {
+    status: CallStatus::Completed,
+    sql: "UPDATE calls SET status = 'completed', output = $2, updated_at = $3, \
+          events = events || $4::text::jsonb WHERE call_id = $1",
+};
+
+const EXPIRED: End = End {
+    status: CallStatus::Expired,
+    sql: "UPDATE calls SET status = 'expired', error = $2, updated_at = $3, \
+          events = events || $4::text::jsonb WHERE call_id = $1",
+};
+
+/// Brings the call `call_id` to `end`, setting its column to `value` and appending `event`;
+/// the call as it is then, with its feed entry added.
+async fn end(
+    c: &Conn<'_>,
+    feed: &mut FeedRows,
+    end: &End,
+    call_id: &str,
+    value: &str,
+    event: &str,
+    now: i64,
+) -> Result<CallRecord, StoreError> {
+    c.execute(end.sql, &[&call_id, &value, &now, &event])
+        .await
+        .map_err(pg_error)?;
+    let call = load_call(c, call_id, now).await?;
+    feed.push(&call, end.status, None);
+    Ok(call)
 }
 
 /// Why a token could not be resolved: it never existed, was resolved before, or has expired
@@ -172,15 +204,7 @@ async fn unresolved(
     if let Some(call_id) = expired {
         let error = to_json(&expired_error())?;
         let event = event_json::<Value>(now, "expired", None, None);
-        c.execute(
-            "UPDATE calls SET status = 'expired', error = $2, updated_at = $3, \
-             events = events || $4::text::jsonb WHERE call_id = $1",
-            &[&call_id, &error, &now, &event],
-        )
-        .await
-        .map_err(pg_error)?;
-        let call = load_call(c, &call_id, now).await?;
-        feed.push(&call, CallStatus::Expired, None);
+        let call = end(c, feed, &EXPIRED, &call_id, &error, &event, now).await?;
         return Ok(Resolved::Expired(call));
     }
     let row = c

@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 
 use super::reads::Conn;
 use super::{pg_error, pool_error, sessions, webhooks};
-use crate::store::queue::{BEHIND_WINDOW, Behind, Msg, Reply, WriteOp};
+use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{Prepared, PreparedCall};
 use crate::store::{Inserted, StoreError, Timestamp};
 use batch::{CallRows, FeedRows, SuspensionRows, existing, finish};
@@ -123,15 +123,15 @@ impl Writer {
                     Err(mpsc::error::TryRecvError::Disconnected) => open = false,
                 }
             }
-            // Taken after the writes: a read-your-writes probe (`Ping`) commits every record
-            // written behind before it was sent.
-            let records = Behind::take(&behind);
-            if jobs.is_empty() && records.is_empty() {
+            let Some(Batch {
+                ops,
+                replies,
+                records,
+                fed,
+            }) = Batch::take(jobs, &behind)
+            else {
                 continue;
-            }
-            let (ops, replies): (Vec<WriteOp>, Vec<_>) =
-                jobs.into_iter().map(|job| (job.op, job.reply)).unzip();
-            let fed = ops.iter().any(WriteOp::may_feed);
+            };
             let (writes, started) = (ops.len() + records.len(), tokio::time::Instant::now());
             let results = self.commit(&ops, records, &behind).await;
             crate::metrics::store_batch(writes, started.elapsed());
@@ -141,12 +141,7 @@ impl Writer {
                 self.feed
                     .send_modify(|changes| *changes = changes.wrapping_add(1));
             }
-            for (reply, result) in replies.into_iter().zip(results) {
-                // The caller went away: a failure must still be heard.
-                if let Err(Err(err)) = reply.send(result) {
-                    tracing::error!(error = %err, "a write whose caller went away failed");
-                }
-            }
+            queue::answer(replies, results);
             // Other replicas hear of it through NOTIFY, sent once per batch in its own small
             // transaction: inside the batch's, it would serialize every commit behind it.
             if fed && committed {
