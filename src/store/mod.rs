@@ -5,13 +5,14 @@
 //! [`CallStore`] (calls, suspensions, idempotency, reconciliation), [`FeedStore`] (the change
 //! feed), [`OutboxStore`] (webhook deliveries) and [`SessionStore`] (inbox sessions); `Store`
 //! itself keeps what concerns the whole store (readiness, counts, shutdown). A caller holds an
-//! `Arc<dyn Store>` and brings the sub-trait it calls into scope. [`SqliteStore`] is the
+//! `Arc<dyn Store>` (whose methods include every sub-trait's); code holding a concrete backend
+//! brings the sub-trait it calls into scope. [`SqliteStore`] is the
 //! embedded default; [`PostgresStore`] lets several replicas share one database.
 //!
 //! Several parts of the server write, not only the dispatcher (every change of a call, including
 //! those an approver or an admin asks of it): the webhook outbox (`crate::feed::webhooks`: its
 //! cursor, claims and settlements), the admin API (sending a failed delivery again), the inbox
-//! (its sessions) and the store's upkeep in `main.rs` (pruning the feed and expired sessions).
+//! (its sessions) and the store's upkeep in `crate::app` (pruning the feed and expired sessions).
 //! Each of those writes is one write of the backend's one batching writer (`queue.rs` lists
 //! them); on PostgreSQL, only the heartbeat (its lease, and its sweep of dead replicas' calls)
 //! and the migrations write beside it. Every backend runs the same conformance suite

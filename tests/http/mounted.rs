@@ -10,9 +10,9 @@ use axum::routing::get;
 use reqwest::StatusCode;
 use serde_json::json;
 use toolgate::store::{InboxSession, Timestamp};
-use toolgate::{ServerBuilder, ToolSet};
+use toolgate::ServerBuilder;
 
-use crate::common::{Api, Backend, Location, eventually, open_store};
+use crate::common::{Api, Backend, Location, eventually, example_tools, open_store};
 
 fn session(id: &str, expires_in_ms: i64) -> InboxSession {
     let now = Timestamp::now();
@@ -35,8 +35,7 @@ async fn a_mounted_router_runs_the_stores_upkeep(backend: Backend) {
         .await
         .unwrap();
 
-    let mut tools = ToolSet::new();
-    tools.register(toolgate::examples::Echo).unwrap();
+    let tools = example_tools(&location);
     let toolgate = ServerBuilder::with_shared_store(tools, store.clone())
         .feed_retention(Duration::from_millis(300))
         .upkeep_interval(Duration::from_millis(50))
@@ -52,14 +51,12 @@ async fn a_mounted_router_runs_the_stores_upkeep(backend: Backend) {
     let hello = reqwest::get(format!("http://{addr}/app/hello")).await.unwrap();
     assert_eq!(hello.status(), StatusCode::OK);
     assert_eq!(hello.text().await.unwrap(), "hello from the app");
-    let (status, body) = api.call("echo", json!({"text": "mounted"})).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let (status, call) = api
-        .get(&format!("/calls/{}", body["call_id"].as_str().unwrap()))
-        .await;
-    assert_eq!(status, StatusCode::OK, "{call}");
+    // A call that waits for a person: `call.suspended` in the feed.
+    let (status, body) = api.call("ask_human", json!({"question": "Mounted?"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let entries = store.feed(None, 100).await.unwrap().entries;
-    assert!(!entries.is_empty(), "the call is in the feed");
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].kind, "call.suspended");
 
     // Within a few upkeep rounds past the retention: the feed's entries are gone, and so is
     // the session that ran out; the live one stays.
