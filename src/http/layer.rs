@@ -23,6 +23,10 @@ pub(crate) trait RoutePolicy: Send + Sync + 'static {
     type Kept;
 
     /// Before the route: the request goes on, with what to keep, or is answered here.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the refusal is the request's answer as is; boxing it would allocate per refusal"
+    )]
     fn before(self: &Arc<Self>, request: &mut Request) -> Result<Self::Kept, Response>;
 
     /// After the route: its answer, with what was kept. Not called when the request is dropped
