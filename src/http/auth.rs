@@ -15,20 +15,15 @@
 
 use std::sync::Arc;
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use axum::extract::Request;
 use axum::http::header::AUTHORIZATION;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tower::{Layer, Service};
 
 use super::error::ApiError;
 use super::hold::HeldSlot;
+use super::layer::{PolicyLayer, RoutePolicy};
 pub use crate::dispatch::who::{Principal, Role};
 use crate::slots::{Slot, Slots};
 
@@ -184,98 +179,37 @@ impl Gate {
 }
 
 /// The gate on every route but the health probes, attached to the route itself (so it holds
-/// wherever the router is nested). A plain tower layer rather than `from_fn`: it is on every
-/// request's path, and this way costs no boxing and no clone of the route per request.
-#[derive(Clone)]
-pub(crate) struct GateLayer(pub(crate) Arc<Gate>);
+/// wherever the router is nested): a [`RoutePolicy`], so it costs no boxing and no clone of the
+/// route per request.
+pub(crate) type GateLayer = PolicyLayer<Gate>;
 
-impl<S> Layer<S> for GateLayer {
-    type Service = GateService<S>;
+/// What an admitted request holds of the server's request limit until it is answered.
+pub(crate) enum Admitted {
+    /// Its own slot, given back with the answer.
+    Slot(Slot),
+    /// A slot shared with the handler (a request that may be held), which gives it back when it
+    /// starts waiting; released with the answer if it never did.
+    Held(HeldSlot),
+}
 
-    fn layer(&self, inner: S) -> GateService<S> {
-        GateService {
-            inner,
-            gate: self.0.clone(),
+impl RoutePolicy for Gate {
+    type Kept = Admitted;
+
+    fn before(self: &Arc<Self>, request: &mut Request) -> Result<Admitted, Response> {
+        let slot = self.admit(request).map_err(IntoResponse::into_response)?;
+        if self.holds || super::hold::asks_to_wait(request.uri().query()) {
+            let held = HeldSlot::new(slot);
+            request.extensions_mut().insert(held.clone());
+            Ok(Admitted::Held(held))
+        } else {
+            Ok(Admitted::Slot(slot))
         }
     }
-}
 
-/// See [`GateLayer`].
-#[derive(Clone)]
-pub(crate) struct GateService<S> {
-    inner: S,
-    gate: Arc<Gate>,
-}
-
-impl<S> Service<Request> for GateService<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = GateFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: Request) -> Self::Future {
-        match self.gate.admit(&mut request) {
-            // A request that may be held shares its slot with the handler, which gives it back
-            // when it starts waiting.
-            Ok(slot) if self.gate.holds || super::hold::asks_to_wait(request.uri().query()) => {
-                let held = HeldSlot::new(slot);
-                request.extensions_mut().insert(held.clone());
-                GateFuture::Admitted {
-                    future: self.inner.call(request),
-                    slot: None,
-                    held: Some(held),
-                }
-            }
-            Ok(slot) => GateFuture::Admitted {
-                future: self.inner.call(request),
-                slot: Some(slot),
-                held: None,
-            },
-            Err(error) => GateFuture::Refused {
-                response: Some(error.into_response()),
-            },
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The route's answer, or the gate's refusal.
-    #[project = GateProjection]
-    pub(crate) enum GateFuture<F> {
-        Admitted {
-            #[pin] future: F,
-            slot: Option<Slot>,
-            held: Option<HeldSlot>,
-        },
-        Refused { response: Option<Response> },
-    }
-}
-
-impl<F> Future for GateFuture<F>
-where
-    F: Future<Output = Result<Response, Infallible>>,
-{
-    type Output = Result<Response, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
-            GateProjection::Admitted { future, slot, held } => {
-                let answer = std::task::ready!(future.poll(cx));
-                drop(slot.take());
-                if let Some(held) = held.take() {
-                    held.release();
-                }
-                Poll::Ready(answer)
-            }
-            GateProjection::Refused { response } => Poll::Ready(Ok(response
-                .take()
-                .expect("a refused request is answered once"))),
+    fn after(kept: Admitted, _: &Response) {
+        match kept {
+            Admitted::Slot(slot) => drop(slot),
+            Admitted::Held(held) => held.release(),
         }
     }
 }

@@ -56,11 +56,11 @@ impl Gates {
         ServiceBuilder::new()
             .layer(RequestsLayer::default())
             .layer(DefaultBodyLimit::max(self.max_body_bytes))
-            .layer(GateLayer(Arc::new(Gate {
+            .layer(GateLayer::new(Gate {
                 keys: self.keys.clone(),
                 in_flight: self.in_flight.clone(),
                 access,
                 holds,
-            })))
+            }))
     }
 }

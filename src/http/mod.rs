@@ -2,7 +2,8 @@
 //! each route), the one error envelope ([`error`]), the extractors that answer in it
 //! ([`extract`]), the `Idempotency-Key` header ([`idempotency`]), the `?wait=` side of a held
 //! request ([`hold`]), the change feed as Server-Sent Events ([`sse`]), and the count of
-//! requests by route (`requests`).
+//! requests by route (`requests`); the gate and the count are policies on one tower layer
+//! (`layer`).
 //!
 //! The doors (`crate::rest`, `crate::mcp`, `crate::inbox`) stand on this floor side by side;
 //! nothing here knows any of them, and the rules about calls are the lifecycle's
@@ -14,6 +15,7 @@ pub mod extract;
 pub(crate) mod gate;
 pub mod hold;
 pub mod idempotency;
+pub(crate) mod layer;
 pub(crate) mod requests;
 pub mod sse;
 

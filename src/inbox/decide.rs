@@ -5,23 +5,23 @@
 //! field after a refusal (`422`), or the call's history when someone else decided first.
 
 use axum::Form;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::InboxState;
 use super::form::{self, Submitted};
-use super::pages::{Typed, call_page, decided, require};
-use super::session::Signed;
-use super::views::{Base, PageError, see_other};
+use super::pages::{Typed, call_page, decided};
+use super::session::{Signed, Visit};
+use super::views::{Answer, PageError, see_other};
 use crate::contract::error::InputViolation;
-use crate::dispatch::DispatchError;
+use crate::dispatch::{DispatchError, Dispatcher};
 use crate::dispatch::{MAX_REASON_CHARS, settlement_error};
 use crate::store::{CallRecord, CallStatus, Settlement};
 
-/// A submitted form: its pairs in order.
-type Pairs = Form<Vec<(String, String)>>;
+/// Where a refused answer form shows again what was typed into it, and what is wrong with it.
+type Refill = fn((Submitted, Vec<InputViolation>)) -> Typed;
 
 /// The value of the field `name`, if sent.
 fn field<'p>(pairs: &'p [(String, String)], name: &str) -> Option<&'p str> {
@@ -32,36 +32,65 @@ fn field<'p>(pairs: &'p [(String, String)], name: &str) -> Option<&'p str> {
         .map(|(_, value)| value.as_str())
 }
 
-/// What every decision starts with: the session, its CSRF token, the call.
-struct Decision {
-    app: InboxState,
+/// A submitted decision, as every decision starts: the session (with the form's CSRF token
+/// checked), the call, and the form's pairs in order.
+pub(crate) struct Decision {
+    visit: Visit,
     signed: Signed,
-    base: Base,
     call: CallRecord,
+    pairs: Vec<(String, String)>,
+}
+
+/// `/inbox/calls/{call_id}/…` with its form, read as the handlers once took it apart (the
+/// path, then the form), then checked: signed in, the CSRF token, a call with that id.
+impl FromRequest<InboxState> for Decision {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, app: &InboxState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let Ok(visit) = Visit::from_request_parts(&mut parts, app).await;
+        let Path(call_id) = Path::<String>::from_request_parts(&mut parts, app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Form(pairs) =
+            Form::<Vec<(String, String)>>::from_request(Request::from_parts(parts, body), app)
+                .await
+                .map_err(IntoResponse::into_response)?;
+        Decision::begin(visit, &call_id, pairs)
+            .await
+            .map_err(IntoResponse::into_response)
+    }
 }
 
 impl Decision {
     async fn begin(
-        app: InboxState,
-        base: Base,
-        headers: &HeaderMap,
+        visit: Visit,
         call_id: &str,
-        pairs: &[(String, String)],
+        pairs: Vec<(String, String)>,
     ) -> Result<Decision, PageError> {
-        let signed = require(&app, headers, &base).await?;
-        signed.check_csrf(field(pairs, "csrf"))?;
-        let call = app
-            .dispatcher
+        let signed = visit.require().await?;
+        signed.check_csrf(field(&pairs, "csrf"))?;
+        let call = visit
+            .dispatcher()
             .store()
             .call(call_id)
             .await?
             .ok_or_else(|| PageError::UnknownCall(call_id.to_owned()))?;
         Ok(Decision {
-            app,
+            visit,
             signed,
-            base,
             call,
+            pairs,
         })
+    }
+
+    /// The value of the form's field `name`, if sent.
+    fn field(&self, name: &str) -> Option<&str> {
+        field(&self.pairs, name)
+    }
+
+    fn dispatcher(&self) -> &Dispatcher {
+        self.visit.dispatcher()
     }
 
     fn actor(&self) -> Option<&str> {
@@ -77,29 +106,33 @@ impl Decision {
             .map(|s| s.token.clone())
     }
 
+    /// The output schema of the call's tool, if it declares one and is still served.
+    fn output_schema(&self) -> Option<Value> {
+        self.dispatcher()
+            .tools()
+            .get(&self.call.tool)
+            .and_then(|tool| tool.output_schema())
+            .cloned()
+    }
+
     /// The call's page again, with `typed` and `status`.
     fn page(&self, typed: Typed, status: StatusCode) -> Response {
-        call_page(
-            &self.app,
-            &self.signed,
-            &self.base,
-            &self.call,
-            typed,
-            status,
-        )
+        call_page(&self.visit, &self.signed, &self.call, typed, status)
     }
 
     /// The call's page as it is now, after it was decided (here or elsewhere).
     fn done(&self) -> Response {
-        see_other(&format!("{}/calls/{}", self.base.0, self.call.call_id))
+        see_other(&format!(
+            "{}/calls/{}",
+            self.visit.base.0, self.call.call_id
+        ))
     }
 
     /// The call's history, saying who decided it first: the answer to a decision that came
     /// too late.
-    async fn too_late(&self, status: StatusCode) -> Result<Response, PageError> {
+    async fn too_late(&self, status: StatusCode) -> Answer {
         let now = self
-            .app
-            .dispatcher
+            .dispatcher()
             .store()
             .call(&self.call.call_id)
             .await?
@@ -108,14 +141,19 @@ impl Decision {
             notice: Some(decided(&now)),
             ..Typed::default()
         };
-        Ok(call_page(
-            &self.app,
-            &self.signed,
-            &self.base,
-            &now,
-            typed,
-            status,
-        ))
+        Ok(call_page(&self.visit, &self.signed, &now, typed, status))
+    }
+
+    /// The answer to what the lifecycle made of the decision: the call's page, or a refusal.
+    async fn outcome<T>(
+        &self,
+        result: Result<T, DispatchError>,
+        refused: impl FnOnce(Vec<InputViolation>) -> Typed,
+    ) -> Answer {
+        match result {
+            Ok(_) => Ok(self.done()),
+            Err(err) => self.refused(err, refused).await,
+        }
     }
 
     /// A refusal of the lifecycle as a page: the form again (`refused`), or the history.
@@ -123,7 +161,7 @@ impl Decision {
         &self,
         err: DispatchError,
         refused: impl FnOnce(Vec<InputViolation>) -> Typed,
-    ) -> Result<Response, PageError> {
+    ) -> Answer {
         match err {
             DispatchError::InvalidResumeInput(violations)
             | DispatchError::OutputSchemaViolation(violations) => {
@@ -142,15 +180,31 @@ impl Decision {
         }
     }
 
-    /// The answer `schema` reads from the form, or the form again with what is wrong.
+    /// The answer `schema` asks for, read from the form and handed to `decide`; a refusal (of
+    /// the form, or by the lifecycle) shows what was typed again, where `refill` says.
+    async fn with_answer<T>(
+        &self,
+        schema: &Value,
+        refill: Refill,
+        decide: impl AsyncFnOnce(Value) -> Result<T, DispatchError>,
+    ) -> Answer {
+        let submitted = Submitted::from_pairs(&self.pairs);
+        let typed = |violations| refill((submitted.clone(), violations));
+        match self.read(schema, &submitted) {
+            Ok(answer) => self.outcome(decide(answer).await, typed).await,
+            Err(violations) => Ok(self.page(typed(violations), StatusCode::UNPROCESSABLE_ENTITY)),
+        }
+    }
+
+    /// The answer `schema` reads from the form, or what is wrong with it.
     fn read(&self, schema: &Value, submitted: &Submitted) -> Result<Value, Vec<InputViolation>> {
         let value = form::read(schema, submitted)?;
-        self.app.dispatcher.check_depth(&value).map_err(|_| {
+        self.dispatcher().check_depth(&value).map_err(|_| {
             vec![InputViolation {
                 path: String::new(),
                 message: format!(
                     "The answer is nested deeper than {} levels.",
-                    self.app.dispatcher.max_json_depth()
+                    self.dispatcher().max_json_depth()
                 ),
             }]
         })?;
@@ -159,55 +213,29 @@ impl Decision {
 }
 
 /// `POST /inbox/calls/{call_id}/approve`: the answer from the suspension's `input_schema` form.
-pub(crate) async fn approve(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Path(call_id): Path<String>,
-    Form(pairs): Pairs,
-) -> Result<Response, PageError> {
-    let decision = Decision::begin(app, base, &headers, &call_id, &pairs).await?;
+pub(crate) async fn approve(decision: Decision) -> Answer {
     let (Some(token), Some(suspension)) = (decision.token(), decision.call.suspension.as_ref())
     else {
         return decision.too_late(StatusCode::CONFLICT).await;
     };
-    let submitted = Submitted::from_pairs(&pairs);
-    let typed = |violations| Typed {
-        approve: Some((submitted.clone(), violations)),
-        ..Typed::default()
+    let approve = async |input| {
+        let actor = decision.actor();
+        decision.dispatcher().approve(&token, input, actor).await
     };
-    let input = match decision.read(&suspension.input_schema, &submitted) {
-        Ok(input) => input,
-        Err(violations) => {
-            return Ok(decision.page(typed(violations), StatusCode::UNPROCESSABLE_ENTITY));
-        }
-    };
-    match decision
-        .app
-        .dispatcher
-        .approve(&token, input, decision.actor())
+    decision
+        .with_answer(&suspension.input_schema, Typed::approving, approve)
         .await
-    {
-        Ok(_) => Ok(decision.done()),
-        Err(err) => decision.refused(err, typed).await,
-    }
 }
 
 /// `POST /inbox/calls/{call_id}/reject`: with a reason, if the person gives one.
-pub(crate) async fn reject(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Path(call_id): Path<String>,
-    Form(pairs): Pairs,
-) -> Result<Response, PageError> {
-    let decision = Decision::begin(app, base, &headers, &call_id, &pairs).await?;
+pub(crate) async fn reject(decision: Decision) -> Answer {
     let Some(token) = decision.token() else {
         return decision.too_late(StatusCode::CONFLICT).await;
     };
     // The form asks for a reason (the caller reads it), but the rule is the lifecycle's, as
     // on every door: an empty one is recorded as none.
-    let reason = field(&pairs, "reason")
+    let reason = decision
+        .field("reason")
         .unwrap_or_default()
         .trim()
         .to_owned();
@@ -221,139 +249,82 @@ pub(crate) async fn reject(
         };
         return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
     }
-    match decision
-        .app
-        .dispatcher
+    let rejected = decision
+        .dispatcher()
         .reject(&token, Some(reason), decision.actor())
-        .await
-    {
-        Ok(_) => Ok(decision.done()),
-        Err(err) => decision.refused(err, |_| Typed::default()).await,
-    }
+        .await;
+    decision.outcome(rejected, |_| Typed::default()).await
 }
 
 /// `POST /inbox/calls/{call_id}/complete`: the work was done outside the server; the output
 /// from the tool's output-schema form is its receipt.
-pub(crate) async fn complete(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Path(call_id): Path<String>,
-    Form(pairs): Pairs,
-) -> Result<Response, PageError> {
-    let decision = Decision::begin(app, base, &headers, &call_id, &pairs).await?;
+pub(crate) async fn complete(decision: Decision) -> Answer {
     let Some(token) = decision.token() else {
         return decision.too_late(StatusCode::CONFLICT).await;
     };
-    let schema = decision
-        .app
-        .dispatcher
-        .tools()
-        .get(&decision.call.tool)
-        .and_then(|tool| tool.output_schema())
-        .cloned();
-    let Some(schema) = schema else {
+    let Some(schema) = decision.output_schema() else {
+        let tool = decision.call.tool.clone();
         return decision
-            .refused(
-                DispatchError::CompletionNotAllowed(decision.call.tool.clone()),
-                |_| Typed::default(),
-            )
+            .refused(DispatchError::CompletionNotAllowed(tool), |_| {
+                Typed::default()
+            })
             .await;
     };
-    let submitted = Submitted::from_pairs(&pairs);
-    let typed = |violations| Typed {
-        complete: Some((submitted.clone(), violations)),
-        ..Typed::default()
+    let complete = async |output| {
+        let actor = decision.actor();
+        decision.dispatcher().complete(&token, output, actor).await
     };
-    let output = match decision.read(&schema, &submitted) {
-        Ok(output) => output,
-        Err(violations) => {
-            return Ok(decision.page(typed(violations), StatusCode::UNPROCESSABLE_ENTITY));
-        }
-    };
-    match decision
-        .app
-        .dispatcher
-        .complete(&token, output, decision.actor())
+    decision
+        .with_answer(&schema, Typed::completing, complete)
         .await
-    {
-        Ok(_) => Ok(decision.done()),
-        Err(err) => decision.refused(err, typed).await,
-    }
 }
 
 /// `POST /inbox/calls/{call_id}/resolve`: settles a call that needs reconciliation, as done
 /// (`settle=output`, with the output form) or not done (`settle=error`, with a reason).
-pub(crate) async fn resolve(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Path(call_id): Path<String>,
-    Form(pairs): Pairs,
-) -> Result<Response, PageError> {
-    let decision = Decision::begin(app, base, &headers, &call_id, &pairs).await?;
-    let settlement = match field(&pairs, "settle") {
+pub(crate) async fn resolve(decision: Decision) -> Answer {
+    let settle = async |settlement| {
+        let (call_id, actor) = (&decision.call.call_id, decision.actor());
+        decision
+            .dispatcher()
+            .reconcile(call_id, settlement, actor)
+            .await
+    };
+    match decision.field("settle") {
         Some("output") => {
-            let schema = decision
-                .app
-                .dispatcher
-                .tools()
-                .get(&decision.call.tool)
-                .and_then(|tool| tool.output_schema())
-                .cloned()
-                .unwrap_or(Value::Bool(true));
-            let submitted = Submitted::from_pairs(&pairs);
-            match decision.read(&schema, &submitted) {
-                Ok(output) => Settlement::Output(output),
-                Err(violations) => {
-                    let typed = Typed {
-                        settle: Some((submitted, violations)),
-                        ..Typed::default()
-                    };
-                    return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
-                }
-            }
+            // A tool without an output schema (or no longer served) is settled with any JSON.
+            let schema = decision.output_schema().unwrap_or(Value::Bool(true));
+            let settle = async |output| settle(Settlement::Output(output)).await;
+            decision.with_answer(&schema, Typed::settling, settle).await
         }
         Some("error") => {
-            let error = field(&pairs, "error").unwrap_or_default().trim().to_owned();
-            match settlement_error(error.clone()) {
-                Ok(error) => Settlement::Error(error),
-                Err(_) => {
-                    let typed = Typed {
-                        settle_error: Some((
-                            error,
-                            format!(
-                                "Say why the effect did not happen (1 to {MAX_REASON_CHARS} \
-                                 characters)."
-                            ),
-                        )),
-                        ..Typed::default()
-                    };
-                    return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
-                }
-            }
-        }
-        _ => {
-            return Err(PageError::BadRequest(
-                "Choose how the call is settled: done (with its output) or not done.".into(),
-            ));
-        }
-    };
-    let submitted = Submitted::from_pairs(&pairs);
-    match decision
-        .app
-        .dispatcher
-        .reconcile(&decision.call.call_id, settlement, decision.actor())
-        .await
-    {
-        Ok(_) => Ok(decision.done()),
-        Err(err) => {
-            decision
-                .refused(err, |violations| Typed {
-                    settle: Some((submitted, violations)),
+            let error = decision
+                .field("error")
+                .unwrap_or_default()
+                .trim()
+                .to_owned();
+            let Ok(error) = settlement_error(error.clone()) else {
+                let typed = Typed {
+                    settle_error: Some((
+                        error,
+                        format!(
+                            "Say why the effect did not happen (1 to {MAX_REASON_CHARS} \
+                             characters)."
+                        ),
+                    )),
                     ..Typed::default()
+                };
+                return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
+            };
+            let submitted = Submitted::from_pairs(&decision.pairs);
+            let settled = settle(Settlement::Error(error)).await;
+            decision
+                .outcome(settled, |violations| {
+                    Typed::settling((submitted, violations))
                 })
                 .await
         }
+        _ => Err(PageError::BadRequest(
+            "Choose how the call is settled: done (with its output) or not done.".into(),
+        )),
     }
 }

@@ -2,16 +2,15 @@
 //! stream, one call, and the calls to reconcile.
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::InboxState;
 use super::form::{self, Form, Kind, Node, Submitted};
-use super::session::{Signed, sign_in_page, signed};
-use super::views::{Base, Nav, PageError, ago, page, secure, see_other, until};
+use super::session::{Signed, Visit, sign_in_page};
+use super::views::{Answer, Nav, PageError, ago, secure, until};
 use crate::contract::error::InputViolation;
 use crate::feed::stream::{Audience, follow};
 use crate::http::error::ApiError;
@@ -96,14 +95,10 @@ struct QueuePage {
     list: QueueList,
 }
 
-async fn queue_list(
-    app: &InboxState,
-    base: &Base,
-    query: &QueueQuery,
-) -> Result<QueueList, PageError> {
+async fn queue_list(visit: &Visit, query: &QueueQuery) -> Result<QueueList, PageError> {
     let tool = query.tool();
-    let page = app
-        .dispatcher
+    let page = visit
+        .dispatcher()
         .store()
         .pending_approvals_of(tool, query.after(), PAGE)
         .await?;
@@ -124,7 +119,7 @@ async fn queue_list(
         })
         .collect();
     Ok(QueueList {
-        base: base.0.clone(),
+        base: visit.base.0.clone(),
         items,
         tool: tool.map(str::to_owned),
         next: page
@@ -136,68 +131,47 @@ async fn queue_list(
 
 /// `GET /inbox`: the queue of pending approvals, oldest first; or, without a session, the
 /// sign-in page.
-pub(crate) async fn queue(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Query(query): Query<QueueQuery>,
-) -> Result<Response, PageError> {
-    let Some(signed) = signed(&app, &headers, &base).await? else {
-        return Ok(sign_in_page(&app, &headers, &base, StatusCode::OK, None));
+pub(crate) async fn queue(visit: Visit, Query(query): Query<QueueQuery>) -> Answer {
+    let Some(signed) = visit.signed().await? else {
+        return Ok(sign_in_page(&visit, StatusCode::OK, None));
     };
-    let list = queue_list(&app, &base, &query).await?;
+    let list = queue_list(&visit, &query).await?;
     let chosen = query.tool();
-    let tools = app
-        .dispatcher
+    let tools = visit
+        .dispatcher()
         .tools()
         .iter()
         .map(|tool| (tool.name().to_owned(), Some(tool.name()) == chosen))
         .collect();
     let view = QueuePage {
-        base: base.0.clone(),
+        base: visit.base.0.clone(),
         nav: Some(signed.nav()),
         title: "Approvals",
         tools,
-        fragment: format!("{}/queue{}", base.0, query.link(query.after.as_deref())),
+        fragment: format!(
+            "{}/queue{}",
+            visit.base.0,
+            query.link(query.after.as_deref())
+        ),
         list,
     };
-    Ok(signed.answer(page(StatusCode::OK, &view)))
+    Ok(signed.show(StatusCode::OK, &view))
 }
 
 /// `GET /inbox/queue`: the queue's list alone, for the page's script to swap in.
-pub(crate) async fn queue_fragment(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Query(query): Query<QueueQuery>,
-) -> Result<Response, PageError> {
-    let signed = require(&app, &headers, &base).await?;
-    let list = queue_list(&app, &base, &query).await?;
-    Ok(signed.answer(page(StatusCode::OK, &QueueFragment { list })))
-}
-
-/// The signed-in person, or [`PageError::SignedOut`].
-pub(crate) async fn require(
-    app: &InboxState,
-    headers: &HeaderMap,
-    base: &Base,
-) -> Result<Signed, PageError> {
-    signed(app, headers, base)
-        .await?
-        .ok_or(PageError::SignedOut)
+pub(crate) async fn queue_fragment(visit: Visit, Query(query): Query<QueueQuery>) -> Answer {
+    let signed = visit.require().await?;
+    let list = queue_list(&visit, &query).await?;
+    Ok(signed.show(StatusCode::OK, &QueueFragment { list }))
 }
 
 /// `GET /inbox/events`: the change feed for the page's script, over the same stream as
 /// `GET /events` (authenticated by the session, as `EventSource` sends no bearer token), with
 /// no suspension tokens: the page never needs one.
-pub(crate) async fn events(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-) -> Result<Response, PageError> {
-    let signed = require(&app, &headers, &base).await?;
-    let store = app.dispatcher.store();
-    let resume = resume_point(&headers, None);
+pub(crate) async fn events(visit: Visit) -> Answer {
+    let signed = visit.require().await?;
+    let store = visit.dispatcher().store();
+    let resume = resume_point(&visit.headers, None);
     let cursor = match start_cursor(store.as_ref(), resume).await {
         Ok(cursor) => cursor,
         // A cursor too old (or from another server): start with what comes next.
@@ -210,7 +184,7 @@ pub(crate) async fn events(
         only: signed.principal.only_own(),
         ..Audience::default()
     };
-    let released = app.dispatcher.running().released();
+    let released = visit.dispatcher().running().released();
     let stream = sse(follow(store.clone(), cursor, released, audience));
     let mut response = stream.into_response();
     secure(response.headers_mut());
@@ -238,27 +212,22 @@ struct ReconcilePage {
 
 /// `GET /inbox/reconcile`: calls whose effect may or may not have happened, newest first, each
 /// linking to its page, where it is settled.
-pub(crate) async fn reconcile(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Query(query): Query<QueueQuery>,
-) -> Result<Response, PageError> {
-    let Some(signed) = signed(&app, &headers, &base).await? else {
-        return Ok(see_other(&base.0));
+pub(crate) async fn reconcile(visit: Visit, Query(query): Query<QueueQuery>) -> Answer {
+    let Some(signed) = visit.signed().await? else {
+        return Ok(visit.home());
     };
     let filter = CallFilter {
         status: Some(CallStatus::NeedsReconciliation),
         tool: query.tool().map(str::to_owned),
     };
-    let page_of = app
-        .dispatcher
+    let page_of = visit
+        .dispatcher()
         .store()
         .list_calls(filter, query.after(), PAGE)
         .await?;
     let now = Timestamp::now();
     let view = ReconcilePage {
-        base: base.0.clone(),
+        base: visit.base.0.clone(),
         nav: Some(signed.nav()),
         title: "To reconcile",
         items: page_of
@@ -276,30 +245,24 @@ pub(crate) async fn reconcile(
             .next_cursor
             .map(|next| query.link(Some(&next.to_string()))),
     };
-    Ok(signed.answer(page(StatusCode::OK, &view)))
+    Ok(signed.show(StatusCode::OK, &view))
 }
 
 /// `GET /inbox/calls/{call_id}`: one call: its approval while it waits for a person, its
 /// settlement while it needs reconciliation, and always its history.
-pub(crate) async fn call(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Path(call_id): Path<String>,
-) -> Result<Response, PageError> {
-    let Some(signed) = signed(&app, &headers, &base).await? else {
-        return Ok(see_other(&base.0));
+pub(crate) async fn call(visit: Visit, Path(call_id): Path<String>) -> Answer {
+    let Some(signed) = visit.signed().await? else {
+        return Ok(visit.home());
     };
-    let call = app
-        .dispatcher
+    let call = visit
+        .dispatcher()
         .store()
         .call(&call_id)
         .await?
         .ok_or(PageError::UnknownCall(call_id))?;
     Ok(call_page(
-        &app,
+        &visit,
         &signed,
-        &base,
         &call,
         Typed::default(),
         StatusCode::OK,
@@ -322,6 +285,32 @@ pub(crate) struct Typed {
     pub(crate) settle_error: Option<(String, String)>,
     /// A line at the top of the page: the call was decided meanwhile, say.
     pub(crate) notice: Option<String>,
+}
+
+impl Typed {
+    /// An approval's answer shown again, with what is wrong with it.
+    pub(crate) fn approving(typed: (Submitted, Vec<InputViolation>)) -> Typed {
+        Typed {
+            approve: Some(typed),
+            ..Typed::default()
+        }
+    }
+
+    /// An external completion's output shown again, with what is wrong with it.
+    pub(crate) fn completing(typed: (Submitted, Vec<InputViolation>)) -> Typed {
+        Typed {
+            complete: Some(typed),
+            ..Typed::default()
+        }
+    }
+
+    /// A settlement's output shown again, with what is wrong with it.
+    pub(crate) fn settling(typed: (Submitted, Vec<InputViolation>)) -> Typed {
+        Typed {
+            settle: Some(typed),
+            ..Typed::default()
+        }
+    }
 }
 
 /// One entry of a call's history.
@@ -423,14 +412,13 @@ pub(crate) fn decided(call: &CallRecord) -> String {
 
 /// The page of `call`, with what was typed into its forms.
 pub(crate) fn call_page(
-    app: &InboxState,
+    visit: &Visit,
     signed: &Signed,
-    base: &Base,
     call: &CallRecord,
     typed: Typed,
     status: StatusCode,
 ) -> Response {
-    let tools = app.dispatcher.tools();
+    let tools = visit.dispatcher().tools();
     let tool = tools.get(&call.tool);
     let output_schema = tool.and_then(|tool| tool.output_schema());
     let now = Timestamp::now();
@@ -459,7 +447,7 @@ pub(crate) fn call_page(
     // A tool without an output schema (or no longer served) is settled with any JSON.
     let any = Value::Bool(true);
     let view = CallPage {
-        base: base.0.clone(),
+        base: visit.base.0.clone(),
         nav: Some(signed.nav()),
         title: format!("{} · {}", call.tool, call.call_id),
         csrf: signed.csrf.clone(),
@@ -505,5 +493,5 @@ pub(crate) fn call_page(
             .collect(),
         notice: typed.notice,
     };
-    signed.answer(page(status, &view))
+    signed.show(status, &view)
 }

@@ -13,11 +13,12 @@
 //! [`SIGN_IN_COOKIE`] that the form must repeat, so another site cannot sign a person in under
 //! a key of its choosing.
 
+use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 
 use askama::Template;
 use axum::Form;
-use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -25,7 +26,8 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::InboxState;
-use super::views::{Base, Nav, PageError, page, see_other};
+use super::views::{Answer, Base, Nav, PageError, page, see_other};
+use crate::dispatch::Dispatcher;
 use crate::http::auth::{ApiKey, Principal, Role};
 use crate::store::{InboxSession, Timestamp};
 
@@ -37,6 +39,27 @@ pub(crate) const SIGN_IN_COOKIE: &str = "toolgate_inbox_sign_in";
 
 /// How long a sign-in form stays valid, in seconds.
 const SIGN_IN_TTL_S: u64 = 3600;
+
+/// One request to the inbox, as every handler starts from it: the inbox, where it is mounted,
+/// and the request's headers (its cookies, its `X-Forwarded-Proto`).
+pub(crate) struct Visit {
+    pub(crate) app: InboxState,
+    pub(crate) base: Base,
+    pub(crate) headers: HeaderMap,
+}
+
+impl FromRequestParts<InboxState> for Visit {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, app: &InboxState) -> Result<Self, Infallible> {
+        let Ok(base) = Base::from_request_parts(parts, app).await;
+        Ok(Visit {
+            app: app.clone(),
+            base,
+            headers: parts.headers.clone(),
+        })
+    }
+}
 
 /// A signed-in person, as a page sees them.
 #[derive(Debug, Clone)]
@@ -70,6 +93,11 @@ impl Signed {
         }
     }
 
+    /// `template` rendered as an answer with `status` (and the session's new cookie).
+    pub(crate) fn show(&self, status: StatusCode, template: &impl Template) -> Response {
+        self.answer(page(status, template))
+    }
+
     /// `response` with the session's new cookie, if it has one.
     pub(crate) fn answer(&self, mut response: Response) -> Response {
         if let Some(cookie) = &self.set_cookie {
@@ -85,7 +113,7 @@ impl Signed {
 pub(crate) struct ClientAddr(pub(crate) Option<IpAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
-    type Rejection = std::convert::Infallible;
+    type Rejection = Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(ClientAddr(
@@ -146,9 +174,10 @@ fn random_id() -> Result<String, PageError> {
 
 /// Whether cookies are `Secure`: configured so, or the request came over TLS (as a reverse
 /// proxy in front says with `X-Forwarded-Proto`).
-fn secure_cookies(app: &InboxState, headers: &HeaderMap) -> bool {
-    app.options.secure_cookies
-        || headers
+fn secure_cookies(visit: &Visit) -> bool {
+    visit.app.options.secure_cookies
+        || visit
+            .headers
             .get("x-forwarded-proto")
             .and_then(|value| value.to_str().ok())
             .is_some_and(|proto| proto.trim().eq_ignore_ascii_case("https"))
@@ -164,75 +193,87 @@ fn set_cookie(name: &str, value: &str, base: &Base, max_age_s: u64, secure: bool
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// The signed-in person, if the request carries a live session whose key still may decide. With
-/// auth off, a request without one gets a new anonymous session (to be set with the answer).
-pub(crate) async fn signed(
-    app: &InboxState,
-    headers: &HeaderMap,
-    base: &Base,
-) -> Result<Option<Signed>, PageError> {
-    let keys = &app.keys;
-    if let Some(id) = cookie(headers, SESSION_COOKIE) {
-        let hash = id_hash(id);
-        let store = app.dispatcher.store();
-        if let Some(session) = store.session(&hash, Timestamp::now()).await? {
-            let principal = if keys.enabled() {
-                // The key must still be configured, the same key, and still an approver's.
-                let key = keys.iter().find(|key| {
-                    session.key_name.as_deref() == Some(key.name.as_str())
-                        && session.key_fingerprint.as_deref() == Some(fingerprint(key).as_str())
-                });
-                match key {
-                    Some(key) if key.role != Role::Caller => Some(Principal {
-                        name: Some(key.name.clone()),
-                        role: key.role,
-                    }),
-                    _ => None,
-                }
-            } else {
-                // Auth off: everyone is the anonymous admin, as on every REST request.
-                Some(Principal {
-                    name: None,
-                    role: Role::Admin,
-                })
-            };
-            match principal {
-                Some(principal) => {
-                    return Ok(Some(Signed {
-                        principal,
-                        csrf: csrf_token(id),
-                        set_cookie: None,
-                    }));
-                }
-                None => {
-                    store.delete_session(&hash).await?;
+impl Visit {
+    /// The signed-in person, if the request carries a live session whose key still may decide.
+    /// With auth off, a request without one gets a new anonymous session (to be set with the
+    /// answer).
+    pub(crate) async fn signed(&self) -> Result<Option<Signed>, PageError> {
+        let keys = &self.app.keys;
+        if let Some(id) = cookie(&self.headers, SESSION_COOKIE) {
+            let hash = id_hash(id);
+            let store = self.app.dispatcher.store();
+            if let Some(session) = store.session(&hash, Timestamp::now()).await? {
+                let principal = if keys.enabled() {
+                    // The key must still be configured, the same key, and still an approver's.
+                    let key = keys.iter().find(|key| {
+                        session.key_name.as_deref() == Some(key.name.as_str())
+                            && session.key_fingerprint.as_deref() == Some(fingerprint(key).as_str())
+                    });
+                    match key {
+                        Some(key) if key.role != Role::Caller => Some(Principal {
+                            name: Some(key.name.clone()),
+                            role: key.role,
+                        }),
+                        _ => None,
+                    }
+                } else {
+                    // Auth off: everyone is the anonymous admin, as on every REST request.
+                    Some(Principal {
+                        name: None,
+                        role: Role::Admin,
+                    })
+                };
+                match principal {
+                    Some(principal) => {
+                        return Ok(Some(Signed {
+                            principal,
+                            csrf: csrf_token(id),
+                            set_cookie: None,
+                        }));
+                    }
+                    None => {
+                        store.delete_session(&hash).await?;
+                    }
                 }
             }
         }
+        if keys.enabled() {
+            return Ok(None);
+        }
+        let principal = Principal {
+            name: None,
+            role: Role::Admin,
+        };
+        start(self, principal, None).await.map(Some)
     }
-    if keys.enabled() {
-        return Ok(None);
+
+    /// The signed-in person, or [`PageError::SignedOut`].
+    pub(crate) async fn require(&self) -> Result<Signed, PageError> {
+        self.signed().await?.ok_or(PageError::SignedOut)
     }
-    let principal = Principal {
-        name: None,
-        role: Role::Admin,
-    };
-    start(app, headers, base, principal, None).await.map(Some)
+
+    /// The dispatcher every decision goes through.
+    pub(crate) fn dispatcher(&self) -> &Dispatcher {
+        &self.app.dispatcher
+    }
+
+    /// A redirect to the inbox's queue (which offers the sign-in to one signed out).
+    pub(crate) fn home(&self) -> Response {
+        see_other(&self.base.0)
+    }
 }
 
 /// Makes a session for `principal` (signed in with `key`, unless auth is off).
 async fn start(
-    app: &InboxState,
-    headers: &HeaderMap,
-    base: &Base,
+    visit: &Visit,
     principal: Principal,
     key: Option<&ApiKey>,
 ) -> Result<Signed, PageError> {
     let id = random_id()?;
     let now = Timestamp::now();
-    let ttl = app.options.session_ttl;
+    let ttl = visit.app.options.session_ttl;
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-    let store = app.dispatcher.store();
+    let store = visit.dispatcher().store();
     // Sessions that ran out are dropped as new ones begin (and every minute by the binary).
     if let Err(err) = store.prune_sessions(now).await {
         tracing::debug!(error = %err, "cannot prune inbox sessions now");
@@ -255,9 +296,9 @@ async fn start(
     let cookie = set_cookie(
         SESSION_COOKIE,
         &id,
-        base,
+        &visit.base,
         ttl.as_secs(),
-        secure_cookies(app, headers),
+        secure_cookies(visit),
     );
     Ok(Signed {
         principal,
@@ -278,15 +319,9 @@ struct SignInPage {
 }
 
 /// The sign-in page, with a fresh double-submit token (`message`: why the last attempt failed).
-pub(crate) fn sign_in_page(
-    app: &InboxState,
-    headers: &HeaderMap,
-    base: &Base,
-    status: StatusCode,
-    message: Option<String>,
-) -> Response {
+pub(crate) fn sign_in_page(visit: &Visit, status: StatusCode, message: Option<String>) -> Response {
     // A sign-in form already open in another tab keeps working: its token is reused.
-    let reused = cookie(headers, SIGN_IN_COOKIE).map(str::to_owned);
+    let reused = cookie(&visit.headers, SIGN_IN_COOKIE).map(str::to_owned);
     let token = match reused.map_or_else(random_id, Ok) {
         Ok(token) => token,
         Err(err) => return err.into_response(),
@@ -294,7 +329,7 @@ pub(crate) fn sign_in_page(
     let mut response = page(
         status,
         &SignInPage {
-            base: base.0.clone(),
+            base: visit.base.0.clone(),
             nav: None,
             title: "Sign in",
             csrf: token.clone(),
@@ -304,9 +339,9 @@ pub(crate) fn sign_in_page(
     let cookie = set_cookie(
         SIGN_IN_COOKIE,
         &token,
-        base,
+        &visit.base,
         SIGN_IN_TTL_S,
-        secure_cookies(app, headers),
+        secure_cookies(visit),
     );
     response.headers_mut().append(header::SET_COOKIE, cookie);
     response
@@ -322,14 +357,13 @@ pub(crate) struct SignIn {
 /// `POST /inbox/sign-in`: a person pastes their key. A caller key, an unknown key or a form
 /// from elsewhere is refused; the key is never echoed, logged or put in a URL.
 pub(crate) async fn sign_in(
-    State(app): State<InboxState>,
     ClientAddr(address): ClientAddr,
-    base: Base,
-    headers: HeaderMap,
+    visit: Visit,
     Form(form): Form<SignIn>,
-) -> Result<Response, PageError> {
+) -> Answer {
+    let app = &visit.app;
     app.limiter.take(address).map_err(PageError::RateLimited)?;
-    let expected = cookie(&headers, SIGN_IN_COOKIE).unwrap_or_default();
+    let expected = cookie(&visit.headers, SIGN_IN_COOKIE).unwrap_or_default();
     let sent = form.csrf.as_deref().unwrap_or_default();
     if expected.is_empty() || !bool::from(sent.as_bytes().ct_eq(expected.as_bytes())) {
         return Err(PageError::Csrf);
@@ -337,18 +371,11 @@ pub(crate) async fn sign_in(
     let keys = &app.keys;
     if !keys.enabled() {
         // Nothing to sign in with: the inbox is open (auth off).
-        return Ok(see_other(&base.0));
+        return Ok(visit.home());
     }
     let typed = form.key.as_deref().map(str::trim).unwrap_or_default();
-    let refused = |status, message: &str| {
-        Ok(sign_in_page(
-            &app,
-            &headers,
-            &base,
-            status,
-            Some(message.to_owned()),
-        ))
-    };
+    let refused =
+        |status, message: &str| Ok(sign_in_page(&visit, status, Some(message.to_owned())));
     if typed.is_empty() {
         return refused(StatusCode::UNPROCESSABLE_ENTITY, "Paste your API key.");
     }
@@ -370,11 +397,11 @@ pub(crate) async fn sign_in(
         role: key.role,
     };
     let key = key.clone();
-    let signed = start(&app, &headers, &base, principal, Some(&key)).await?;
+    let signed = start(&visit, principal, Some(&key)).await?;
     tracing::info!(key = %key.name, "signed in to the inbox");
-    let mut response = signed.answer(see_other(&base.0));
+    let mut response = signed.answer(visit.home());
     // The sign-in token is spent.
-    let spent = set_cookie(SIGN_IN_COOKIE, "", &base, 0, false);
+    let spent = set_cookie(SIGN_IN_COOKIE, "", &visit.base, 0, false);
     response.headers_mut().append(header::SET_COOKIE, spent);
     Ok(response)
 }
@@ -386,14 +413,9 @@ pub(crate) struct SignOut {
 }
 
 /// `POST /inbox/sign-out`: ends the session, here and on every replica.
-pub(crate) async fn sign_out(
-    State(app): State<InboxState>,
-    base: Base,
-    headers: HeaderMap,
-    Form(form): Form<SignOut>,
-) -> Result<Response, PageError> {
-    let Some(id) = cookie(&headers, SESSION_COOKIE) else {
-        return Ok(see_other(&base.0));
+pub(crate) async fn sign_out(visit: Visit, Form(form): Form<SignOut>) -> Answer {
+    let Some(id) = cookie(&visit.headers, SESSION_COOKIE) else {
+        return Ok(visit.home());
     };
     if !bool::from(
         form.csrf
@@ -403,9 +425,13 @@ pub(crate) async fn sign_out(
     ) {
         return Err(PageError::Csrf);
     }
-    app.dispatcher.store().delete_session(&id_hash(id)).await?;
-    let mut response = see_other(&base.0);
-    let gone = set_cookie(SESSION_COOKIE, "", &base, 0, secure_cookies(&app, &headers));
+    visit
+        .dispatcher()
+        .store()
+        .delete_session(&id_hash(id))
+        .await?;
+    let mut response = visit.home();
+    let gone = set_cookie(SESSION_COOKIE, "", &visit.base, 0, secure_cookies(&visit));
     response.headers_mut().append(header::SET_COOKIE, gone);
     Ok(response)
 }

@@ -92,6 +92,9 @@ pub(crate) fn see_other(to: &str) -> Response {
     response
 }
 
+/// What every inbox handler answers: a page (or a redirect), or why it cannot be shown.
+pub(crate) type Answer = Result<Response, PageError>;
+
 /// Why a page cannot be shown; answered as an HTML page.
 #[derive(Debug)]
 pub(crate) enum PageError {

@@ -177,86 +177,88 @@ fn object_part(schema: &Value, defs: &Value) -> Option<Map<String, Value>> {
 /// different schemas becomes their `anyOf`), required where all require it, closed where all
 /// are closed.
 fn merge_variants(variants: Vec<Map<String, Value>>) -> Map<String, Value> {
-    let mut properties: Map<String, Value> = Map::new();
-    for variant in &variants {
-        for (name, schema) in props(variant) {
-            match properties.get_mut(name) {
-                None => {
-                    properties.insert(name.clone(), schema.clone());
-                }
-                Some(existing) if existing == schema => {}
-                Some(existing) => {
-                    let mut options = match existing.get("anyOf") {
-                        Some(Value::Array(options))
-                            if existing.as_object().is_some_and(|o| o.len() == 1) =>
-                        {
-                            options.clone()
-                        }
-                        _ => vec![existing.clone()],
-                    };
-                    if !options.contains(schema) {
-                        options.push(schema.clone());
-                    }
-                    *existing = json!({ "anyOf": options });
-                }
+    let properties = merged_properties(&variants, |existing, schema| {
+        let mut options = match existing.get("anyOf") {
+            Some(Value::Array(options)) if existing.as_object().is_some_and(|o| o.len() == 1) => {
+                options.clone()
             }
+            _ => vec![existing.clone()],
+        };
+        if !options.contains(schema) {
+            options.push(schema.clone());
         }
-    }
-    let required: Vec<Value> = required(&variants[0])
+        *existing = json!({ "anyOf": options });
+    });
+    let required = required(&variants[0])
         .into_iter()
         .filter(|name| variants.iter().all(|v| required(v).contains(name)))
-        .map(Value::from)
         .collect();
-    let closed = variants
-        .iter()
-        .all(|v| v.get("additionalProperties") == Some(&Value::Bool(false)));
+    let closed = variants.iter().all(is_closed);
     let mut merged = Map::new();
     merged.insert("type".into(), "object".into());
-    merged.insert("properties".into(), Value::Object(properties));
-    if !required.is_empty() {
-        merged.insert("required".into(), Value::Array(required));
-    }
-    if closed {
-        merged.insert("additionalProperties".into(), false.into());
-    }
-    merged
+    with_properties(merged, properties, required, closed)
 }
 
 /// Parts that all apply as one object: every property (one they give different schemas
 /// becomes their `allOf`), required where any requires it, closed where any is closed.
 fn merge_parts(parts: Vec<Map<String, Value>>) -> Map<String, Value> {
-    let mut properties: Map<String, Value> = Map::new();
+    let properties = merged_properties(&parts, |existing, schema| {
+        *existing = json!({ "allOf": [existing.clone(), schema] });
+    });
     let mut required_names: Vec<String> = Vec::new();
-    let mut closed = false;
-    for part in &parts {
-        for (name, schema) in props(part) {
+    for name in parts.iter().flat_map(required) {
+        if !required_names.contains(&name) {
+            required_names.push(name);
+        }
+    }
+    let closed = parts.iter().any(is_closed);
+    with_properties(Map::new(), properties, required_names, closed)
+}
+
+/// Every property of `objects`, under the first schema given for it; where a later one gives
+/// another schema, `join` makes the two one.
+fn merged_properties(
+    objects: &[Map<String, Value>],
+    join: impl Fn(&mut Value, &Value),
+) -> Map<String, Value> {
+    let mut properties: Map<String, Value> = Map::new();
+    for object in objects {
+        for (name, schema) in props(object) {
             match properties.get_mut(name) {
                 None => {
                     properties.insert(name.clone(), schema.clone());
                 }
                 Some(existing) if existing == schema => {}
-                Some(existing) => *existing = json!({ "allOf": [existing.clone(), schema] }),
+                Some(existing) => join(existing, schema),
             }
         }
-        for name in required(part) {
-            if !required_names.contains(&name) {
-                required_names.push(name);
-            }
-        }
-        closed |= part.get("additionalProperties") == Some(&Value::Bool(false));
     }
-    let mut merged = Map::new();
-    merged.insert("properties".into(), Value::Object(properties));
-    if !required_names.is_empty() {
-        merged.insert(
+    properties
+}
+
+/// `object` with `properties`, `required` (when any names are) and, when `closed`,
+/// `additionalProperties: false`.
+fn with_properties(
+    mut object: Map<String, Value>,
+    properties: Map<String, Value>,
+    required: Vec<String>,
+    closed: bool,
+) -> Map<String, Value> {
+    object.insert("properties".into(), Value::Object(properties));
+    if !required.is_empty() {
+        object.insert(
             "required".into(),
-            required_names.into_iter().map(Value::from).collect(),
+            required.into_iter().map(Value::from).collect(),
         );
     }
     if closed {
-        merged.insert("additionalProperties".into(), false.into());
+        object.insert("additionalProperties".into(), false.into());
     }
-    merged
+    object
+}
+
+fn is_closed(schema: &Map<String, Value>) -> bool {
+    schema.get("additionalProperties") == Some(&Value::Bool(false))
 }
 
 fn props(schema: &Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {

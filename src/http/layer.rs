@@ -1,0 +1,147 @@
+//! The one tower layer under every per-request policy of a route (the gate in [`super::auth`],
+//! the request count in `super::requests`): a policy says what it does before the route and
+//! after its answer; this module wires that into tower once.
+//!
+//! Written by hand rather than with `axum::middleware::from_fn`: it is on every request's path,
+//! and this way it costs no boxing, no allocation and no dynamic dispatch: the service and its
+//! future are generic over the policy, and a clone of the service (axum clones the route per
+//! request) is one `Arc` clone.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::extract::Request;
+use axum::response::Response;
+use tower::{Layer, Service};
+
+/// What a route does with each request before the route runs, and with its answer after.
+pub(crate) trait RoutePolicy: Send + Sync + 'static {
+    /// What the policy keeps while the route runs (a slot, a route's counters).
+    type Kept;
+
+    /// Before the route: the request goes on, with what to keep, or is answered here.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the refusal is the request's answer as is; boxing it would allocate per refusal"
+    )]
+    fn before(self: &Arc<Self>, request: &mut Request) -> Result<Self::Kept, Response>;
+
+    /// After the route: its answer, with what was kept. Not called when the request is dropped
+    /// unanswered; what was kept is dropped then.
+    fn after(kept: Self::Kept, answer: &Response);
+}
+
+/// Puts the policy `P` on a route.
+pub(crate) struct PolicyLayer<P>(Arc<P>);
+
+impl<P> PolicyLayer<P> {
+    /// The layer of `policy`.
+    pub(crate) fn new(policy: P) -> Self {
+        PolicyLayer(Arc::new(policy))
+    }
+}
+
+impl<P: Default> Default for PolicyLayer<P> {
+    fn default() -> Self {
+        PolicyLayer::new(P::default())
+    }
+}
+
+impl<P> Clone for PolicyLayer<P> {
+    fn clone(&self) -> Self {
+        PolicyLayer(self.0.clone())
+    }
+}
+
+impl<S, P> Layer<S> for PolicyLayer<P> {
+    type Service = PolicyService<S, P>;
+
+    fn layer(&self, inner: S) -> PolicyService<S, P> {
+        PolicyService {
+            inner,
+            policy: self.0.clone(),
+        }
+    }
+}
+
+/// See [`PolicyLayer`].
+pub(crate) struct PolicyService<S, P> {
+    inner: S,
+    policy: Arc<P>,
+}
+
+impl<S: Clone, P> Clone for PolicyService<S, P> {
+    fn clone(&self) -> Self {
+        PolicyService {
+            inner: self.inner.clone(),
+            policy: self.policy.clone(),
+        }
+    }
+}
+
+impl<S, P> Service<Request> for PolicyService<S, P>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+    P: RoutePolicy,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = PolicyFuture<S::Future, P>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        match self.policy.before(&mut request) {
+            Ok(kept) => PolicyFuture::Admitted {
+                future: self.inner.call(request),
+                kept: Some(kept),
+            },
+            Err(response) => PolicyFuture::Refused {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The route's answer, seen by the policy when it is ready; or the policy's own answer.
+    #[project = PolicyProjection]
+    pub(crate) enum PolicyFuture<F, P>
+    where
+        P: RoutePolicy,
+    {
+        Admitted {
+            #[pin] future: F,
+            kept: Option<P::Kept>,
+        },
+        Refused { response: Option<Response> },
+    }
+}
+
+impl<F, P> Future for PolicyFuture<F, P>
+where
+    F: Future<Output = Result<Response, Infallible>>,
+    P: RoutePolicy,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            PolicyProjection::Admitted { future, kept } => {
+                let Ok(answer) = std::task::ready!(future.poll(cx));
+                if let Some(kept) = kept.take() {
+                    P::after(kept, &answer);
+                }
+                Poll::Ready(Ok(answer))
+            }
+            PolicyProjection::Refused { response } => Poll::Ready(Ok(response
+                .take()
+                .expect("a refused request is answered once"))),
+        }
+    }
+}
