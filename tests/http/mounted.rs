@@ -9,8 +9,8 @@ use axum::Router;
 use axum::routing::get;
 use reqwest::StatusCode;
 use serde_json::json;
-use toolgate::store::{InboxSession, Timestamp};
 use toolgate::ServerBuilder;
+use toolgate::store::{InboxSession, Timestamp};
 
 use crate::common::{Api, Backend, Location, eventually, example_tools, open_store};
 
@@ -48,7 +48,9 @@ async fn a_mounted_router_runs_the_stores_upkeep(backend: Backend) {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let api = Api::new(addr);
 
-    let hello = reqwest::get(format!("http://{addr}/app/hello")).await.unwrap();
+    let hello = reqwest::get(format!("http://{addr}/app/hello"))
+        .await
+        .unwrap();
     assert_eq!(hello.status(), StatusCode::OK);
     assert_eq!(hello.text().await.unwrap(), "hello from the app");
     // A call that waits for a person: `call.suspended` in the feed.
