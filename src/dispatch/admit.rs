@@ -201,10 +201,16 @@ impl Dispatcher {
             attempts: 1,
             created_at,
         };
+        let run = NewRun {
+            dispatcher: self,
+            registered,
+            policy,
+            call_id: &call_id,
+        };
         let ran = match plan {
-            Plan::Gated => self.record_gated(entry, call, input).await?,
-            Plan::IntentFirst => self.run_intent_first(entry, call, input).await?,
-            Plan::Behind => self.run_behind(entry, call, input).await?,
+            Plan::Gated => run.gated(call, input).await?,
+            Plan::IntentFirst => run.intent_first(call, input).await?,
+            Plan::Behind => run.behind(call, input).await?,
         };
         let ran = match ran {
             Recorded::Ran(ran) => ran,
@@ -217,147 +223,6 @@ impl Dispatcher {
             outcome: ran.outcome,
             replayed: false,
         })
-    }
-
-    /// [`Plan::Gated`]: nothing runs now; the call is recorded suspended in one write, so no
-    /// crash can leave it `running` (and a write needing reconciliation that never happened).
-    async fn record_gated(
-        &self,
-        entry: &Entry,
-        call: NewCall,
-        input: Value,
-    ) -> Result<Recorded, DispatchError> {
-        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
-        let key = call.idempotency_key.as_deref();
-        let ran = self
-            .attempts(
-                registered,
-                policy,
-                &call.call_id,
-                key,
-                None,
-                1,
-                input.clone(),
-                false,
-            )
-            .await;
-        let call = NewCall {
-            input: input.clone(),
-            attempts: ran.attempts,
-            ..call
-        };
-        if let Inserted::Existing(existing) =
-            self.store.insert_call(call, Some(ran.recorded())).await?
-        {
-            return self
-                .repeat(*existing, &input, registered, policy)
-                .await
-                .map(Recorded::Repeated);
-        }
-        Ok(Recorded::Ran(ran))
-    }
-
-    /// [`Plan::IntentFirst`]: the intent is committed before the tool runs, so a crash mid-run
-    /// leaves a `running` record behind instead of an effect nobody knows about, and a second
-    /// request with the same key finds the first; the outcome is recorded before the answer.
-    async fn run_intent_first(
-        &self,
-        entry: &Entry,
-        call: NewCall,
-        input: Value,
-    ) -> Result<Recorded, DispatchError> {
-        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
-        let call_id = call.call_id.clone();
-        let key = call.idempotency_key.clone();
-        let call = NewCall {
-            input: input.clone(),
-            ..call
-        };
-        match self.store.insert_call(call, None).await {
-            Ok(Inserted::New) => {}
-            Ok(Inserted::Existing(existing)) => {
-                return self
-                    .repeat(*existing, &input, registered, policy)
-                    .await
-                    .map(Recorded::Repeated);
-            }
-            // The intent may have been committed though its answer was lost. The tool will
-            // not run, so once the store answers the call (if it exists) is released as
-            // interrupted: no key stays held by a run that never happened.
-            Err(err @ StoreError::Unavailable(_)) => {
-                let released = Outcome::Interrupted {
-                    reason: "the store could not be reached before the tool ran".into(),
-                };
-                self.record_later(call_id, Some(1), 1, released);
-                return Err(err.into());
-            }
-            Err(err) => return Err(err.into()),
-        }
-        let ran = self
-            .attempts(
-                registered,
-                policy,
-                &call_id,
-                key.as_deref(),
-                None,
-                1,
-                input,
-                false,
-            )
-            .await;
-        self.record(&call_id, Some(ran.first), ran.attempts, &ran.recorded())
-            .await?;
-        Ok(Recorded::Ran(ran))
-    }
-
-    /// [`Plan::Behind`]: a read without a key has nothing to lose; its call is recorded once,
-    /// with its outcome and the input the attempts hand back, and may be committed behind the
-    /// answer (unless it suspended: a person will look for that).
-    async fn run_behind(
-        &self,
-        entry: &Entry,
-        call: NewCall,
-        input: Value,
-    ) -> Result<Recorded, DispatchError> {
-        let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
-        let mut ran = self
-            .attempts(
-                registered,
-                policy,
-                &call.call_id,
-                None,
-                None,
-                1,
-                input,
-                true,
-            )
-            .await;
-        let call = NewCall {
-            attempts: ran.attempts,
-            input: ran.input.take().expect("attempts hand back the input kept"),
-            ..call
-        };
-        match &mut ran.outcome {
-            CallOutcome::Suspended { .. } => {
-                self.store.insert_call(call, Some(ran.recorded())).await?;
-            }
-            // The output is lent to the store, which serializes it at once, and taken back for
-            // the answer: no copy of it only to be recorded.
-            CallOutcome::Completed(output) => {
-                let recorded = Outcome::Completed {
-                    output: std::mem::take(output),
-                };
-                let stored = self.store.insert_behind(call, &recorded).await;
-                if let Outcome::Completed { output: lent } = recorded {
-                    *output = lent;
-                }
-                stored?;
-            }
-            CallOutcome::Failed { .. } => {
-                self.store.insert_behind(call, &ran.recorded()).await?;
-            }
-        }
-        Ok(Recorded::Ran(ran))
     }
 
     /// Answers a request whose idempotency key already has a call.
@@ -407,5 +272,117 @@ impl Dispatcher {
                 }),
             },
         }
+    }
+}
+
+/// What recording a new call as its [`Plan`] says needs to know besides the call itself.
+struct NewRun<'a> {
+    dispatcher: &'a Dispatcher,
+    registered: &'a Registered,
+    policy: &'a ToolPolicy,
+    call_id: &'a str,
+}
+
+impl NewRun<'_> {
+    /// [`Plan::Gated`]: nothing runs now; the call is recorded suspended in one write, so no
+    /// crash can leave it `running` (and a write needing reconciliation that never happened).
+    async fn gated(&self, call: NewCall, input: Value) -> Result<Recorded, DispatchError> {
+        let ran = self
+            .run(call.idempotency_key.as_deref(), input.clone(), false)
+            .await;
+        let call = NewCall {
+            input: input.clone(),
+            attempts: ran.attempts,
+            ..call
+        };
+        let store = &self.dispatcher.store;
+        match store.insert_call(call, Some(ran.recorded())).await? {
+            Inserted::New => Ok(Recorded::Ran(ran)),
+            Inserted::Existing(existing) => self.repeat(*existing, &input).await,
+        }
+    }
+
+    /// [`Plan::IntentFirst`]: the intent is committed before the tool runs, so a crash mid-run
+    /// leaves a `running` record behind instead of an effect nobody knows about, and a second
+    /// request with the same key finds the first; the outcome is recorded before the answer.
+    async fn intent_first(&self, call: NewCall, input: Value) -> Result<Recorded, DispatchError> {
+        let dispatcher = self.dispatcher;
+        let key = call.idempotency_key.clone();
+        let intent = NewCall {
+            input: input.clone(),
+            ..call
+        };
+        match dispatcher.store.insert_call(intent, None).await {
+            Ok(Inserted::New) => {}
+            Ok(Inserted::Existing(existing)) => return self.repeat(*existing, &input).await,
+            // The intent may have been committed though its answer was lost. The tool will
+            // not run, so once the store answers the call (if it exists) is released as
+            // interrupted: no key stays held by a run that never happened.
+            Err(err @ StoreError::Unavailable(_)) => {
+                let released = Outcome::Interrupted {
+                    reason: "the store could not be reached before the tool ran".into(),
+                };
+                dispatcher.record_later(self.call_id.to_owned(), Some(1), 1, released);
+                return Err(err.into());
+            }
+            Err(err) => return Err(err.into()),
+        }
+        let ran = self.run(key.as_deref(), input, false).await;
+        let outcome = ran.recorded();
+        dispatcher
+            .record(self.call_id, Some(ran.first), ran.attempts, &outcome)
+            .await?;
+        Ok(Recorded::Ran(ran))
+    }
+
+    /// [`Plan::Behind`]: a read without a key has nothing to lose; its call is recorded once,
+    /// with its outcome and the input the attempts hand back, and may be committed behind the
+    /// answer (unless it suspended: a person will look for that).
+    async fn behind(&self, call: NewCall, input: Value) -> Result<Recorded, DispatchError> {
+        let mut ran = self.run(None, input, true).await;
+        let store = &self.dispatcher.store;
+        let call = NewCall {
+            attempts: ran.attempts,
+            input: ran.input.take().expect("attempts hand back the input kept"),
+            ..call
+        };
+        match &mut ran.outcome {
+            CallOutcome::Suspended { .. } => {
+                store.insert_call(call, Some(ran.recorded())).await?;
+            }
+            // The output is lent to the store, which serializes it at once, and taken back for
+            // the answer: no copy of it only to be recorded.
+            CallOutcome::Completed(output) => {
+                let recorded = Outcome::Completed {
+                    output: std::mem::take(output),
+                };
+                let stored = store.insert_behind(call, &recorded).await;
+                if let Outcome::Completed { output: lent } = recorded {
+                    *output = lent;
+                }
+                stored?;
+            }
+            CallOutcome::Failed { .. } => {
+                store.insert_behind(call, &ran.recorded()).await?;
+            }
+        }
+        Ok(Recorded::Ran(ran))
+    }
+
+    /// The call's first run of attempts under `key`, with `input` (handed back when `keep`).
+    async fn run(&self, key: Option<&str>, input: Value, keep: bool) -> Ran {
+        let (registered, policy) = (self.registered, self.policy);
+        self.dispatcher
+            .attempts(registered, policy, self.call_id, key, None, 1, input, keep)
+            .await
+    }
+
+    /// The answer of the call the key already had.
+    async fn repeat(&self, existing: CallRecord, input: &Value) -> Result<Recorded, DispatchError> {
+        let (registered, policy) = (self.registered, self.policy);
+        self.dispatcher
+            .repeat(existing, input, registered, policy)
+            .await
+            .map(Recorded::Repeated)
     }
 }
