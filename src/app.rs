@@ -226,15 +226,11 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// The calls running now.
+    /// The calls running now. A graceful stop's first step, as the server stops accepting, is
+    /// [`Running::release_held`]: requests held for a change (`?wait=`, streams) are answered
+    /// now, with the state as it is.
     pub fn running(&self) -> &Running {
         &self.running
-    }
-
-    /// A graceful stop's first step, as the server stops accepting: requests held for a change
-    /// (`?wait=`, streams) are answered now, with the state as it is.
-    pub fn release_held(&self) {
-        self.running.release_held();
     }
 
     /// A graceful stop's last step, once the server no longer serves: waits for the calls still
