@@ -7,8 +7,13 @@ mod common;
 use common::{Api, Backend, Location, Site, TestServer, assert_error, open_store, temp_dir};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toolgate::dispatch::{DispatchConfig, ToolSettings};
 use toolgate::http::auth::{ApiKey, Role, token_sha256};
-use toolgate::{ServerBuilder, ToolSet};
+use toolgate::schemars::{self, JsonSchema};
+use toolgate::{HandlerError, ServerBuilder, Tool, ToolCtx, ToolHandler, ToolOutcome, ToolSet};
 
 const CALLER: &str = "caller-token-9f2c";
 const OTHER_CALLER: &str = "other-caller-token-41aa";
@@ -415,9 +420,115 @@ async fn roles_hold_when_the_router_is_nested_in_another_app(backend: Backend) {
     task.abort();
 }
 
+/// A charge keyed by its order (the tool's own key, so two callers asking for one order meet
+/// one call): it asks a person first, and once approved it runs past its timeout.
+#[derive(Tool)]
+#[tool(effect = "write")]
+struct SlowCharge;
+
+#[derive(Deserialize, JsonSchema)]
+struct ChargeOrder {
+    order: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Go {}
+
+#[toolgate::async_trait]
+impl ToolHandler for SlowCharge {
+    type Input = ChargeOrder;
+    type Output = Value;
+
+    async fn call(
+        &self,
+        ctx: &ToolCtx,
+        _: ChargeOrder,
+    ) -> Result<ToolOutcome<Value>, HandlerError> {
+        if ctx.resume().is_none() {
+            return Ok(ToolOutcome::suspend_for::<Go>("Charge it?"));
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        Ok(ToolOutcome::output(json!({})))
+    }
+
+    fn idempotency_key(&self, input: &ChargeOrder) -> Option<String> {
+        Some(format!("charge:{}", input.order))
+    }
+}
+
+/// Two callers hold `?wait=` on one call (the tool's own key answers the second with the
+/// first's); once the approved run leaves it needing reconciliation, each is told so, and only
+/// the caller that made it is shown its record.
+async fn a_wait_shows_a_reconciliation_only_to_whoever_may_see_the_call(backend: Backend) {
+    let location = Location::new(backend).await;
+    let mut tools = ToolSet::new();
+    tools.register(SlowCharge).unwrap();
+    let keys = vec![
+        key("agent", Role::Caller, CALLER),
+        key("other-agent", Role::Caller, OTHER_CALLER),
+        key("finance-ops", Role::Approver, APPROVER),
+    ];
+    let config = DispatchConfig {
+        defaults: ToolSettings {
+            timeout: Duration::from_millis(100),
+            ..ToolSettings::default()
+        },
+        ..DispatchConfig::default()
+    };
+    let server = TestServer::start_with(tools, &location, |builder| {
+        builder.api_keys(keys).dispatch_config(config)
+    })
+    .await;
+    let api = server.api.clone();
+    let path = "/tools/slow_charge/call";
+    let input = json!({"input": {"order": "o-1"}});
+    let (status, _, body) = send(&api, Method::POST, path, Some(input.clone()), Some(CALLER)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let call_id = body["call_id"].as_str().unwrap().to_owned();
+    let token = body["suspension"]["token"].as_str().unwrap().to_owned();
+    let waiting = |token: &'static str| {
+        let (api, input) = (api.clone(), input.clone());
+        tokio::spawn(async move {
+            let waited = format!("{path}?wait=20");
+            send(&api, Method::POST, &waited, Some(input), Some(token)).await
+        })
+    };
+    let own = waiting(CALLER);
+    let other = waiting(OTHER_CALLER);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let approve = format!("/approvals/{token}/approve");
+    let (status, _, body) = send(
+        &api,
+        Method::POST,
+        &approve,
+        Some(json!({"input": {}})),
+        Some(APPROVER),
+    )
+    .await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+
+    let (status, _, body) = own.await.unwrap();
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let details = assert_error(&body, "needs_reconciliation");
+    assert_eq!(
+        details["caller"], "agent",
+        "its own call's record: {details}"
+    );
+    let (status, _, body) = other.await.unwrap();
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let details = assert_error(&body, "needs_reconciliation");
+    assert_eq!(
+        details,
+        json!({"call_id": call_id, "status": "needs_reconciliation"}),
+        "another caller's call: that it waits, not what it holds"
+    );
+    server.stop().await;
+}
+
 crate::on_each_backend! {
     #[tokio::test] async fn every_route_times_every_role;
     #[tokio::test]
     async fn a_caller_sees_only_its_calls_and_never_approves_and_approvers_are_recorded;
     #[tokio::test] async fn roles_hold_when_the_router_is_nested_in_another_app;
+    #[tokio::test] async fn a_wait_shows_a_reconciliation_only_to_whoever_may_see_the_call;
 }

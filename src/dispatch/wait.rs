@@ -81,10 +81,13 @@ impl Dispatcher {
 
     /// A call that just suspended (`suspended`, with the suspension `token`), held until a
     /// person's decision has an outcome (the approved re-run's output or error, a rejection,
-    /// an expiry, a new suspension), answered as the call's own answer would be; or, when the
-    /// time is up, `suspended` as it was.
+    /// an expiry, a new suspension), answered as the call's own answer would be to `principal`
+    /// (a call that now needs reconciliation shows its record only to whoever may see it: a
+    /// tool's own key can answer one caller with another's call); or, when the time is up,
+    /// `suspended` as it was.
     pub async fn await_decision(
         &self,
+        principal: &Principal,
         suspended: CallResult,
         token: &str,
         hold: &mut dyn Hold,
@@ -105,7 +108,7 @@ impl Dispatcher {
                     CallStatus::NeedsReconciliation => {
                         Some(Err(DispatchError::NeedsReconciliation {
                             call_id: call.call_id.clone(),
-                            call: Some(Box::new(call)),
+                            call: principal.may_see(&call.caller).then(|| Box::new(call)),
                         }))
                     }
                     _ => CallOutcome::from_record(&call).map(|outcome| {

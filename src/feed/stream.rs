@@ -108,7 +108,7 @@ impl Follow {
             let settling = page.settling;
             self.cursor = page.cursor;
             for entry in page.entries {
-                if let Some(event) = self.event(&entry) {
+                if let Some(event) = self.event(entry) {
                     self.ready.push_back(event);
                 }
             }
@@ -129,7 +129,7 @@ impl Follow {
     }
 
     /// The entry as this stream shows it, if it may and wants to.
-    fn event(&self, entry: &FeedEntry) -> Option<FeedEvent> {
+    fn event(&self, entry: FeedEntry) -> Option<FeedEvent> {
         let audience = &self.audience;
         if audience
             .only
@@ -152,11 +152,11 @@ impl Follow {
         {
             return None;
         }
-        let data = super::entry_data(entry, audience.tokens);
+        let data = serde_json::to_string(&super::entry_data(&entry, audience.tokens)).ok()?;
         Some(FeedEvent {
-            kind: entry.kind.clone(),
-            id: entry.cursor.0.clone(),
-            data: serde_json::to_string(&data).ok()?,
+            kind: entry.kind,
+            id: entry.cursor.0,
+            data,
         })
     }
 }

@@ -174,19 +174,21 @@ pub(super) async fn call(
     Wait(held): Wait,
     JsonBody(request): JsonBody<CallRequest>,
 ) -> Result<Response, ApiError> {
+    // Kept only for a request that may wait: what it is shown then is the lifecycle's rule too.
+    let asker = held.as_ref().map(|_| principal.clone());
     let options = CallOptions {
         principal,
         idempotency_key,
     };
     let result = app.dispatcher.call(&name, request.input, options).await?;
-    match (held, &result.outcome) {
+    match (held, asker, &result.outcome) {
         // `?wait=`: held until a person's decision has an outcome, answered as the call's own
         // answer would be; when the time is up, the usual `202`.
-        (Some(mut held), CallOutcome::Suspended { token, .. }) => {
+        (Some(mut held), Some(asker), CallOutcome::Suspended { token, .. }) => {
             let token = token.clone();
             let decided = app
                 .dispatcher
-                .await_decision(result, &token, &mut held)
+                .await_decision(&asker, result, &token, &mut held)
                 .await?;
             Ok(call_response(decided))
         }
