@@ -4,9 +4,9 @@
 //!
 //! They run in one fixed order, so of several mistakes the same one is named first every time.
 
+use super::invalid::Invalid;
 use super::{Config, ConfigError};
 use crate::dispatch::config::check_approval_schema;
-use crate::upstream::config::Invalid;
 
 impl Config {
     /// Each count, size and duration is at least 1, and a lease outlasts its heartbeat.

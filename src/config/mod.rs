@@ -16,6 +16,7 @@
 //! checks across sections, run once the file is read, in `checks.rs`.
 
 mod checks;
+pub mod invalid;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -144,6 +145,15 @@ pub enum ConfigError {
         /// What is wrong.
         message: String,
     },
+}
+
+impl From<invalid::Invalid> for ConfigError {
+    fn from(wrong: invalid::Invalid) -> Self {
+        ConfigError::Invalid {
+            key: wrong.key,
+            message: wrong.message,
+        }
+    }
 }
 
 /// Overrides given on the command line.
@@ -290,6 +300,7 @@ impl Config {
             env,
             checking,
         )
+        .map_err(ConfigError::from)
     }
 
     /// Timeouts, concurrency limits, approval TTLs and retries, as the dispatcher takes them.

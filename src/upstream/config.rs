@@ -6,6 +6,8 @@
 //! no field, an approval schema that does not compile. `${NAME}` in a header or environment
 //! value is expanded when the upstream starts ([`UpstreamConfig::resolve`]).
 
+pub use crate::config::invalid::Invalid;
+use crate::config::invalid::invalid;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -139,22 +141,6 @@ pub struct Upstream {
     pub refresh: Option<Duration>,
     /// Policies by upstream tool name.
     pub policies: BTreeMap<String, UpstreamPolicy>,
-}
-
-/// What is wrong with an `[[upstreams]]` entry: the key, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    /// The key's path under the entry (`name`, `policies.write_file.idempotency_key`).
-    pub key: String,
-    /// Why.
-    pub message: String,
-}
-
-fn invalid(key: impl Into<String>, message: impl Into<String>) -> Invalid {
-    Invalid {
-        key: key.into(),
-        message: message.into(),
-    }
 }
 
 impl UpstreamConfig {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{DeliverySettings, Webhook, Webhooks, parse_secret};
-use crate::config::ConfigError;
+use crate::config::invalid::{Invalid, invalid};
 
 /// One `[[webhooks]]` entry.
 #[derive(Clone, PartialEq, Deserialize)]
@@ -96,9 +96,8 @@ pub fn webhooks(
     delivery: &WebhookDeliveryConfig,
     env: impl Fn(&str) -> Option<String>,
     checking: bool,
-) -> Result<Webhooks, ConfigError> {
+) -> Result<Webhooks, Invalid> {
     let settings = delivery.settings();
-    let invalid = |key: String, message: String| ConfigError::Invalid { key, message };
     let mut hooks = Vec::new();
     for (index, hook) in entries.iter().enumerate() {
         let key = |field: &str| format!("webhooks[{index}].{field}");
@@ -117,7 +116,7 @@ pub fn webhooks(
             _ => {
                 return Err(invalid(
                     key("secret"),
-                    "set exactly one of `secret` and `secret_env`".into(),
+                    "set exactly one of `secret` and `secret_env`",
                 ));
             }
         };
@@ -157,7 +156,7 @@ pub fn webhooks(
         ),
     ] {
         if value == 0 {
-            return Err(invalid(key.into(), "must be at least 1".into()));
+            return Err(invalid(key, "must be at least 1"));
         }
     }
     Ok(Webhooks::new(hooks, settings))
