@@ -167,6 +167,14 @@ impl Decision {
             | DispatchError::OutputSchemaViolation(violations) => {
                 Ok(self.page(refused(violations), StatusCode::UNPROCESSABLE_ENTITY))
             }
+            // The lifecycle's bound on nesting, said at the form as a whole.
+            DispatchError::TooDeep(max) => {
+                let violation = InputViolation {
+                    path: String::new(),
+                    message: format!("The answer is nested deeper than {max} levels."),
+                };
+                Ok(self.page(refused(vec![violation]), StatusCode::UNPROCESSABLE_ENTITY))
+            }
             DispatchError::AlreadyResolved(_)
             | DispatchError::UnknownToken
             | DispatchError::NotReconcilable(_) => self.too_late(StatusCode::CONFLICT).await,
@@ -190,25 +198,10 @@ impl Decision {
     ) -> Answer {
         let submitted = Submitted::from_pairs(&self.pairs);
         let typed = |violations| refill((submitted.clone(), violations));
-        match self.read(schema, &submitted) {
+        match form::read(schema, &submitted) {
             Ok(answer) => self.outcome(decide(answer).await, typed).await,
             Err(violations) => Ok(self.page(typed(violations), StatusCode::UNPROCESSABLE_ENTITY)),
         }
-    }
-
-    /// The answer `schema` reads from the form, or what is wrong with it.
-    fn read(&self, schema: &Value, submitted: &Submitted) -> Result<Value, Vec<InputViolation>> {
-        let value = form::read(schema, submitted)?;
-        self.dispatcher().check_depth(&value).map_err(|_| {
-            vec![InputViolation {
-                path: String::new(),
-                message: format!(
-                    "The answer is nested deeper than {} levels.",
-                    self.dispatcher().max_json_depth()
-                ),
-            }]
-        })?;
-        Ok(value)
     }
 }
 
