@@ -94,7 +94,7 @@ impl Default for Config {
             data_dir: PathBuf::from("toolgate-data"),
             log: "info".into(),
             max_body_bytes: crate::http::DEFAULT_MAX_BODY_BYTES,
-            max_json_depth: crate::http::DEFAULT_MAX_JSON_DEPTH,
+            max_json_depth: crate::dispatch::DEFAULT_MAX_JSON_DEPTH,
             max_in_flight: crate::http::DEFAULT_MAX_IN_FLIGHT,
             retry: RetryConfig::default(),
             tool_defaults: ToolConfig::default(),

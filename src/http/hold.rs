@@ -21,6 +21,13 @@ pub const MAX_WAIT_S: u32 = 55;
 /// The request's `?wait=N`, when it has one and N is not 0.
 pub struct Wait(pub Option<Held>);
 
+impl Held {
+    /// `held` as the lifecycle's waits take it (`None`: answer at once).
+    pub fn hold(held: &mut Option<Held>) -> Option<&mut dyn Hold> {
+        held.as_mut().map(|held| held as &mut dyn Hold)
+    }
+}
+
 /// How long a request may be held, and its slot of `max_in_flight` to give back meanwhile.
 pub struct Held {
     /// How long to wait at most.

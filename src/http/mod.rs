@@ -23,4 +23,3 @@ pub mod sse;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// The default most requests handled at once; more are refused with `503 overloaded`.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 1024;
-pub use crate::dispatch::DEFAULT_MAX_JSON_DEPTH;

@@ -37,7 +37,6 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::dispatch::live::Derived;
-use crate::dispatch::wait::Hold;
 use crate::dispatch::{CallOptions, CallOutcome, DispatchError, Dispatcher};
 use crate::http::auth::Principal;
 use crate::http::hold::{Held, HeldSlot};
@@ -215,7 +214,7 @@ impl Door {
                 Ok::<_, McpError>(Held::new(Duration::from_secs(asked.wait_seconds), slot))
             })
             .transpose()?;
-        let hold = held.as_mut().map(|held| held as &mut dyn Hold);
+        let hold = Held::hold(&mut held);
         match self
             .0
             .dispatcher

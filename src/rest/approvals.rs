@@ -9,12 +9,11 @@ use serde_json::Value;
 
 use super::RestState;
 use super::responses::{CallCompleted, CallSuspended, call_response};
-use crate::dispatch::wait::Hold;
 use crate::http::auth::{Access, Principal};
 use crate::http::error::{ApiError, ErrorEnvelope};
 use crate::http::extract::{JsonBody, PathParam, QueryParams};
 use crate::http::gate::Gates;
-use crate::http::hold::Wait;
+use crate::http::hold::{Held, Wait};
 use crate::store::{Approval, ApprovalState, CallRecord};
 
 /// `/approvals*`: approvers.
@@ -138,11 +137,10 @@ pub(super) fn page(
 pub(super) async fn list(
     State(app): State<RestState>,
     QueryParams(query): QueryParams<ApprovalsQuery>,
-    Wait(held): Wait,
+    Wait(mut held): Wait,
 ) -> Result<Json<ApprovalList>, ApiError> {
     let (limit, after) = page(query.limit, query.cursor.as_deref())?;
-    let mut held = held;
-    let hold = held.as_mut().map(|held| held as &mut dyn Hold);
+    let hold = Held::hold(&mut held);
     let page = app.dispatcher.pending_approvals(after, limit, hold).await?;
     Ok(Json(ApprovalList {
         approvals: page.approvals,

@@ -8,12 +8,11 @@ use serde_json::Value;
 
 use super::RestState;
 use super::approvals::page;
-use crate::dispatch::wait::Hold;
 use crate::http::auth::{Access, Principal};
 use crate::http::error::{ApiError, ErrorEnvelope};
 use crate::http::extract::{JsonBody, PathParam, QueryParams};
 use crate::http::gate::Gates;
-use crate::http::hold::{Wait, parse_wait};
+use crate::http::hold::{Held, Wait, parse_wait};
 use crate::store::{CallFilter, CallRecord, CallStatus, CallSummary, Settlement};
 
 /// `GET /calls`, `POST /calls/{call_id}/resolve`: approvers; `GET /calls/{call_id}`: callers
@@ -121,13 +120,12 @@ pub(super) async fn get(
     Extension(principal): Extension<Principal>,
     PathParam(call_id): PathParam,
     RawQuery(query): RawQuery,
-    Wait(held): Wait,
+    Wait(mut held): Wait,
 ) -> Result<Json<CallRecord>, ApiError> {
     tracing::Span::current().record("call_id", call_id.as_str());
     // `wait` is the only parameter.
     parse_wait(query.as_deref(), true)?;
-    let mut held = held;
-    let hold = held.as_mut().map(|held| held as &mut dyn Hold);
+    let hold = Held::hold(&mut held);
     let call = app
         .dispatcher
         .watch_call(&principal, &call_id, hold)
