@@ -34,6 +34,11 @@ async fn a_mounted_router_runs_the_stores_upkeep(backend: Backend) {
         .create_session(&session("still-on", 3_600_000))
         .await
         .unwrap();
+    // Read as of the epoch, a session is found for as long as its row exists: both are there.
+    let long_ago = Timestamp(0);
+    for id in ["ran-out", "still-on"] {
+        assert!(store.session(id, long_ago).await.unwrap().is_some(), "{id}");
+    }
 
     let tools = example_tools(&location);
     let toolgate = ServerBuilder::with_shared_store(tools, store.clone())
@@ -67,8 +72,6 @@ async fn a_mounted_router_runs_the_stores_upkeep(backend: Backend) {
         page.entries.is_empty().then_some(())
     })
     .await;
-    // Read as of the epoch, a session is found for as long as its row exists.
-    let long_ago = Timestamp(0);
     eventually("the ended session pruned", async || {
         let found = store.session("ran-out", long_ago).await.ok()?;
         found.is_none().then_some(())
