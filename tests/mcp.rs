@@ -540,7 +540,10 @@ async fn a_caller_awaits_and_polls_only_its_own_calls() {
     )
     .await;
     assert_eq!(task["result"]["status"], "working", "{task}");
-    assert_eq!(task["result"]["statusMessage"], "awaiting approval: Mine?");
+    assert_eq!(
+        task["result"]["statusMessage"],
+        "awaiting a person's decision: Mine?"
+    );
     assert!(!task.to_string().contains("sus_"), "{task}");
     // Bad await input is a tool error naming the field; the tool is not known as a call.
     let bad = call(
@@ -567,6 +570,45 @@ async fn a_caller_awaits_and_polls_only_its_own_calls() {
     )
     .await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    server.stop().await;
+}
+
+/// A call held by a gate (`require_approval`) is pending over MCP with a text that gives the
+/// gate's reason once, and says what to do instead of calling again.
+#[tokio::test]
+async fn a_gated_calls_pending_text_says_its_reason_once() {
+    let location = Location::new(Backend::Sqlite).await;
+    let mut dispatch = toolgate::dispatch::DispatchConfig::default();
+    dispatch.tools.insert(
+        "echo".into(),
+        toolgate::dispatch::ToolSettings {
+            approval: Some(toolgate::dispatch::ApprovalGate::default()),
+            ..Default::default()
+        },
+    );
+    let server = server_with(&location, |builder| builder.dispatch_config(dispatch)).await;
+    let pending = call(
+        &server.api,
+        CALLER,
+        "echo",
+        json!({"text": "hi"}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(pending["isError"], false, "{pending}");
+    let call_id = pending["structuredContent"]["call_id"].as_str().unwrap();
+    assert_eq!(
+        pending["structuredContent"]["reason"],
+        "Calls of echo need approval."
+    );
+    assert_eq!(
+        pending["content"][0]["text"],
+        format!(
+            "Call {call_id} of `echo` awaits a person's decision: Calls of echo need \
+             approval.\nDo not call `echo` again for this; call `toolgate_await_call` with \
+             {{\"call_id\": \"{call_id}\"}} to wait for its outcome."
+        )
+    );
     server.stop().await;
 }
 
