@@ -195,11 +195,8 @@ impl ServerBuilder {
             // The same gate as the tools (a caller may list and call; held requests of
             // `toolgate_await_call` give their slot back while they wait).
             let door = crate::mcp::Door::new(dispatcher.clone());
-            let mcp = crate::mcp::service(door, &self.mcp, self.max_body_bytes);
-            router = router.route(
-                "/mcp",
-                axum::routing::any_service(mcp).layer(gates.holding(Access::Tools)),
-            );
+            let mcp = crate::mcp::route(door, &self.mcp, self.max_body_bytes);
+            router = router.route("/mcp", mcp.layer(gates.holding(Access::Tools)));
         }
         if self.inbox.enabled {
             router = router.merge(crate::inbox::router(dispatcher.clone(), self.inbox, &gates));

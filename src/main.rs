@@ -116,10 +116,38 @@ fn hash_token() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn init_tracing(default_filter: &str) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(default_filter))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+/// The MCP SDK's directive, added to a filter that does not name `rmcp` itself: its INFO lines
+/// are its internals (at each upstream connect, the server's whole `initialize` answer in one
+/// line; a child's exit; every notification), and ours say what matters ("the upstream MCP
+/// server is up", with its tool count). `rmcp=info` (or `debug`) in the filter shows them.
+const SDK_DIRECTIVE: &str = "rmcp=warn";
+
+/// `filter` with [`SDK_DIRECTIVE`], unless one of its directives is about `rmcp` already.
+fn quiet_sdk(filter: &str) -> String {
+    let names_sdk = filter.split(',').any(|directive| {
+        let target = directive
+            .trim()
+            .split(['=', '['])
+            .next()
+            .unwrap_or_default();
+        target == "rmcp" || target.starts_with("rmcp::")
+    });
+    if names_sdk {
+        filter.to_owned()
+    } else {
+        format!("{filter},{SDK_DIRECTIVE}")
+    }
+}
+
+/// Logs to stderr with `RUST_LOG`'s filter when it is set and valid, else `configured` (the
+/// `log` key), else `info`; each with the SDK's INFO lines left out ([`quiet_sdk`]).
+fn init_tracing(configured: &str) {
+    let from_env = std::env::var(EnvFilter::DEFAULT_ENV)
+        .ok()
+        .and_then(|filter| EnvFilter::try_new(quiet_sdk(&filter)).ok());
+    let filter = from_env
+        .or_else(|| EnvFilter::try_new(quiet_sdk(configured)).ok())
+        .unwrap_or_else(|| EnvFilter::new(quiet_sdk("info")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -290,4 +318,26 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutting down: finishing requests in flight");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quiet_sdk;
+
+    #[test]
+    fn the_sdk_is_quiet_unless_the_filter_names_it() {
+        assert_eq!(quiet_sdk("info"), "info,rmcp=warn");
+        assert_eq!(
+            quiet_sdk("toolgate=debug,info"),
+            "toolgate=debug,info,rmcp=warn"
+        );
+        assert_eq!(quiet_sdk("info,rmcp=debug"), "info,rmcp=debug");
+        assert_eq!(quiet_sdk("rmcp::service=info"), "rmcp::service=info");
+        assert_eq!(
+            quiet_sdk("info, rmcp[serve]=info"),
+            "info, rmcp[serve]=info"
+        );
+        // A target that only starts with the same letters is another crate.
+        assert_eq!(quiet_sdk("rmcpx=info"), "rmcpx=info,rmcp=warn");
+    }
 }

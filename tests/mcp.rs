@@ -307,48 +307,126 @@ async fn a_request_without_a_valid_key_is_refused_before_mcp() {
     server.stop().await;
 }
 
+/// `tools/list` from the caller, with this `Host` (reqwest's own when `None`) and `Origin`.
+async fn list_with(api: &Api, host: Option<&str>, origin: Option<&str>) -> reqwest::Response {
+    let mut request = api
+        .client
+        .post(format!("{}/mcp", api.base))
+        .bearer_auth(CALLER)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    if let Some(host) = host {
+        request = request.header("host", host);
+    }
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    request.send().await.unwrap()
+}
+
+/// A refusal of `/mcp`'s Host and Origin check: `403`, the error envelope as JSON, saying what
+/// the operator lists to allow it. Its message and details.
+async fn refused(response: reqwest::Response) -> (String, Value) {
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        content_type.starts_with("application/json"),
+        "{content_type}"
+    );
+    let body: Value = response.json().await.unwrap();
+    let details = assert_error(&body, "forbidden");
+    let message = body["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("[mcp] allowed_hosts"), "{message}");
+    (message, details)
+}
+
 #[tokio::test]
-async fn a_foreign_host_or_origin_is_refused() {
+async fn a_foreign_host_or_origin_is_refused_with_the_envelope() {
     let location = Location::new(Backend::Sqlite).await;
     let server = server(&location).await;
-    let port = server.api.base.rsplit(':').next().unwrap().to_owned();
-    let send = |host: Option<String>, origin: Option<String>| {
-        let api = server.api.clone();
-        async move {
-            let mut request = api
-                .client
-                .post(format!("{}/mcp", api.base))
-                .bearer_auth(CALLER)
-                .header("accept", "application/json, text/event-stream")
-                .header("mcp-protocol-version", "2025-11-25")
-                .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
-            if let Some(host) = host {
-                request = request.header("host", host);
-            }
-            if let Some(origin) = origin {
-                request = request.header("origin", origin);
-            }
-            request.send().await.unwrap().status()
-        }
-    };
+    let api = &server.api;
+    let port = api.base.rsplit(':').next().unwrap().to_owned();
     // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1.
-    assert_eq!(
-        send(Some(format!("evil.example:{port}")), None).await,
-        StatusCode::FORBIDDEN
+    let evil = format!("Evil.Example:{port}");
+    let (message, details) = refused(list_with(api, Some(&evil), None).await).await;
+    assert!(
+        message.starts_with("Host `evil.example` is not allowed on /mcp"),
+        "{message}"
     );
-    assert_eq!(
-        send(None, Some("http://evil.example".into())).await,
-        StatusCode::FORBIDDEN
+    assert_eq!(details, json!({"host": "evil.example"}));
+    let (message, details) = refused(list_with(api, None, Some("http://evil.example")).await).await;
+    assert!(
+        message.starts_with("Origin `http://evil.example` is not allowed on /mcp"),
+        "{message}"
     );
-    assert_eq!(
-        send(Some(format!("localhost:{port}")), None).await,
-        StatusCode::OK
-    );
-    assert_eq!(
-        send(None, Some(format!("http://localhost:{port}"))).await,
-        StatusCode::OK
-    );
-    assert_eq!(send(None, None).await, StatusCode::OK);
+    assert_eq!(details, json!({"origin": "http://evil.example"}));
+    // An opaque origin (a sandboxed page, a file) is refused the same way.
+    refused(list_with(api, None, Some("null")).await).await;
+    // Auth still comes first: without a key, the answer is 401 whatever the Host.
+    let response = api
+        .client
+        .post(format!("{}/mcp", api.base))
+        .header("host", "evil.example")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    let localhost = format!("localhost:{port}");
+    let local_origin = format!("http://localhost:{port}");
+    for (host, origin) in [
+        (Some(localhost.as_str()), None),
+        (None, Some(local_origin.as_str())),
+        (None, None),
+    ] {
+        let response = list_with(api, host, origin).await;
+        assert_eq!(response.status(), StatusCode::OK, "{host:?} {origin:?}");
+    }
+    server.stop().await;
+}
+
+/// A name listed in `[mcp] allowed_hosts` is accepted as Host and as an Origin's host, on
+/// any port; its neighbours are not.
+#[tokio::test]
+async fn a_listed_host_is_accepted() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server_with(&location, |builder| {
+        builder.mcp(toolgate::mcp::McpOptions {
+            enabled: true,
+            allowed_hosts: toolgate::mcp::McpOptions::hosts_for(
+                std::net::Ipv4Addr::LOCALHOST.into(),
+                &["tools.example.com".into()],
+            ),
+        })
+    })
+    .await;
+    let api = &server.api;
+    for (host, origin, status) in [
+        ("tools.example.com", None, StatusCode::OK),
+        (
+            "tools.example.com:443",
+            Some("https://tools.example.com"),
+            StatusCode::OK,
+        ),
+        (
+            "tools.example.com.evil.example",
+            None,
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "tools.example.com",
+            Some("https://evil.example"),
+            StatusCode::FORBIDDEN,
+        ),
+    ] {
+        let response = list_with(api, Some(host), origin).await;
+        assert_eq!(response.status(), status, "{host} {origin:?}");
+    }
     server.stop().await;
 }
 
@@ -462,7 +540,10 @@ async fn a_caller_awaits_and_polls_only_its_own_calls() {
     )
     .await;
     assert_eq!(task["result"]["status"], "working", "{task}");
-    assert_eq!(task["result"]["statusMessage"], "awaiting approval: Mine?");
+    assert_eq!(
+        task["result"]["statusMessage"],
+        "awaiting a person's decision: Mine?"
+    );
     assert!(!task.to_string().contains("sus_"), "{task}");
     // Bad await input is a tool error naming the field; the tool is not known as a call.
     let bad = call(
@@ -489,6 +570,45 @@ async fn a_caller_awaits_and_polls_only_its_own_calls() {
     )
     .await;
     assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    server.stop().await;
+}
+
+/// A call held by a gate (`require_approval`) is pending over MCP with a text that gives the
+/// gate's reason once, and says what to do instead of calling again.
+#[tokio::test]
+async fn a_gated_calls_pending_text_says_its_reason_once() {
+    let location = Location::new(Backend::Sqlite).await;
+    let mut dispatch = toolgate::dispatch::DispatchConfig::default();
+    dispatch.tools.insert(
+        "echo".into(),
+        toolgate::dispatch::ToolSettings {
+            approval: Some(toolgate::dispatch::ApprovalGate::default()),
+            ..Default::default()
+        },
+    );
+    let server = server_with(&location, |builder| builder.dispatch_config(dispatch)).await;
+    let pending = call(
+        &server.api,
+        CALLER,
+        "echo",
+        json!({"text": "hi"}),
+        json!({}),
+    )
+    .await;
+    assert_eq!(pending["isError"], false, "{pending}");
+    let call_id = pending["structuredContent"]["call_id"].as_str().unwrap();
+    assert_eq!(
+        pending["structuredContent"]["reason"],
+        "Calls of echo need approval."
+    );
+    assert_eq!(
+        pending["content"][0]["text"],
+        format!(
+            "Call {call_id} of `echo` awaits a person's decision: Calls of echo need \
+             approval.\nDo not call `echo` again for this; call `toolgate_await_call` with \
+             {{\"call_id\": \"{call_id}\"}} to wait for its outcome."
+        )
+    );
     server.stop().await;
 }
 

@@ -506,6 +506,199 @@ async fn a_router_mounted_in_another_app_serves_its_metrics_under_the_prefix() {
     task.abort();
 }
 
+/// One series of a scrape, as its text names it: its family (a histogram's `_bucket`, `_sum`
+/// and `_count` lines are one series of one family) and its label values in the order written,
+/// without a bucket's `le`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Series {
+    family: String,
+    labels: Vec<(String, String)>,
+}
+
+impl Series {
+    /// The series of each sample line of `text`, in the order written, each once.
+    fn listed(text: &str) -> Vec<Series> {
+        let mut families: Vec<(String, String)> = Vec::new();
+        let mut series: Vec<Series> = Vec::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                families.push((name.to_owned(), kind.to_owned()));
+                continue;
+            }
+            if line.starts_with('#') || line.is_empty() {
+                continue;
+            }
+            let name_end = line.find(['{', ' ']).unwrap();
+            let name = &line[..name_end];
+            let (family, kind) = families.last().unwrap();
+            assert!(name.starts_with(family.as_str()), "{line} under {family}");
+            if kind == "histogram" {
+                let suffix = &name[family.len()..];
+                assert!(["_bucket", "_sum", "_count"].contains(&suffix), "{line}");
+            }
+            let labels = if line[name_end..].starts_with('{') {
+                parse_labels(&line[name_end + 1..])
+            } else {
+                Vec::new()
+            };
+            let one = Series {
+                family: family.clone(),
+                labels: labels
+                    .into_iter()
+                    .filter(|(name, _)| name != "le")
+                    .collect(),
+            };
+            if series.last() != Some(&one) {
+                assert!(
+                    !series.contains(&one),
+                    "{one:?} is listed in two places in\n{text}"
+                );
+                series.push(one);
+            }
+        }
+        series
+    }
+}
+
+/// The `name="value"` pairs of a label set, from after its `{` to its `}`.
+fn parse_labels(text: &str) -> Vec<(String, String)> {
+    let mut labels = Vec::new();
+    let mut rest = text;
+    while !rest.starts_with('}') {
+        let (name, after) = rest.split_once("=\"").unwrap();
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next().unwrap() {
+                (_, '\\') => value.push(chars.next().unwrap().1),
+                (i, '"') => break i,
+                (_, c) => value.push(c),
+            }
+        };
+        labels.push((name.to_owned(), value));
+        rest = after[end + 1..].trim_start_matches(',');
+    }
+    labels
+}
+
+/// The order series of one family are listed in: by their label values in the order the
+/// label set declares them, a number as a number.
+fn label_order(a: &Series, b: &Series) -> std::cmp::Ordering {
+    let key = |series: &Series| -> Vec<(u64, String)> {
+        series
+            .labels
+            .iter()
+            .map(|(_, value)| (value.parse().unwrap_or(u64::MAX), value.clone()))
+            .collect()
+    };
+    let (a, b) = (key(a), key(b));
+    a.iter()
+        .zip(&b)
+        .map(|((an, a), (bn, b))| {
+            if *an != u64::MAX && *bn != u64::MAX {
+                an.cmp(bn)
+            } else {
+                a.cmp(b)
+            }
+        })
+        .find(|order| order.is_ne())
+        .unwrap_or(a.len().cmp(&b.len()))
+}
+
+#[tokio::test]
+async fn every_scrape_lists_the_series_in_one_sorted_order() {
+    let _turn = TURN.lock().await;
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location, |builder| builder).await;
+    let api = &server.api;
+    // Traffic that makes series across tools, routes and statuses, in no sorted order.
+    let (status, _) = call(api, "send_email", json!({})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (status, body) = call(api, "echo", json!({"text": "a"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _) = call(api, "zz_no_such_tool", json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, asked) = call(api, "ask_human", json!({"question": "Ship it?"})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{asked}");
+    let (status, _) = send(api, "not-a-key", None, "/calls").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let call_id = asked["call_id"].as_str().unwrap();
+    let (status, _) = send(api, APPROVER, None, &format!("/calls/{call_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    let token = asked["suspension"]["token"].as_str().unwrap();
+    let (status, body) = decide(api, token, "reject", json!({"reason": "No."})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // A first scrape, so that the scrapes' own series are there in the two compared.
+    Scrape::take(api).await;
+
+    let first = Scrape::take(api).await;
+    let second = Scrape::take(api).await;
+    let (first, second) = (Series::listed(&first.text), Series::listed(&second.text));
+    // Other servers of this test binary may add series meanwhile: the series of both scrapes
+    // come in one order.
+    let common = |of: &[Series], with: &[Series]| -> Vec<Series> {
+        of.iter().filter(|s| with.contains(s)).cloned().collect()
+    };
+    assert_eq!(common(&first, &second), common(&second, &first));
+    assert!(first.len() > 40, "{first:?}");
+
+    // Families in the order they are registered (the store's figures last); a family's series
+    // sorted by their labels.
+    let registered = [
+        "toolgate_calls",
+        "toolgate_call_duration_seconds",
+        "toolgate_approval_decision_seconds",
+        "toolgate_http_requests",
+        "toolgate_store_batch_size",
+        "toolgate_store_commit_seconds",
+        "toolgate_webhook_deliveries",
+        "toolgate_waiters",
+        "toolgate_approvals_pending",
+        "toolgate_replicas_live",
+    ];
+    for scrape in [&first, &second] {
+        let mut families: Vec<&str> = scrape.iter().map(|s| s.family.as_str()).collect();
+        families.dedup();
+        let expected: Vec<&str> = registered
+            .iter()
+            .map(|name| {
+                families
+                    .iter()
+                    .find(|f| f.strip_suffix("_total").unwrap_or(f) == *name)
+                    .copied()
+                    .unwrap_or_default()
+            })
+            .filter(|name| !name.is_empty())
+            .collect();
+        assert_eq!(families, expected);
+        for family in &families {
+            let listed: Vec<&Series> = scrape.iter().filter(|s| s.family == *family).collect();
+            let mut sorted = listed.clone();
+            sorted.sort_by(|a, b| label_order(a, b));
+            assert_eq!(listed, sorted, "{family}");
+        }
+    }
+    // The traffic above made several series in each labelled family.
+    let tools: Vec<&str> = first
+        .iter()
+        .filter(|s| s.family == "toolgate_calls_total")
+        .map(|s| s.labels[0].1.as_str())
+        .collect();
+    for tool in ["ask_human", "echo", "send_email"] {
+        assert!(tools.contains(&tool), "{tools:?}");
+    }
+    let statuses: Vec<&str> = first
+        .iter()
+        .filter(|s| s.family == REQUESTS)
+        .map(|s| s.labels[1].1.as_str())
+        .collect();
+    for status in ["200", "202", "401", "404", "422"] {
+        assert!(statuses.contains(&status), "{statuses:?}");
+    }
+    server.stop().await;
+}
+
 crate::on_each_backend! {
     #[tokio::test] async fn the_metrics_move_with_calls_approvals_and_held_requests;
     #[tokio::test] async fn an_expiry_is_counted_once_however_often_it_is_found;

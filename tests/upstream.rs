@@ -260,6 +260,17 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
     assert_error(&body, "invalid_input");
     assert_eq!(runs(upstream.path(), "echo"), 1);
     assert_eq!(runs(upstream.path(), "fail"), 1);
+
+    // At INFO the connect is one short line of ours; the SDK's own lines (its long one of the
+    // server's whole handshake answer) are left out.
+    let log = server.log();
+    let up: Vec<&String> = log
+        .iter()
+        .filter(|line| line.contains("the upstream MCP server is up"))
+        .collect();
+    assert_eq!(up.len(), 1, "{log:#?}");
+    assert!(up[0].contains("upstream=\"files\" tools=7"), "{up:?}");
+    assert!(!log.iter().any(|line| line.contains("rmcp")), "{log:#?}");
 }
 
 async fn a_gated_write_reaches_the_server_only_when_approved_and_once(backend: Backend) {

@@ -53,7 +53,8 @@ pub struct Config {
     pub bind: SocketAddr,
     /// The directory holding the database (`toolgate.db`) and the example outbox.
     pub data_dir: PathBuf,
-    /// The log filter (tracing's `EnvFilter` syntax); `RUST_LOG` wins when set.
+    /// The log filter (tracing's `EnvFilter` syntax); `RUST_LOG` wins when set. Either way the
+    /// binary keeps the MCP SDK (`rmcp`) to warnings unless the filter names it.
     pub log: String,
     /// The largest request body accepted, in bytes.
     pub max_body_bytes: usize,

@@ -70,6 +70,10 @@ pub enum ApiError {
     Unauthorized,
     /// The key's role may not use this route.
     Forbidden,
+    /// `/mcp` does not accept this `Host` (the host name, as compared), against DNS rebinding.
+    HostNotAllowed(String),
+    /// `/mcp` does not accept this `Origin` (as sent), against DNS rebinding.
+    OriginNotAllowed(String),
     /// The server or the tool is at its concurrency limit.
     Overloaded(String),
     /// The idempotency key belongs to a call with another input.
@@ -141,7 +145,9 @@ impl ApiError {
             | ApiError::LeaseLost(_)
             | ApiError::NotRetryable(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::Forbidden | ApiError::HostNotAllowed(_) | ApiError::OriginNotAllowed(_) => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -169,7 +175,9 @@ impl ApiError {
             ApiError::InvalidResumeInput(_) => "invalid_resume_input",
             ApiError::AlreadyResolved(_) => "already_resolved",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden => "forbidden",
+            ApiError::Forbidden | ApiError::HostNotAllowed(_) | ApiError::OriginNotAllowed(_) => {
+                "forbidden"
+            }
             ApiError::Overloaded(_) => "overloaded",
             ApiError::IdempotencyKeyReused(_) => "idempotency_key_reused",
             ApiError::CallInProgress(_) => "call_in_progress",
@@ -228,6 +236,21 @@ impl ApiError {
                 None,
             ),
             ApiError::Forbidden => ("This API key's role may not use this route.".into(), None),
+            ApiError::HostNotAllowed(host) => (
+                format!(
+                    "Host `{host}` is not allowed on /mcp (a defence against DNS rebinding): if \
+                     clients reach this server by that name, list it in [mcp] allowed_hosts."
+                ),
+                Some(json!({ "host": host })),
+            ),
+            ApiError::OriginNotAllowed(origin) => (
+                format!(
+                    "Origin `{origin}` is not allowed on /mcp (a defence against DNS rebinding): \
+                     a browser page may call it only from an http or https origin whose host is \
+                     listed in [mcp] allowed_hosts."
+                ),
+                Some(json!({ "origin": origin })),
+            ),
             ApiError::Overloaded(what) => (
                 format!("{what} is at its concurrency limit; retry later."),
                 None,

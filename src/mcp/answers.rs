@@ -65,11 +65,14 @@ fn outcome_answer(call_id: &str, tool: &str, outcome: &CallOutcome) -> CallToolR
 }
 
 /// A call that waits for a person: what the model must know, and nothing an approver holds.
+/// The reason is said once, as the tool (or a gate, "Calls of <tool> need approval.") gave it,
+/// after a frame that does not say it again.
 fn pending(call_id: &str, tool: &str, reason: &str) -> CallToolResult {
     let mut answer = CallToolResult::success(vec![text(format!(
-        "Call {call_id} of `{tool}` waits for a person's approval: {reason}\nDo not call \
-         `{tool}` again for this. Call `{AWAIT_TOOL}` with {{\"call_id\": \"{call_id}\"}} to \
-         wait for its outcome."
+        "Call {call_id} of `{tool}` awaits a person's decision: {}\nDo not call `{tool}` again \
+         for this; call `{AWAIT_TOOL}` with {{\"call_id\": \"{call_id}\"}} to wait for its \
+         outcome.",
+        sentence(reason)
     ))]);
     answer.structured_content = Some(json!({
         "status": PENDING_STATUS,
@@ -77,6 +80,16 @@ fn pending(call_id: &str, tool: &str, reason: &str) -> CallToolResult {
         "reason": reason,
     }));
     answer
+}
+
+/// `reason` as a sentence of its own: ended by a full stop when it ends in no punctuation.
+fn sentence(reason: &str) -> String {
+    let reason = reason.trim_end();
+    if reason.ends_with(['.', '?', '!']) {
+        reason.to_owned()
+    } else {
+        format!("{reason}.")
+    }
 }
 
 fn running(call: &CallRecord) -> CallToolResult {
@@ -208,9 +221,10 @@ pub(super) fn task_of(call: &CallRecord, poll_interval_ms: u64) -> DetailedTask 
         )
     };
     match (&call.status, &call.suspension) {
-        (CallStatus::Suspended, Some(suspension)) => {
-            working(format!("awaiting approval: {}", suspension.reason))
-        }
+        (CallStatus::Suspended, Some(suspension)) => working(format!(
+            "awaiting a person's decision: {}",
+            suspension.reason
+        )),
         (CallStatus::Running | CallStatus::Suspended, _) => working("running".into()),
         (CallStatus::NeedsReconciliation, _) => {
             working("awaiting reconciliation by a person".into())

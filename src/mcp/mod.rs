@@ -8,17 +8,20 @@
 //! (`crate::dispatch`) exactly as `POST /tools/{name}/call` does: the same records, idempotency,
 //! effects, retries, timeouts and limits. What differs is only how answers look ([`answers`]).
 //!
-//! Two promises are kept here rather than by the SDK:
+//! Three promises are kept here rather than by the SDK:
 //! - an approver's token never reaches an MCP client: a suspended call is answered as pending
 //!   (or, to a client that declared the tasks extension, as a task), and `toolgate_await_call`
 //!   or `tasks/get` tell its outcome once a person decided;
 //! - auth happens before any MCP processing: the route's gate (the same bearer keys and roles
 //!   as REST) answers `401` first, and the principal it admitted travels to the handler in the
-//!   HTTP request's extensions, which the SDK hands over with each request.
+//!   HTTP request's extensions, which the SDK hands over with each request;
+//! - a `Host` or `Origin` refused against DNS rebinding is answered with the error envelope,
+//!   like every other refusal ([`rebinding`]), not the SDK's plain text.
 
 mod answers;
 pub(crate) mod catalog;
 pub mod config;
+mod rebinding;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +43,7 @@ use crate::dispatch::live::Derived;
 use crate::dispatch::{CallOptions, CallOutcome, DispatchError, Dispatcher};
 use crate::http::auth::Principal;
 use crate::http::hold::{Held, HeldSlot};
+use crate::http::layer::PolicyLayer;
 use crate::store::{CallRecord, CallStatus};
 use catalog::{AWAIT_TOOL, McpCatalog};
 
@@ -87,16 +91,29 @@ impl McpOptions {
     }
 }
 
-/// The `/mcp` service: the SDK's Streamable HTTP transport, stateless and answering JSON, over
-/// one [`Door`].
-pub(crate) fn service(
+/// The `/mcp` route: the DNS-rebinding check ([`rebinding`]) in front of the SDK's Streamable
+/// HTTP transport, stateless and answering JSON, over one [`Door`].
+pub(crate) fn route(
     door: Door,
     options: &McpOptions,
     max_body_bytes: usize,
-) -> StreamableHttpService<Door, NeverSessionManager> {
+) -> axum::routing::MethodRouter {
+    let transport = StreamableHttpService::new(
+        move || Ok(door.clone()),
+        Arc::new(NeverSessionManager::default()),
+        transport_config(&options.allowed_hosts, max_body_bytes),
+    );
+    axum::routing::any_service(transport).layer(PolicyLayer::new(rebinding::AllowedHosts::new(
+        &options.allowed_hosts,
+    )))
+}
+
+/// The SDK transport's settings. Its own Host and Origin check is given the same list as
+/// [`rebinding`]'s, which answers first; the SDK's stays as a backstop.
+fn transport_config(allowed_hosts: &[String], max_body_bytes: usize) -> StreamableHttpServerConfig {
     // An Origin must name an allowed host (any scheme and port); a request without one (every
     // client that is not a browser) passes, as the transport's rules say.
-    let origins = options.allowed_hosts.iter().flat_map(|host| {
+    let origins = allowed_hosts.iter().flat_map(|host| {
         let host = if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]")
         } else {
@@ -104,19 +121,14 @@ pub(crate) fn service(
         };
         [format!("http://{host}:*"), format!("https://{host}:*")]
     });
-    let config = StreamableHttpServerConfig::default()
+    StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None)
-        .with_allowed_hosts(options.allowed_hosts.clone())
+        .with_allowed_hosts(allowed_hosts.to_vec())
         .with_allowed_origins(origins.collect::<Vec<_>>())
         .enforce_origin_validation()
-        .with_max_request_body_bytes(max_body_bytes);
-    StreamableHttpService::new(
-        move || Ok(door.clone()),
-        Arc::new(NeverSessionManager::default()),
-        config,
-    )
+        .with_max_request_body_bytes(max_body_bytes)
 }
 
 /// The MCP handler: what it needs of the server, shared by every request (the SDK makes one

@@ -254,6 +254,19 @@ impl Link {
             };
             let listed = match read {
                 Ok(tools) => {
+                    // What the SDK logs of the handshake, in one line (at INFO, its whole
+                    // answer; the binary keeps the SDK to warnings): who answered, in which
+                    // protocol version.
+                    if let Some(info) = peer.peer_info() {
+                        let server = info.server_info.as_ref();
+                        tracing::debug!(
+                            upstream = self.name(),
+                            protocol = info.protocol_version.as_str(),
+                            server = server.map(|s| s.name.as_str()),
+                            version = server.map(|s| s.version.as_str()),
+                            "the MCP handshake is done"
+                        );
+                    }
                     tracing::info!(
                         upstream = self.name(),
                         tools = tools.len(),

@@ -448,6 +448,7 @@ impl TestServer {
 pub struct Binary {
     pub api: Api,
     child: Child,
+    log: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Binary {
@@ -486,6 +487,8 @@ impl Binary {
         let mut child = command.spawn().expect("the toolgate binary starts");
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         // Keep draining the log so the server never blocks on a full pipe.
         std::thread::spawn(move || {
             let mut tx = Some(tx);
@@ -496,6 +499,7 @@ impl Binary {
                         let _ = tx.send(addr);
                     }
                 }
+                kept.lock().unwrap().push(line);
             }
         });
         let addr = rx
@@ -504,7 +508,13 @@ impl Binary {
         Binary {
             api: Api::new(addr.parse().expect("a socket address")),
             child,
+            log,
         }
+    }
+
+    /// The lines the server logged so far (it logs at `RUST_LOG=info`).
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
     }
 
     /// `kill -9`: no shutdown, no flush, nothing.

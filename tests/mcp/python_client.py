@@ -173,7 +173,7 @@ async def main() -> None:
             seen["answers"].append(handle)
             expect(handle.get("resultType") == "task", f"a task: {handle}")
             expect(handle["status"] == "working", f"working: {handle}")
-            expect(handle["statusMessage"] == "awaiting approval: Deploy?", f"message: {handle}")
+            expect(handle["statusMessage"] == "awaiting a person's decision: Deploy?", f"message: {handle}")
             expect(handle["pollIntervalMs"] > 0, f"a poll interval: {handle}")
             task_id = handle["taskId"]
             task = await task_request(mcp, "tasks/get", task_id)

@@ -11,18 +11,24 @@
 //! each tool's series are resolved once, when the dispatcher is built ([`ToolMetrics`]), and each
 //! route's at its first requests ([`RouteRequests`]). Nothing is looked up, formatted or
 //! allocated per call.
+//!
+//! Each scrape lists the families in the order they are registered here (the store's figures
+//! last), and each family's series sorted by their labels ([`sorted`]), so two scrapes list the
+//! same series in the same order.
+
+mod sorted;
 
 use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::store::{CallStatus, StoreCounts};
+use sorted::SortedFamily;
 
 /// The `Content-Type` of what [`render`] writes: the Prometheus text format, version 0.0.4.
 pub(crate) const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -77,40 +83,38 @@ fn outcome_slot(status: CallStatus) -> Option<usize> {
     OUTCOMES.iter().position(|s| *s == status)
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct CallLabels {
     tool: String,
     status: &'static str,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct ToolLabel {
     tool: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct RequestLabels {
     route: String,
     status: u16,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct ResultLabel {
     result: String,
 }
 
-type HistogramFamily<S> = Family<S, Histogram, fn() -> Histogram>;
-
 /// Every metric kept in the process, and the registry that renders them.
 struct Metrics {
     registry: Registry,
-    calls: Family<CallLabels, Counter>,
-    call_duration: HistogramFamily<ToolLabel>,
+    calls: SortedFamily<CallLabels, Counter>,
+    call_duration: SortedFamily<ToolLabel, Histogram>,
     approval_decision: Histogram,
-    http_requests: Family<RequestLabels, Counter>,
+    http_requests: SortedFamily<RequestLabels, Counter>,
     store_batch_size: Histogram,
     store_commit: Histogram,
-    webhook_deliveries: Family<ResultLabel, Counter>,
+    webhook_deliveries: SortedFamily<ResultLabel, Counter>,
     waiters: Gauge,
 }
 
@@ -120,13 +124,13 @@ impl Metrics {
     fn new() -> Self {
         let metrics = Metrics {
             registry: Registry::default(),
-            calls: Family::default(),
-            call_duration: Family::new_with_constructor(|| Histogram::new(CALL_DURATION_BUCKETS)),
+            calls: SortedFamily::default(),
+            call_duration: SortedFamily::new(|| Histogram::new(CALL_DURATION_BUCKETS)),
             approval_decision: Histogram::new(APPROVAL_DECISION_BUCKETS),
-            http_requests: Family::default(),
+            http_requests: SortedFamily::default(),
             store_batch_size: Histogram::new(BATCH_SIZE_BUCKETS),
             store_commit: Histogram::new(COMMIT_BUCKETS),
-            webhook_deliveries: Family::default(),
+            webhook_deliveries: SortedFamily::default(),
             waiters: Gauge::default(),
         };
         let mut registry = Registry::default();
@@ -222,12 +226,12 @@ impl ToolMetrics {
         let metrics = &*METRICS;
         ToolMetrics {
             outcomes: OUTCOMES.map(|status| {
-                metrics.calls.get_or_create_owned(&CallLabels {
+                metrics.calls.get_or_create(&CallLabels {
                     tool: tool.to_owned(),
                     status: status.as_str(),
                 })
             }),
-            duration: metrics.call_duration.get_or_create_owned(&ToolLabel {
+            duration: metrics.call_duration.get_or_create(&ToolLabel {
                 tool: tool.to_owned(),
             }),
         }
@@ -335,7 +339,7 @@ impl RouteRequests {
 }
 
 fn http_requests(route: &str, status: u16) -> Counter {
-    METRICS.http_requests.get_or_create_owned(&RequestLabels {
+    METRICS.http_requests.get_or_create(&RequestLabels {
         route: route.to_owned(),
         status,
     })
