@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::super::prose::Prose;
 use super::schema::{Schema, Shape};
+use super::show::readable;
 use super::{
     AddRow, Choice, Control, Form, Group, Kind, Node, Problem, Row, Submitted, child, text,
 };
@@ -126,7 +127,7 @@ impl<'s> Builder<'s> {
                 for (key, sub) in properties {
                     let inner = child(pointer, key);
                     let needed = needed.contains(&key.as_str());
-                    self.field(sub, &inner, key.clone(), needed, depth + 1);
+                    self.field(sub, &inner, readable(key), needed, depth + 1);
                 }
                 if !root {
                     self.nodes.push(Node::Close);
