@@ -54,10 +54,7 @@ pub(crate) fn history(events: &[CallEvent], now: Timestamp) -> Vec<HistoryRow> {
 fn ending(event: &CallEvent) -> Option<String> {
     Some(match event.kind.as_str() {
         "completed" => "completed.".into(),
-        "failed" => match error_message(event) {
-            Some(message) => format!("failed: {message}"),
-            None => "failed.".into(),
-        },
+        "failed" => with_error("failed", event),
         "suspended" => match detail(event, "reason") {
             Some(reason) => format!("asked again: {reason}"),
             None => "asked again.".into(),
@@ -90,10 +87,7 @@ fn sentence(event: &CallEvent) -> String {
             by("Completed externally")
         ),
         "completed" => "Completed.".into(),
-        "failed" => match error_message(event) {
-            Some(message) => format!("Failed: {message}"),
-            None => "Failed.".into(),
-        },
+        "failed" => with_error("Failed", event),
         "interrupted" => match detail(event, "reason") {
             Some(reason) => format!("Interrupted: {reason}"),
             None => "Interrupted.".into(),
@@ -117,6 +111,14 @@ fn sentence(event: &CallEvent) -> String {
             None => "A late outcome was refused.".into(),
         },
         other => format!("{}.", other.replace('_', " ")),
+    }
+}
+
+/// `what` happened, and the error's message when the event has one: "Failed: …", "Failed.".
+fn with_error(what: &str, event: &CallEvent) -> String {
+    match error_message(event) {
+        Some(message) => format!("{what}: {message}"),
+        None => format!("{what}."),
     }
 }
 

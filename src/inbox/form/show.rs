@@ -152,7 +152,7 @@ pub(crate) fn grouped(number: &str) -> String {
     };
     let mut out = String::from(sign);
     for (i, digit) in whole.chars().enumerate() {
-        if i > 0 && (whole.len() - i) % 3 == 0 {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(digit);
