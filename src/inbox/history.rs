@@ -1,5 +1,6 @@
 //! A call's history in sentences, as a person reads it ("Created by orchestrator.", "Approved
-//! by finance-ops.", "Ran again with the approval and completed.") instead of its events' JSON.
+//! by finance-ops: Checked with the customer.", "Ran again with the approval and completed.")
+//! instead of its events' JSON.
 //!
 //! The events are the store's (`created`, `suspended`, `approved`, `redispatched`, …); a run
 //! again and the outcome that ends it are told as one sentence, so "ran again" never reads like
@@ -77,7 +78,10 @@ fn sentence(event: &CallEvent) -> String {
             Some(reason) => format!("Suspended: {reason}"),
             None => "Suspended, waiting for a person.".into(),
         },
-        "approved" => format!("{}.", by("Approved")),
+        "approved" => match answer_text(event) {
+            Some(text) => format!("{}: {text}", by("Approved")),
+            None => format!("{}.", by("Approved")),
+        },
         "rejected" => match detail(event, "reason") {
             Some(reason) => format!("{}: {reason}", by("Rejected")),
             None => format!("{} without a reason.", by("Rejected")),
@@ -120,6 +124,23 @@ fn with_error(what: &str, event: &CallEvent) -> String {
         Some(message) => format!("{what}: {message}"),
         None => format!("{what}."),
     }
+}
+
+/// What the approver wrote, from an `approved` event's answer: its text fields (a note, say),
+/// joined; none when the answer holds no text.
+fn answer_text(event: &CallEvent) -> Option<String> {
+    let answer = event.details.as_ref()?.get("answer")?;
+    let texts: Vec<&str> = match answer {
+        Value::String(text) => vec![text.as_str()],
+        Value::Object(fields) => fields.values().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let texts: Vec<&str> = texts
+        .into_iter()
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+        .collect();
+    (!texts.is_empty()).then(|| texts.join("; "))
 }
 
 /// The text at `key` in the event's details.
@@ -165,17 +186,30 @@ mod tests {
         let events = [
             event("created", Some("orchestrator"), None),
             event("suspended", None, Some(json!({"reason": reason}))),
-            event("approved", Some("finance-ops"), None),
+            event(
+                "approved",
+                Some("finance-ops"),
+                Some(json!({"answer": {"note": "Checked with the customer."}})),
+            ),
             event("redispatched", None, None),
             event("completed", None, Some(json!({"attempts": 2}))),
+            // An answer without text, and an approval recorded before answers were.
+            event(
+                "approved",
+                Some("on-call"),
+                Some(json!({"answer": {"boxes": []}})),
+            ),
+            event("approved", Some("on-call"), None),
         ];
         assert_eq!(
             sentences(&events),
             [
                 "Created by orchestrator.".to_owned(),
                 format!("Suspended: {reason}"),
-                "Approved by finance-ops.".to_owned(),
+                "Approved by finance-ops: Checked with the customer.".to_owned(),
                 "Ran again with the approval and completed.".to_owned(),
+                "Approved by on-call.".to_owned(),
+                "Approved by on-call.".to_owned(),
             ]
         );
     }

@@ -47,7 +47,7 @@ async fn decisions_go_through_the_lifecycle_with_the_signed_in_key_as_actor() {
     assert!(
         history
             .body
-            .contains("<span class=\"what\">Approved by finance-ops.</span>"),
+            .contains("<span class=\"what\">Approved by finance-ops: yes, ship it</span>"),
         "{}",
         history.body
     );

@@ -168,7 +168,7 @@ async fn approving_a_write_is_confirmed_on_a_second_post_and_then_says_what_it_d
         "Created by orchestrator.",
         "Suspended: A refund of $19,999.00 for order o-17 (damaged) is above the $100.00 \
          approval threshold.",
-        "Approved by finance-ops.",
+        "Approved by finance-ops: Checked with the customer.",
         "Ran again with the approval and completed.",
     ] {
         assert!(

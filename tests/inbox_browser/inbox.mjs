@@ -161,7 +161,7 @@ try {
     check(actor(approved, "approved") === "finance-ops", "the approval's actor");
     check(approved.output.amount_cents === 1999900, "the refund was issued");
     const history = await page.locator(".history").innerText();
-    check(history.includes("Approved by finance-ops.") && history.includes("Ran again with the approval and completed."),
+    check(history.includes("Approved by finance-ops: Photos checked: the boiler is cracked.") && history.includes("Ran again with the approval and completed."),
       `the history in sentences: ${history}`);
     check(new URL(page.url()).pathname === `/inbox/calls/${refund}`, "the URL names the call");
     check(!page.url().includes("sus_"), "no token in the URL");
