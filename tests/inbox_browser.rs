@@ -2,7 +2,9 @@
 //! `.ci/test-deps`), driven by `tests/inbox_browser/inbox.mjs` through npm `playwright-core`.
 //!
 //! `TOOLGATE_INBOX_SCREENSHOTS=docs cargo test --test inbox_browser` also writes the README's
-//! screenshots (`docs/inbox-queue.png`, `docs/inbox-approval.png`).
+//! screenshots (`docs/inbox-queue.png`, `docs/inbox-approval.png`, `docs/inbox-confirm.png`),
+//! from the realistic queue of the `decide` phase, on a server of its own: the hostile strings
+//! of the `main` phase never show in them.
 
 mod common;
 
@@ -114,7 +116,8 @@ async fn browse(server: &TestServer, phase: &str, state: &std::path::Path) -> Va
         .env("INBOX_CALLER", CALLER)
         .env("INBOX_OTHER_APPROVER", OTHER_APPROVER)
         .env("INBOX_STATE", state);
-    if let Ok(dir) = std::env::var("TOOLGATE_INBOX_SCREENSHOTS") {
+    let shots = std::env::var("TOOLGATE_INBOX_SCREENSHOTS").ok();
+    if let Some(dir) = shots.filter(|_| phase == "decide") {
         let dir = repo_root().join(dir);
         std::fs::create_dir_all(&dir).unwrap();
         command.env("INBOX_SCREENSHOTS", dir);
@@ -160,6 +163,29 @@ async fn a_person_signs_in_and_decides_in_a_real_browser() {
         serde_json::json!([]),
         "a script payload ran: {seen}"
     );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_reads_confirms_a_write_and_moves_on_in_a_real_browser() {
+    let at = Location::new(Backend::Sqlite).await;
+    let server = start(&at).await;
+    let state = at.data_dir().join("browser-state.json");
+    let seen = browse(&server, "decide", &state).await;
+    assert_eq!(
+        seen["steps"],
+        serde_json::json!([
+            "realistic queue, one expiry wording",
+            "readable input",
+            "confirm step approves nothing",
+            "confirmed, banner, next",
+            "rejected, next",
+            "none left, back to the queue",
+            "done"
+        ]),
+        "{seen}"
+    );
+    assert_eq!(seen["dialogs"], serde_json::json!([]), "{seen}");
     server.stop().await;
 }
 

@@ -45,7 +45,28 @@ pub fn settlement_error(error: String) -> Result<String, DispatchError> {
     Ok(error)
 }
 
+/// Refuses `resume_input` that does not satisfy `input_schema`, the suspension's.
+fn resume_violations(input_schema: &Value, resume_input: &Value) -> Result<(), DispatchError> {
+    // The schema compiled when the tool suspended (see `attempts`), so failing now means the
+    // stored copy is damaged.
+    let validator = compile_schema(input_schema)
+        .map_err(|e| StoreError::Corrupt(format!("stored resume schema: {e}")))?;
+    violations(&validator, resume_input).map_err(DispatchError::InvalidResumeInput)
+}
+
 impl Dispatcher {
+    /// Checks `resume_input` as [`Dispatcher::approve`] would against a suspension's
+    /// `input_schema`, deciding nothing: for a door that asks a person to confirm an answer
+    /// before it approves, so that a refusal comes before the confirmation, not after.
+    pub fn check_resume_input(
+        &self,
+        input_schema: &Value,
+        resume_input: &Value,
+    ) -> Result<(), DispatchError> {
+        self.check_depth(resume_input)?;
+        resume_violations(input_schema, resume_input)
+    }
+
     /// Approves the suspension `token` with the approver's `resume_input` and runs the call's
     /// tool again with it. Its result is the call's new outcome. Like [`Dispatcher::call`], it
     /// runs to the end even if the caller stops waiting.
@@ -204,11 +225,7 @@ impl Dispatcher {
             }
             other => other?,
         };
-        // The schema compiled when the tool suspended (see `attempts`), so failing now means
-        // the stored copy is damaged.
-        let validator = compile_schema(&approval.input_schema)
-            .map_err(|e| StoreError::Corrupt(format!("stored resume schema: {e}")))?;
-        violations(&validator, &resume_input).map_err(DispatchError::InvalidResumeInput)?;
+        resume_violations(&approval.input_schema, &resume_input)?;
         let entry = self.entry(&approval.tool)?;
         let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
         let _slot = self.take_slot(policy, &approval.tool)?;

@@ -81,8 +81,11 @@ impl ToolHandler for IssueRefund {
     ) -> Result<ToolOutcome<Refund>, HandlerError> {
         if input.amount_cents > self.approval_threshold_cents && ctx.resume().is_none() {
             return Ok(ToolOutcome::suspend_for::<RefundApproval>(format!(
-                "Refund {} cents on order {} ({}): above the approval threshold of {} cents.",
-                input.amount_cents, input.order_id, input.reason, self.approval_threshold_cents
+                "A refund of {} for order {} ({}) is above the {} approval threshold.",
+                dollars(input.amount_cents),
+                input.order_id,
+                input.reason,
+                dollars(self.approval_threshold_cents)
             )));
         }
         // A real provider would take the idempotency key and return its own reference; this
@@ -107,9 +110,37 @@ impl ToolHandler for IssueRefund {
     }
 }
 
+/// `cents` as a person reads an amount: `1999900` is `$19,999.00`.
+fn dollars(cents: u64) -> String {
+    let whole = (cents / 100).to_string();
+    let mut grouped = String::with_capacity(whole.len() + whole.len() / 3);
+    for (i, digit) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    format!("${grouped}.{:02}", cents % 100)
+}
+
 /// FNV-1a, 64 bits: a stable stand-in for a provider's reference.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
         (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dollars;
+
+    #[test]
+    fn amounts_read_as_dollars() {
+        assert_eq!(dollars(0), "$0.00");
+        assert_eq!(dollars(5), "$0.05");
+        assert_eq!(dollars(10_000), "$100.00");
+        assert_eq!(dollars(100_001), "$1,000.01");
+        assert_eq!(dollars(1_999_900), "$19,999.00");
+        assert_eq!(dollars(u64::MAX), "$184,467,440,737,095,516.15");
+    }
 }

@@ -1,8 +1,14 @@
 //! The decisions: approve, reject, complete externally, settle. Each translates its form into
 //! the dispatcher's call, exactly as the REST handlers do (the same checks, the signed-in key's
 //! name as the actor), and its result back into a page: the call's page after a decision (a
-//! redirect, so a reload does not send the form again), the same form with each message at its
-//! field after a refusal (`422`), or the call's history when someone else decided first.
+//! redirect to `…/calls/{id}?done=…`, so a reload does not send the form again, and the page
+//! says what was done), the same form with each message at its field after a refusal (`422`),
+//! or the call's history when someone else decided first.
+//!
+//! Approving a `write` takes two posts, without script: the first (an answer the lifecycle
+//! would accept) shows a confirmation that says what will happen, carrying the answer in
+//! hidden fields; only the second, with `confirm=1`, approves. Reads and idempotent tools
+//! approve at once. The REST API is not changed by this: it is the page's step.
 
 use axum::Form;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
@@ -11,10 +17,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::InboxState;
+use super::call::{Done, Typed, call_page, decided};
 use super::form::{self, Submitted};
-use super::pages::{Typed, call_page, decided};
 use super::session::{Signed, Visit};
 use super::views::{Answer, PageError, see_other};
+use crate::Effect;
 use crate::contract::error::InputViolation;
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::dispatch::{MAX_REASON_CHARS, settlement_error};
@@ -120,10 +127,12 @@ impl Decision {
         call_page(&self.visit, &self.signed, &self.call, typed, status)
     }
 
-    /// The call's page as it is now, after it was decided (here or elsewhere).
-    fn done(&self) -> Response {
+    /// The call's page as it is now, after `done` was decided here (or, with `None`, after it
+    /// was settled elsewhere).
+    fn done(&self, done: Option<Done>) -> Response {
+        let flag = done.map_or(String::new(), |done| format!("?done={}", done.as_str()));
         see_other(&format!(
-            "{}/calls/{}",
+            "{}/calls/{}{flag}",
             self.visit.base.0, self.call.call_id
         ))
     }
@@ -147,11 +156,12 @@ impl Decision {
     /// The answer to what the lifecycle made of the decision: the call's page, or a refusal.
     async fn outcome<T>(
         &self,
+        done: Done,
         result: Result<T, DispatchError>,
         refused: impl FnOnce(Vec<InputViolation>) -> Typed,
     ) -> Answer {
         match result {
-            Ok(_) => Ok(self.done()),
+            Ok(_) => Ok(self.done(Some(done))),
             Err(err) => self.refused(err, refused).await,
         }
     }
@@ -167,14 +177,10 @@ impl Decision {
             | DispatchError::OutputSchemaViolation(violations) => {
                 Ok(self.page(refused(violations), StatusCode::UNPROCESSABLE_ENTITY))
             }
-            // The lifecycle's bound on nesting, said at the form as a whole.
-            DispatchError::TooDeep(max) => {
-                let violation = InputViolation {
-                    path: String::new(),
-                    message: format!("The answer is nested deeper than {max} levels."),
-                };
-                Ok(self.page(refused(vec![violation]), StatusCode::UNPROCESSABLE_ENTITY))
-            }
+            DispatchError::TooDeep(max) => Ok(self.page(
+                refused(vec![too_deep(max)]),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            )),
             DispatchError::AlreadyResolved(_)
             | DispatchError::UnknownToken
             | DispatchError::NotReconcilable(_) => self.too_late(StatusCode::CONFLICT).await,
@@ -183,7 +189,7 @@ impl Decision {
                 "Tool {tool} declares no output schema, so it cannot be completed externally."
             ))),
             // A lost lease: the call was settled meanwhile; its page says how.
-            DispatchError::Store(crate::store::StoreError::LeaseLost(_)) => Ok(self.done()),
+            DispatchError::Store(crate::store::StoreError::LeaseLost(_)) => Ok(self.done(None)),
             other => Err(crate::http::error::ApiError::from(other).into()),
         }
     }
@@ -192,6 +198,7 @@ impl Decision {
     /// the form, or by the lifecycle) shows what was typed again, where `refill` says.
     async fn with_answer<T>(
         &self,
+        done: Done,
         schema: &Value,
         refill: Refill,
         decide: impl AsyncFnOnce(Value) -> Result<T, DispatchError>,
@@ -199,24 +206,72 @@ impl Decision {
         let submitted = Submitted::from_pairs(&self.pairs);
         let typed = |violations| refill((submitted.clone(), violations));
         match form::read(schema, &submitted) {
-            Ok(answer) => self.outcome(decide(answer).await, typed).await,
+            Ok(answer) => self.outcome(done, decide(answer).await, typed).await,
             Err(violations) => Ok(self.page(typed(violations), StatusCode::UNPROCESSABLE_ENTITY)),
+        }
+    }
+
+    /// The first step of approving a `write`: the answer checked as the lifecycle will check
+    /// it, then shown to confirm, with the form's pairs to send again; or the form, refused.
+    fn to_confirm(&self, schema: &Value) -> Answer {
+        let submitted = Submitted::from_pairs(&self.pairs);
+        let checked = form::read(schema, &submitted).and_then(|answer| {
+            match self.dispatcher().check_resume_input(schema, &answer) {
+                Ok(()) => Ok(answer),
+                Err(DispatchError::InvalidResumeInput(violations)) => Err(violations),
+                Err(DispatchError::TooDeep(max)) => Err(vec![too_deep(max)]),
+                // Nothing else is checked before a decision.
+                Err(_) => Ok(answer),
+            }
+        });
+        match checked {
+            Ok(answer) => {
+                let pairs = self
+                    .pairs
+                    .iter()
+                    .filter(|(name, _)| name == "v" || name.starts_with("v/"))
+                    .cloned()
+                    .collect();
+                Ok(self.page(Typed::confirming(pairs, answer), StatusCode::OK))
+            }
+            Err(violations) => Ok(self.page(
+                Typed::approving((submitted, violations)),
+                StatusCode::UNPROCESSABLE_ENTITY,
+            )),
         }
     }
 }
 
+/// The lifecycle's bound on nesting, said at the form as a whole.
+fn too_deep(max: usize) -> InputViolation {
+    InputViolation {
+        path: String::new(),
+        message: format!("The answer is nested deeper than {max} levels."),
+    }
+}
+
 /// `POST /inbox/calls/{call_id}/approve`: the answer from the suspension's `input_schema` form.
+/// For a `write`, a first post shows the confirmation; the one with `confirm=1` approves, and
+/// one with `change=1` shows the form again with the answer typed.
 pub(crate) async fn approve(decision: Decision) -> Answer {
     let (Some(token), Some(suspension)) = (decision.token(), decision.call.suspension.as_ref())
     else {
         return decision.too_late(StatusCode::CONFLICT).await;
     };
+    let schema = &suspension.input_schema;
+    if decision.field("change").is_some() {
+        let typed = Typed::approving((Submitted::from_pairs(&decision.pairs), Vec::new()));
+        return Ok(decision.page(typed, StatusCode::OK));
+    }
+    if decision.call.effect == Effect::Write && decision.field("confirm") != Some("1") {
+        return decision.to_confirm(schema);
+    }
     let approve = async |input| {
         let actor = decision.actor();
         decision.dispatcher().approve(&token, input, actor).await
     };
     decision
-        .with_answer(&suspension.input_schema, Typed::approving, approve)
+        .with_answer(Done::Approved, schema, Typed::approving, approve)
         .await
 }
 
@@ -246,7 +301,9 @@ pub(crate) async fn reject(decision: Decision) -> Answer {
         .dispatcher()
         .reject(&token, Some(reason), decision.actor())
         .await;
-    decision.outcome(rejected, |_| Typed::default()).await
+    decision
+        .outcome(Done::Rejected, rejected, |_| Typed::default())
+        .await
 }
 
 /// `POST /inbox/calls/{call_id}/complete`: the work was done outside the server; the output
@@ -268,7 +325,7 @@ pub(crate) async fn complete(decision: Decision) -> Answer {
         decision.dispatcher().complete(&token, output, actor).await
     };
     decision
-        .with_answer(&schema, Typed::completing, complete)
+        .with_answer(Done::Completed, &schema, Typed::completing, complete)
         .await
 }
 
@@ -287,7 +344,9 @@ pub(crate) async fn resolve(decision: Decision) -> Answer {
             // A tool without an output schema (or no longer served) is settled with any JSON.
             let schema = decision.output_schema().unwrap_or(Value::Bool(true));
             let settle = async |output| settle(Settlement::Output(output)).await;
-            decision.with_answer(&schema, Typed::settling, settle).await
+            decision
+                .with_answer(Done::Settled, &schema, Typed::settling, settle)
+                .await
         }
         Some("error") => {
             let error = decision
@@ -311,7 +370,7 @@ pub(crate) async fn resolve(decision: Decision) -> Answer {
             let submitted = Submitted::from_pairs(&decision.pairs);
             let settled = settle(Settlement::Error(error)).await;
             decision
-                .outcome(settled, |violations| {
+                .outcome(Done::Settled, settled, |violations| {
                     Typed::settling((submitted, violations))
                 })
                 .await

@@ -16,16 +16,24 @@
 //!   Attempts are rate-limited per client address (`limit.rs`). With auth off (no keys), no
 //!   sign-in is needed: the page acts as the anonymous admin, as every REST request then does,
 //!   in a session of its own so that its forms are still bound to a CSRF token.
-//! - The pages (`pages.rs`): the queue (live, over the same event stream as `GET /events`),
-//!   one call (its approval, or its history once decided), the calls to reconcile.
-//! - The decisions (`decide.rs`), with answer forms generated from JSON Schemas (`form.rs`).
+//! - The pages: the queue (live, over the same event stream as `GET /events`) and the calls to
+//!   reconcile (`pages.rs`); one call (`call.rs`): what is asked, what approving does, its input
+//!   as a readable list, its history in sentences (`history.rs`).
+//! - The decisions (`decide.rs`), with answer forms generated from JSON Schemas (`form/`).
+//!   Approving a `write` takes a second step, a confirmation, without script; after a
+//!   decision, the call's page says what it did and links to the next approval.
+//! - Text from tools and schemas is split into plain text and inline code (`prose.rs`), each
+//!   escaped; times are written in UTC and shown in the viewer's local time by the script.
 
 mod assets;
+mod call;
 pub mod config;
 mod decide;
 mod form;
+mod history;
 mod limit;
 mod pages;
+mod prose;
 mod session;
 mod views;
 
@@ -99,7 +107,7 @@ pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gate
         .route("/inbox/queue", get(pages::queue_fragment))
         .route("/inbox/events", get(pages::events))
         .route("/inbox/reconcile", get(pages::reconcile))
-        .route("/inbox/calls/{call_id}", get(pages::call))
+        .route("/inbox/calls/{call_id}", get(call::call))
         .route("/inbox/calls/{call_id}/approve", post(decide::approve))
         .route("/inbox/calls/{call_id}/reject", post(decide::reject))
         .route("/inbox/calls/{call_id}/complete", post(decide::complete))

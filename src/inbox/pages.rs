@@ -1,21 +1,18 @@
-//! The pages people read: the queue (and its fragment, for live updates), the live event
-//! stream, one call, and the calls to reconcile.
+//! The lists people read: the queue (and its fragment, for live updates), the live event
+//! stream, and the calls to reconcile. One call's page is `call.rs`.
 
 use askama::Template;
-use axum::extract::{Path, Query};
+use axum::extract::Query;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use serde::Deserialize;
-use serde_json::Value;
 
-use super::form::{self, Form, Kind, Node, Submitted};
-use super::session::{Signed, Visit, sign_in_page};
-use super::views::{Answer, Nav, PageError, ago, secure, until};
-use crate::contract::error::InputViolation;
+use super::session::{Visit, sign_in_page};
+use super::views::{Answer, Expiry, Moment, Nav, PageError, ago, secure};
 use crate::feed::stream::{Audience, follow};
 use crate::http::error::ApiError;
 use crate::http::sse::{resume_point, sse, start_cursor};
-use crate::store::{CallFilter, CallRecord, CallStatus, Timestamp};
+use crate::store::{CallFilter, CallStatus, Timestamp};
 
 /// Approvals per page of the queue.
 const PAGE: u32 = 50;
@@ -64,8 +61,8 @@ pub(crate) struct QueueItem {
     reason: String,
     caller: String,
     asked: String,
-    asked_at: String,
-    left: String,
+    asked_at: Moment,
+    expiry: Expiry,
 }
 
 /// The list of the queue: what the script swaps in when something changes.
@@ -112,10 +109,8 @@ async fn queue_list(visit: &Visit, query: &QueueQuery) -> Result<QueueList, Page
             reason: approval.reason,
             caller: approval.caller.unwrap_or_else(|| "(auth off)".into()),
             asked: ago(approval.created_at, now),
-            asked_at: approval.created_at.to_string(),
-            left: approval
-                .expires_at
-                .map_or_else(|| "no expiry".into(), |at| until(at, now)),
+            asked_at: Moment::of(approval.created_at, now),
+            expiry: Expiry::of(approval.expires_at, now),
         })
         .collect();
     Ok(QueueList {
@@ -197,7 +192,7 @@ pub(crate) struct ReconcileItem {
     tool: String,
     caller: String,
     since: String,
-    since_at: String,
+    since_at: Moment,
 }
 
 #[derive(Template)]
@@ -238,7 +233,7 @@ pub(crate) async fn reconcile(visit: Visit, Query(query): Query<QueueQuery>) -> 
                 tool: call.tool,
                 caller: call.caller.unwrap_or_else(|| "(auth off)".into()),
                 since: ago(call.updated_at, now),
-                since_at: call.updated_at.to_string(),
+                since_at: Moment::of(call.updated_at, now),
             })
             .collect(),
         next: page_of
@@ -246,252 +241,4 @@ pub(crate) async fn reconcile(visit: Visit, Query(query): Query<QueueQuery>) -> 
             .map(|next| query.link(Some(&next.to_string()))),
     };
     Ok(signed.show(StatusCode::OK, &view))
-}
-
-/// `GET /inbox/calls/{call_id}`: one call: its approval while it waits for a person, its
-/// settlement while it needs reconciliation, and always its history.
-pub(crate) async fn call(visit: Visit, Path(call_id): Path<String>) -> Answer {
-    let Some(signed) = visit.signed().await? else {
-        return Ok(visit.home());
-    };
-    let call = visit
-        .dispatcher()
-        .store()
-        .call(&call_id)
-        .await?
-        .ok_or(PageError::UnknownCall(call_id))?;
-    Ok(call_page(
-        &visit,
-        &signed,
-        &call,
-        Typed::default(),
-        StatusCode::OK,
-    ))
-}
-
-/// What a person typed into one of a page's forms and why it was refused, kept when the page
-/// is shown again.
-#[derive(Default)]
-pub(crate) struct Typed {
-    /// The approval's answer.
-    pub(crate) approve: Option<(Submitted, Vec<InputViolation>)>,
-    /// The rejection's reason, and what is wrong with it.
-    pub(crate) reject: Option<(String, String)>,
-    /// The external completion's output.
-    pub(crate) complete: Option<(Submitted, Vec<InputViolation>)>,
-    /// A settlement's output.
-    pub(crate) settle: Option<(Submitted, Vec<InputViolation>)>,
-    /// A settlement's error, and what is wrong with it.
-    pub(crate) settle_error: Option<(String, String)>,
-    /// A line at the top of the page: the call was decided meanwhile, say.
-    pub(crate) notice: Option<String>,
-}
-
-impl Typed {
-    /// An approval's answer shown again, with what is wrong with it.
-    pub(crate) fn approving(typed: (Submitted, Vec<InputViolation>)) -> Typed {
-        Typed {
-            approve: Some(typed),
-            ..Typed::default()
-        }
-    }
-
-    /// An external completion's output shown again, with what is wrong with it.
-    pub(crate) fn completing(typed: (Submitted, Vec<InputViolation>)) -> Typed {
-        Typed {
-            complete: Some(typed),
-            ..Typed::default()
-        }
-    }
-
-    /// A settlement's output shown again, with what is wrong with it.
-    pub(crate) fn settling(typed: (Submitted, Vec<InputViolation>)) -> Typed {
-        Typed {
-            settle: Some(typed),
-            ..Typed::default()
-        }
-    }
-}
-
-/// One entry of a call's history.
-pub(crate) struct HistoryRow {
-    at: String,
-    what: String,
-    actor: Option<String>,
-    details: Option<String>,
-}
-
-/// A pending suspension as the page shows it.
-pub(crate) struct Pending {
-    reason: String,
-    asked: String,
-    left: String,
-}
-
-/// A text field and its refusal.
-pub(crate) struct TextField {
-    value: String,
-    error: Option<String>,
-}
-
-#[derive(Template)]
-#[template(path = "call.html")]
-struct CallPage {
-    base: String,
-    nav: Option<Nav>,
-    title: String,
-    csrf: String,
-    call_id: String,
-    tool: String,
-    status: &'static str,
-    effect: &'static str,
-    is_write: bool,
-    caller: String,
-    created: String,
-    description: Option<String>,
-    input: String,
-    output: Option<String>,
-    error: Option<String>,
-    pending: Option<Pending>,
-    approve: Option<Form>,
-    reject: TextField,
-    complete: Option<Form>,
-    settle: Option<Form>,
-    settle_error: TextField,
-    history: Vec<HistoryRow>,
-    notice: Option<String>,
-}
-
-fn pretty(value: &Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_default()
-}
-
-/// What happened, in words.
-fn event_label(kind: &str) -> String {
-    match kind {
-        "created" => "Called".into(),
-        "suspended" => "Waiting for a person".into(),
-        "approved" => "Approved".into(),
-        "rejected" => "Rejected".into(),
-        "completed_externally" => "Completed externally".into(),
-        "redispatched" => "Run again".into(),
-        "completed" => "Completed".into(),
-        "failed" => "Failed".into(),
-        "interrupted" => "Interrupted".into(),
-        "needs_reconciliation" => "Needs reconciliation".into(),
-        "reconciled" => "Settled".into(),
-        "expired" => "Expired".into(),
-        "late_outcome" => "Late outcome refused".into(),
-        other => other.replace('_', " "),
-    }
-}
-
-/// Who decided the call, and what, for a page that arrives too late to decide it.
-pub(crate) fn decided(call: &CallRecord) -> String {
-    let now = Timestamp::now();
-    let decision = call.events.iter().rev().find(|event| {
-        matches!(
-            event.kind.as_str(),
-            "approved" | "rejected" | "completed_externally" | "expired" | "reconciled"
-        )
-    });
-    match decision {
-        Some(event) => format!(
-            "This call was already decided: {} by {}, {}. It is {} now.",
-            event_label(&event.kind).to_lowercase(),
-            event.actor.as_deref().unwrap_or("someone with auth off"),
-            ago(event.at, now),
-            call.status.as_str().replace('_', " ")
-        ),
-        None => format!(
-            "This call no longer waits for a person: it is {}.",
-            call.status.as_str().replace('_', " ")
-        ),
-    }
-}
-
-/// The page of `call`, with what was typed into its forms.
-pub(crate) fn call_page(
-    visit: &Visit,
-    signed: &Signed,
-    call: &CallRecord,
-    typed: Typed,
-    status: StatusCode,
-) -> Response {
-    let tools = visit.dispatcher().tools();
-    let tool = tools.get(&call.tool);
-    let output_schema = tool.and_then(|tool| tool.output_schema());
-    let now = Timestamp::now();
-    let suspension = call
-        .suspension
-        .as_ref()
-        .filter(|_| call.status == CallStatus::Suspended);
-    let form_of = |id, schema: &Value, typed: Option<(Submitted, Vec<InputViolation>)>| {
-        let (submitted, violations) = typed.unwrap_or_default();
-        form::render(id, schema, &submitted, &violations)
-    };
-    let text = |typed: Option<(String, String)>| match typed {
-        Some((value, error)) => TextField {
-            value,
-            error: Some(error),
-        },
-        None => TextField {
-            value: String::new(),
-            error: None,
-        },
-    };
-    let settling = matches!(
-        call.status,
-        CallStatus::NeedsReconciliation | CallStatus::Interrupted
-    );
-    // A tool without an output schema (or no longer served) is settled with any JSON.
-    let any = Value::Bool(true);
-    let view = CallPage {
-        base: visit.base.0.clone(),
-        nav: Some(signed.nav()),
-        title: format!("{} · {}", call.tool, call.call_id),
-        csrf: signed.csrf.clone(),
-        call_id: call.call_id.clone(),
-        tool: call.tool.clone(),
-        status: call.status.as_str(),
-        effect: call.effect.as_str(),
-        is_write: call.effect == crate::Effect::Write,
-        caller: call.caller.clone().unwrap_or_else(|| "(auth off)".into()),
-        created: format!("{} ({})", call.created_at, ago(call.created_at, now)),
-        description: tool.map(|tool| tool.description().to_owned()),
-        input: pretty(&call.input),
-        output: call.output.as_ref().map(pretty),
-        error: call.error.as_ref().map(|error| error.message.clone()),
-        pending: suspension.map(|s| Pending {
-            reason: s.reason.clone(),
-            asked: ago(s.created_at, now),
-            left: match s.expires_at {
-                None => "never expires".into(),
-                Some(at) if at.0 <= now.0 => "expired".into(),
-                Some(at) => format!("expires {}", until(at, now)),
-            },
-        }),
-        approve: suspension.map(|s| form_of("approve", &s.input_schema, typed.approve)),
-        reject: text(typed.reject),
-        complete: suspension
-            .and(output_schema)
-            .map(|schema| form_of("complete", schema, typed.complete)),
-        settle: settling.then(|| form_of("settle", output_schema.unwrap_or(&any), typed.settle)),
-        settle_error: text(typed.settle_error),
-        history: call
-            .events
-            .iter()
-            .map(|event| HistoryRow {
-                at: format!("{} ({})", event.at, ago(event.at, now)),
-                what: event_label(&event.kind),
-                actor: event.actor.clone(),
-                details: event
-                    .details
-                    .as_ref()
-                    .map(|d| serde_json::to_string(d).unwrap_or_default()),
-            })
-            .collect(),
-        notice: typed.notice,
-    };
-    signed.show(status, &view)
 }

@@ -219,6 +219,75 @@ impl From<ApiError> for PageError {
     }
 }
 
+/// A moment as a page shows it, in a `<time>` element: in UTC as the server writes it, which
+/// the page's script rewrites to the viewer's local time (without script, UTC stays); the UTC
+/// time to the second is its hover title either way.
+#[derive(Debug, Clone)]
+pub(crate) struct Moment {
+    /// RFC 3339 in UTC, for `datetime` (what the script reads).
+    pub(crate) iso: String,
+    /// `14:05 UTC` on the day it is shown, else `2025-05-01 14:05 UTC`.
+    pub(crate) text: String,
+    /// `2025-05-01 14:05:12 UTC`.
+    pub(crate) title: String,
+}
+
+impl Moment {
+    /// `at`, as shown at `now`.
+    pub(crate) fn of(at: Timestamp, now: Timestamp) -> Moment {
+        let iso = utc(at);
+        let day = |iso: &str| iso.get(..10).map(str::to_owned);
+        let (date, clock) = (iso.get(..10).unwrap_or(""), iso.get(11..16).unwrap_or(""));
+        let text = if day(&iso) == day(&utc(now)) {
+            format!("{clock} UTC")
+        } else {
+            format!("{date} {clock} UTC")
+        };
+        let title = format!("{date} {} UTC", iso.get(11..19).unwrap_or(""));
+        Moment { iso, text, title }
+    }
+}
+
+/// `at` in RFC 3339, UTC, to the second: `2025-05-01T14:05:12Z`.
+fn utc(at: Timestamp) -> String {
+    // The store's own form has milliseconds (`…:12.345Z`); a person needs none.
+    let shown = at.to_string();
+    match shown.get(..19) {
+        Some(seconds) => format!("{seconds}Z"),
+        None => shown,
+    }
+}
+
+/// When a suspension expires, in the one wording every page uses: "Never expires", "Expires in
+/// 2 h (14:05 UTC)", "Expired (14:05 UTC)".
+#[derive(Debug, Clone)]
+pub(crate) struct Expiry {
+    /// The words before the moment.
+    pub(crate) text: String,
+    /// The moment it expires (or expired), if it does.
+    pub(crate) at: Option<Moment>,
+}
+
+impl Expiry {
+    /// The expiry of a suspension that expires at `at` (never, with `None`), as shown at `now`.
+    pub(crate) fn of(at: Option<Timestamp>, now: Timestamp) -> Expiry {
+        let Some(at) = at else {
+            return Expiry {
+                text: "Never expires".into(),
+                at: None,
+            };
+        };
+        let text = match until(at, now).as_str() {
+            "expired" => "Expired".to_owned(),
+            left => format!("Expires {left}"),
+        };
+        Expiry {
+            text,
+            at: Some(Moment::of(at, now)),
+        }
+    }
+}
+
 /// How long ago `then` was, in words: "just now", "5 min ago", "3 h ago", "2 days ago".
 pub(crate) fn ago(then: Timestamp, now: Timestamp) -> String {
     let seconds = (now.0 - then.0).max(0) / 1000;
@@ -264,5 +333,31 @@ mod tests {
         assert_eq!(until(Timestamp(now.0 + 600_000), now), "in 10 min");
         assert_eq!(until(Timestamp(now.0 + 1_000), now), "in under a minute");
         assert_eq!(until(Timestamp(now.0 - 1), now), "expired");
+    }
+
+    #[test]
+    fn moments_are_utc_with_the_date_unless_it_is_today() {
+        // 2001-09-09T01:46:40Z.
+        let now = Timestamp(1_000_000_000_000);
+        let later = Moment::of(Timestamp(now.0 + 3_600_000), now);
+        assert_eq!(later.iso, "2001-09-09T02:46:40Z");
+        assert_eq!(later.text, "02:46 UTC");
+        assert_eq!(later.title, "2001-09-09 02:46:40 UTC");
+        let tomorrow = Moment::of(Timestamp(now.0 + 86_400_000), now);
+        assert_eq!(tomorrow.text, "2001-09-10 01:46 UTC");
+    }
+
+    #[test]
+    fn expiry_has_one_wording() {
+        let now = Timestamp(1_000_000_000_000);
+        let never = Expiry::of(None, now);
+        assert_eq!(
+            (never.text.as_str(), never.at.is_none()),
+            ("Never expires", true)
+        );
+        let soon = Expiry::of(Some(Timestamp(now.0 + 7_200_000)), now);
+        assert_eq!(soon.text, "Expires in 2 h");
+        assert_eq!(soon.at.map(|at| at.text).as_deref(), Some("03:46 UTC"));
+        assert_eq!(Expiry::of(Some(Timestamp(now.0 - 1)), now).text, "Expired");
     }
 }

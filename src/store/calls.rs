@@ -100,7 +100,8 @@ pub struct CallEvent {
     /// What happened: `created`, `suspended`, `approved`, `rejected`, `completed_externally`,
     /// `redispatched`, `completed`, `failed`, `interrupted`, `needs_reconciliation`,
     /// `reconciled`, `expired`. A finished run's event carries its `attempts` (retries
-    /// included) and, when it failed, the error (`tool_timeout` for a timeout).
+    /// included) and, when it failed, the error (`tool_timeout` for a timeout); `approved`
+    /// carries the approver's `answer`, `rejected` the `reason` when there is one.
     pub kind: String,
     /// The API key name of whoever caused it, when a client or a person did.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -253,6 +253,12 @@ pub(crate) fn rejected_error(reason: Option<&str>) -> CallError {
     CallError::new("rejected", reason.unwrap_or("Rejected without a reason."))
 }
 
+/// The details of an `approved` event: the approver's answer (its note, say), so that the
+/// call's history can say what was approved with, beside who approved.
+pub(crate) fn approved_details(resume_input: &Value) -> Value {
+    serde_json::json!({ "answer": resume_input })
+}
+
 /// The details of a `rejected` event: the reason, when there is one.
 pub(crate) fn rejected_details(reason: Option<&str>) -> Option<Value> {
     reason.map(|reason| serde_json::json!({ "reason": reason }))

@@ -35,7 +35,10 @@ async fn issue_refund_completes_under_the_threshold_and_suspends_over_it(backend
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let suspension = &body["suspension"];
-    assert!(suspension["reason"].as_str().unwrap().contains("10001"));
+    assert_eq!(
+        suspension["reason"],
+        "A refund of $100.01 for order o-2 (late) is above the $100.00 approval threshold."
+    );
     assert!(suspension["input_schema"]["properties"]["note"].is_object());
     let token = suspension["token"].as_str().unwrap().to_owned();
     let call_id = body["call_id"].as_str().unwrap().to_owned();

@@ -35,7 +35,10 @@ async fn decisions_go_through_the_lifecycle_with_the_signed_in_key_as_actor() {
         )
         .await;
     assert_eq!(approved.status, StatusCode::SEE_OTHER, "{}", approved.body);
-    assert_eq!(approved.header("location"), format!("/inbox/calls/{asked}"));
+    assert_eq!(
+        approved.header("location"),
+        format!("/inbox/calls/{asked}?done=approved")
+    );
     let call = call_record(&server, &asked).await;
     assert_eq!(call["status"], "completed");
     assert_eq!(call["output"], json!({"answer": "yes, ship it"}));
@@ -44,7 +47,7 @@ async fn decisions_go_through_the_lifecycle_with_the_signed_in_key_as_actor() {
     assert!(
         history
             .body
-            .contains("Approved</span> by <strong class=\"actor\">finance-ops</strong>"),
+            .contains("<span class=\"what\">Approved by finance-ops: yes, ship it</span>"),
         "{}",
         history.body
     );

@@ -1,5 +1,6 @@
 //! `/inbox` over plain HTTP, as a browser would use it but without one: one binary, a module per
-//! concern (sign-in and sessions, the queue, decisions and the form, security headers and CSRF).
+//! concern (sign-in and sessions, the queue, decisions and the form, what a person reads and
+//! confirms, security headers and CSRF).
 //! (`tests/inbox_browser.rs` drives the real page in Chromium.)
 
 #[path = "../common/mod.rs"]
@@ -7,6 +8,7 @@ mod common;
 
 mod decisions;
 mod queue;
+mod reading;
 mod security;
 mod sessions;
 

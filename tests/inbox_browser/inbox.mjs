@@ -3,9 +3,11 @@
 // address and keys come from the environment; API calls are made with fetch and a bearer token.
 // The last line printed is a JSON summary the Rust test checks.
 //
-// INBOX_PHASE: `main` (every scenario), `restart-1` (sign in, save the cookies to
-// INBOX_STATE), `restart-2` (open the inbox with the saved cookies, after the server restarted).
-// INBOX_SCREENSHOTS: a directory to write the README's screenshots to (main phase only).
+// INBOX_PHASE: `main` (every scenario, hostile strings included), `decide` (a realistic queue:
+// reading, confirming and moving on; the README's screenshots are taken here, so no test string
+// shows in them), `restart-1` (sign in, save the cookies to INBOX_STATE), `restart-2` (open the
+// inbox with the saved cookies, after the server restarted).
+// INBOX_SCREENSHOTS: a directory to write the README's screenshots to (decide phase only).
 import { chromium } from "playwright-core";
 
 const base = process.env.INBOX_BASE;
@@ -81,6 +83,117 @@ try {
     check((await page.locator(".who strong").textContent()) === "finance-ops", "still signed in after the restart");
     check((await page.locator("#key").count()) === 0, "no sign-in form");
     seen.steps.push("still signed in after the restart");
+  } else if (phase === "decide") {
+    const context = await browser.newContext({ viewport: { width: 1100, height: 900 } });
+    const page = await context.newPage();
+    page.on("dialog", async (dialog) => {
+      seen.dialogs.push(dialog.message());
+      await dialog.dismiss();
+    });
+    // What an approver of refunds finds on a Monday morning.
+    const refund = await suspend("issue_refund", {
+      order_id: "o-1042", amount_cents: 1999900, reason: "Espresso machine arrived with a cracked boiler",
+    });
+    const question = await suspend("ask_human", {
+      question: "May I send the overdue-invoice reminder to Acme Corp today?",
+    });
+    const packing = await suspend("pack_order", { order_id: "o-1043" });
+    const small = await suspend("issue_refund", {
+      order_id: "o-1047", amount_cents: 12550, reason: "Wrong size delivered",
+    });
+    await signIn(page, approver);
+    await page.getByText("Signed in as").waitFor();
+    const queueExpiry = (await page.locator(".queue .expiry").allTextContents()).map((t) => t.trim());
+    check(queueExpiry.length === 4 && queueExpiry.every((t) => t === "Never expires"),
+      `the queue's expiry wording: ${JSON.stringify(queueExpiry)}`);
+    check(!(await page.content()).includes("no expiry"), "no other wording in the queue");
+    check((await page.locator(".queue").textContent()).includes("A refund of $19,999.00 for order o-1042"),
+      "the reason in dollars");
+    if (shots) await page.screenshot({ path: `${shots}/inbox-queue.png`, fullPage: true });
+    seen.steps.push("realistic queue, one expiry wording");
+
+    // One refund: its input as a readable list, the JSON folded away, the same expiry wording.
+    await page.locator(`a[href$="/calls/${refund}"]`).click();
+    await page.getByRole("heading", { name: "Approve" }).waitFor();
+    const input = await page.locator(".readable").first().innerText();
+    check(input.includes("1,999,900"), `digits grouped: ${input}`);
+    check(input.includes("Amount cents") && input.includes("How much to refund, in cents."), `labelled: ${input}`);
+    check(input.includes("Order id") && input.includes("o-1042"), `the order: ${input}`);
+    const json = page.locator("details.json-view").first();
+    check(!(await json.evaluate((d) => d.open)), "the raw JSON starts folded");
+    await json.locator("summary").click();
+    check((await json.locator("pre").innerText()).includes("\"amount_cents\": 1999900"), "the raw JSON, one click away");
+    await json.locator("summary").click();
+    check((await page.locator(".expiry").first().innerText()).trim() === "Never expires", "the call page's expiry wording");
+    check(!(await page.locator("#complete").evaluate((d) => d.open)), "complete externally starts folded");
+    // Times in the viewer's local time, UTC on hover.
+    const when = page.locator("main time").first();
+    check(!(await when.textContent()).includes("UTC"), `local time: ${await when.textContent()}`);
+    check((await when.getAttribute("title")).endsWith(" UTC"), "UTC on hover");
+    check((await page.locator(".consequence.write").first().innerText()).includes("toolgate does not undo it"),
+      "what approving a write does");
+    await byId(page, "approve-f/note").fill("Photos checked: the boiler is cracked. The customer keeps the machine.");
+    await page.evaluate(() => document.activeElement.blur());
+    if (shots) await page.screenshot({ path: `${shots}/inbox-approval.png`, fullPage: true });
+    seen.steps.push("readable input");
+
+    // Approve: the first submit asks for a confirmation and approves nothing.
+    await page.getByRole("button", { name: "Approve", exact: true }).click();
+    await page.locator("#confirm").waitFor();
+    check((await record(refund)).status === "suspended", "still suspended after the first submit");
+    const confirm = await page.locator("#confirm").innerText();
+    check(confirm.includes("Approving runs issue_refund now: Refunds an order."), `says what happens: ${confirm}`);
+    check(confirm.includes("Photos checked"), "shows the answer");
+    await page.setViewportSize({ width: 360, height: 800 });
+    check(await page.evaluate(() => document.documentElement.scrollWidth <= 360), "the confirmation fits 360 px");
+    await page.setViewportSize({ width: 1100, height: 900 });
+    check(confirm.includes("A refund of $19,999.00 for order o-1042"), "says what is approved");
+    if (shots) await page.locator("#confirm").screenshot({ path: `${shots}/inbox-confirm.png` });
+    seen.steps.push("confirm step approves nothing");
+
+    // The second submit approves; a banner says what happened and leads to the next one.
+    await page.getByRole("button", { name: "Approve and run issue_refund" }).click();
+    await page.locator(".banner").waitFor();
+    check((await page.locator(".banner-text").innerText()).trim() === "Approved. issue_refund ran and completed.",
+      `the banner: ${await page.locator(".banner-text").innerText()}`);
+    const approved = await record(refund);
+    check(approved.status === "completed", `approved on the second submit: ${approved.status}`);
+    check(actor(approved, "approved") === "finance-ops", "the approval's actor");
+    check(approved.output.amount_cents === 1999900, "the refund was issued");
+    const history = await page.locator(".history").innerText();
+    check(history.includes("Approved by finance-ops: Photos checked: the boiler is cracked.") && history.includes("Ran again with the approval and completed."),
+      `the history in sentences: ${history}`);
+    check(new URL(page.url()).pathname === `/inbox/calls/${refund}`, "the URL names the call");
+    check(!page.url().includes("sus_"), "no token in the URL");
+    const next = page.locator("#next-approval");
+    check((await next.getAttribute("href")).endsWith(`/calls/${question}`), "next: the oldest waiting approval");
+    seen.steps.push("confirmed, banner, next");
+
+    // On to the next one; a rejection leads on again.
+    await next.click();
+    await page.locator("#reject-reason").fill("Wait until the account manager has called them.");
+    await page.getByRole("button", { name: "Reject" }).click();
+    await page.locator(".banner").waitFor();
+    check((await record(question)).status === "rejected", "rejected");
+    check((await page.locator("#next-approval").getAttribute("href")).endsWith(`/calls/${packing}`), "next again");
+    seen.steps.push("rejected, next");
+
+    // The last one decided: the banner leads back to the queue, which is empty.
+    const packed = await api("POST", `/approvals/${(await record(packing)).suspension.token}/reject`, otherApprover, {});
+    check(packed.status === 200, `rejected over the API: ${packed.status}`);
+    await page.goto(`${base}/inbox/calls/${small}`);
+    await page.getByRole("button", { name: "Approve", exact: true }).click();
+    await page.locator("#confirm").waitFor();
+    check((await record(small)).status === "suspended", "a write waits for its confirmation");
+    await page.getByRole("button", { name: "Approve and run issue_refund" }).click();
+    await page.locator(".banner").waitFor();
+    check((await record(small)).status === "completed", "the small refund was issued");
+    const back = page.locator("#next-approval");
+    check((await back.innerText()).trim() === "Back to the queue", `none left: ${await back.innerText()}`);
+    await back.click();
+    await page.getByText("Nothing waits for a person").waitFor();
+    seen.steps.push("none left, back to the queue");
+    seen.steps.push("done");
   } else {
     const context = await browser.newContext({ viewport: { width: 1100, height: 900 } });
     const page = await context.newPage();
@@ -108,9 +221,6 @@ try {
     // A refund with payloads in its input, for the screenshots and the escaping check.
     const refund = await suspend("issue_refund", { order_id: "o-1042", amount_cents: 25000, reason: "Damaged in transit" });
     await page.locator(`a[href$="/calls/${refund}"]`).waitFor({ timeout: 20000 });
-    if (shots) {
-      await page.screenshot({ path: `${shots}/inbox-queue.png`, fullPage: true });
-    }
 
     // Readable at 360 px wide: nothing wider than the screen.
     await page.setViewportSize({ width: 360, height: 800 });
@@ -147,16 +257,16 @@ try {
 
     // Complete issue_refund externally through its output schema's form.
     await page.goto(`${base}/inbox/calls/${refund}`);
-    if (shots) {
-      await page.screenshot({ path: `${shots}/inbox-approval.png`, fullPage: true });
-    }
     await page.setViewportSize({ width: 360, height: 800 });
     check(await page.evaluate(() => document.documentElement.scrollWidth <= 360), "an approval fits 360 px");
     await page.setViewportSize({ width: 1100, height: 900 });
+    // Folded away until opened.
+    check(!(await page.locator("#complete").evaluate((d) => d.open)), "complete externally starts folded");
+    await page.locator("#complete > summary").click();
     await byId(page, "complete-f/refund_id").fill("rf_bank_7781");
     await byId(page, "complete-f/order_id").fill("o-1042");
     await byId(page, "complete-f/amount_cents").fill("25000");
-    await byId(page, "complete-f/status").selectOption({ label: "issued" });
+    check((await byId(page, "complete-f/status").inputValue()) === "0", "the one allowed status is chosen already");
     await page.getByRole("button", { name: "Complete externally" }).click();
     await page.locator(".status-completed").waitFor();
     const completed = await record(refund);

@@ -35,6 +35,11 @@ pub(crate) async fn approve_is_single_use(store: Arc<dyn Store>) {
                 ["created", "suspended", "approved", "redispatched"]
             );
             assert_eq!(call.events[2].actor.as_deref(), Some("ops"));
+            assert_eq!(
+                call.events[2].details,
+                Some(json!({"answer": {"yes": 1}})),
+                "the approval's answer, for the history"
+            );
         }
         other => panic!("expected approved, got {other:?}"),
     }

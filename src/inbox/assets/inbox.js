@@ -3,6 +3,8 @@
 //   stream), without touching anything else on the page: a filter being chosen stays chosen.
 // - A call's page says when the call was decided elsewhere, without touching its forms.
 // - Array fields get rows added and removed.
+// - Times, written by the server in UTC, are shown in the viewer's local time (UTC stays on
+//   hover, in each <time>'s title; without script, the UTC text stays).
 "use strict";
 
 (function () {
@@ -28,6 +30,20 @@
     if (status) status.textContent = text;
   }
 
+  // Times in the viewer's time zone: the time of day alone when it is today, else the date too.
+  function localTimes(root) {
+    const today = new Date().toDateString();
+    for (const el of root.querySelectorAll("time[datetime]")) {
+      const at = new Date(el.getAttribute("datetime"));
+      if (isNaN(at.getTime())) continue;
+      const time = at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+      el.textContent = at.toDateString() === today
+        ? time
+        : `${at.toLocaleDateString([], { year: "numeric", month: "short", day: "numeric" })} ${time}`;
+    }
+  }
+  localTimes(document);
+
   // The queue: swap in a fresh list, at most a few times a second.
   const queue = document.querySelector("[data-live-queue]");
   if (queue) {
@@ -44,6 +60,7 @@
           const focused = document.activeElement && queue.contains(document.activeElement)
             ? document.activeElement.getAttribute("href") : null;
           queue.innerHTML = html;
+          localTimes(queue);
           if (focused) {
             const again = queue.querySelector(`a[href="${CSS.escape(focused)}"]`);
             if (again) again.focus();

@@ -12,11 +12,13 @@
 
 //!
 //! The schema's shapes are read in `schema.rs`, the controls built in `render.rs`, the answer
-//! read back in `read.rs`.
+//! read back in `read.rs`; a value is shown as a readable list, with the same schema's labels,
+//! in `show.rs`.
 
 mod read;
 mod render;
 mod schema;
+mod show;
 #[cfg(test)]
 mod tests;
 
@@ -24,8 +26,11 @@ use std::collections::{BTreeSet, HashMap};
 
 use serde_json::Value;
 
+use super::prose::Prose;
+
 pub(crate) use read::read;
 pub(crate) use render::render;
+pub(crate) use show::{Line, show};
 
 /// What a person submitted: each control's text by name (the last one wins), in order.
 #[derive(Debug, Default, Clone)]
@@ -115,7 +120,7 @@ pub(crate) enum Node {
 pub(crate) struct Group {
     pub(crate) id: String,
     pub(crate) legend: String,
-    pub(crate) help: Option<String>,
+    pub(crate) help: Option<Prose>,
     pub(crate) required: bool,
     pub(crate) error: Option<String>,
 }
@@ -142,7 +147,7 @@ pub(crate) struct Control {
     pub(crate) id: String,
     pub(crate) name: String,
     pub(crate) label: String,
-    pub(crate) help: Option<String>,
+    pub(crate) help: Option<Prose>,
     pub(crate) required: bool,
     pub(crate) error: Option<String>,
     pub(crate) value: String,

@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 
+use super::super::prose::Prose;
 use super::schema::{Schema, Shape};
+use super::show::readable;
 use super::{
     AddRow, Choice, Control, Form, Group, Kind, Node, Problem, Row, Submitted, child, text,
 };
@@ -88,7 +90,7 @@ impl<'s> Builder<'s> {
     ) {
         let resolved = self.schema.resolve(written);
         let label = text(written, resolved, "title").map_or(name, str::to_owned);
-        let help = text(written, resolved, "description").map(str::to_owned);
+        let help = text(written, resolved, "description").map(Prose::parse);
         let value = match self.blank {
             true => String::new(),
             false => self.submitted.get(pointer).unwrap_or_default().to_owned(),
@@ -125,7 +127,7 @@ impl<'s> Builder<'s> {
                 for (key, sub) in properties {
                     let inner = child(pointer, key);
                     let needed = needed.contains(&key.as_str());
-                    self.field(sub, &inner, key.clone(), needed, depth + 1);
+                    self.field(sub, &inner, readable(key), needed, depth + 1);
                 }
                 if !root {
                     self.nodes.push(Node::Close);
@@ -163,6 +165,7 @@ impl<'s> Builder<'s> {
                 let bound = |keys: [&str; 2]| {
                     keys.iter()
                         .find_map(|key| resolved.get(*key).filter(|v| v.is_number()))
+                        .filter(|bound| !restates_the_type(resolved, bound))
                         .map(Value::to_string)
                 };
                 control(Kind::Number {
@@ -172,7 +175,7 @@ impl<'s> Builder<'s> {
                 })
             }
             Shape::Boolean => control(Kind::Choice {
-                options: choices(&value, [("true", "Yes"), ("false", "No")]),
+                options: choices(&value, false, [("true", "Yes"), ("false", "No")]),
             }),
             Shape::Enum(values) => {
                 let labels: Vec<(String, String)> = values
@@ -183,8 +186,9 @@ impl<'s> Builder<'s> {
                         (index.to_string(), label)
                     })
                     .collect();
+                let options = labels.iter().map(|(v, l)| (v.as_str(), l.as_str()));
                 control(Kind::Choice {
-                    options: choices(&value, labels.iter().map(|(v, l)| (v.as_str(), l.as_str()))),
+                    options: choices(&value, required && !self.blank, options),
                 })
             }
             Shape::Json => control(Kind::Json {
@@ -204,7 +208,7 @@ impl<'s> Builder<'s> {
         items: &'s Value,
         min_items: u64,
         label: String,
-        help: Option<String>,
+        help: Option<Prose>,
         required: bool,
         depth: usize,
     ) {
@@ -262,18 +266,43 @@ impl<'s> Builder<'s> {
     }
 }
 
-fn choices<'a>(value: &str, options: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<Choice> {
-    let mut all = vec![Choice {
+/// The options of a choice, with `value` selected. A choice may be left out (`(none)`), unless
+/// it is `required` and has one option only: then that one is the answer, chosen already.
+fn choices<'a>(
+    value: &str,
+    required: bool,
+    options: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Vec<Choice> {
+    let options: Vec<(&str, &str)> = options.into_iter().collect();
+    let only = (required && options.len() == 1).then(|| options[0].0);
+    let chosen = match only {
+        Some(only) if value.is_empty() => only,
+        _ => value,
+    };
+    let none = Choice {
         value: String::new(),
         label: "(none)".into(),
-        selected: value.is_empty(),
-    }];
-    all.extend(options.into_iter().map(|(v, label)| Choice {
-        value: v.to_owned(),
-        label: label.to_owned(),
-        selected: v == value,
-    }));
-    all
+        selected: chosen.is_empty(),
+    };
+    let none = only.is_none().then_some(none);
+    none.into_iter()
+        .chain(options.into_iter().map(|(v, label)| Choice {
+            value: v.to_owned(),
+            label: label.to_owned(),
+            selected: v == chosen,
+        }))
+        .collect()
+}
+
+/// Whether `bound` only restates the type: `minimum: 0` on an unsigned integer, as schemars
+/// writes every `u8`…`u64` (`"format": "uint64"`). A person learns nothing from "At least 0"
+/// on an amount; a bound the schema's author set (`minimum: 1`) is shown.
+fn restates_the_type(schema: &Value, bound: &Value) -> bool {
+    let unsigned = schema
+        .get("format")
+        .and_then(Value::as_str)
+        .is_some_and(|format| format.starts_with("uint"));
+    unsigned && bound.as_f64() == Some(0.0) && schema.get("minimum") == Some(bound)
 }
 
 impl Form {

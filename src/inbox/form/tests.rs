@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use crate::contract::error::InputViolation;
 
 use super::*;
+use crate::inbox::prose::Segment;
 
 fn submitted(pairs: &[(&str, &str)]) -> Submitted {
     let pairs: Vec<(String, String)> = pairs
@@ -59,7 +60,7 @@ fn each_type_has_its_control() {
         .collect();
     let order = by_name["v/order_id"];
     assert_eq!(order.label, "Order");
-    assert_eq!(order.help.as_deref(), Some("The order."));
+    assert_eq!(order.help, Some(Prose::parse("The order.")));
     assert!(order.required);
     assert!(matches!(
         order.kind,
@@ -175,4 +176,145 @@ fn what_cannot_be_rendered_is_json() {
     assert_eq!(value, json!("yes"));
     let empty = read(&json!({"type": "object"}), &Submitted::default()).unwrap();
     assert_eq!(empty, json!({}));
+}
+
+/// The receipt of `issue_refund`, as schemars writes it: an unsigned amount (`minimum: 0`,
+/// `format: uint64`) and a one-value enum, with inline code in a description.
+fn receipt() -> Value {
+    json!({
+        "type": "object",
+        "required": ["amount_cents", "status", "refund_id"],
+        "properties": {
+            "refund_id": {"type": "string", "description": "The provider's `rf_…` reference."},
+            "amount_cents": {"type": "integer", "format": "uint64", "minimum": 0},
+            "fee_cents": {"type": "integer", "format": "uint64", "minimum": 5},
+            "offset": {"type": "integer", "format": "int64", "minimum": 0},
+            "status": {"$ref": "#/$defs/RefundStatus"},
+            "kind": {"type": "string", "enum": ["full"]}
+        },
+        "$defs": {"RefundStatus": {"oneOf": [
+            {"type": "string", "const": "issued", "description": "Paid back."}
+        ]}}
+    })
+}
+
+#[test]
+fn a_bound_shows_only_when_the_schema_sets_one() {
+    let form = render("complete", &receipt(), &Submitted::default(), &[]);
+    let bounds: HashMap<&str, Option<&str>> = controls(&form)
+        .into_iter()
+        .filter_map(|c| match &c.kind {
+            Kind::Number { min, .. } => Some((c.name.as_str(), min.as_deref())),
+            _ => None,
+        })
+        .collect();
+    // `minimum: 0` on a `uint64` only restates that the type is unsigned.
+    assert_eq!(bounds["v/amount_cents"], None);
+    assert_eq!(
+        bounds["v/fee_cents"],
+        Some("5"),
+        "a bound set by the author"
+    );
+    assert_eq!(
+        bounds["v/offset"],
+        Some("0"),
+        "0 on a signed type is a real bound"
+    );
+}
+
+#[test]
+fn a_required_choice_of_one_value_is_chosen_already() {
+    let form = render("complete", &receipt(), &Submitted::default(), &[]);
+    let options = |name: &str| -> Vec<(String, bool)> {
+        let control = controls(&form)
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap();
+        let Kind::Choice { options } = &control.kind else {
+            panic!("{name} is a choice");
+        };
+        options
+            .iter()
+            .map(|o| (o.label.clone(), o.selected))
+            .collect()
+    };
+    assert_eq!(options("v/status"), [("issued".to_owned(), true)]);
+    // Not required: it may still be left out.
+    assert_eq!(
+        options("v/kind"),
+        [("(none)".to_owned(), true), ("full".to_owned(), false)]
+    );
+    // Read back, the preselected value is the answer.
+    let answer = read(&receipt(), &submitted(&[("v/status", "0")])).unwrap();
+    assert_eq!(answer, json!({"status": "issued"}));
+}
+
+#[test]
+fn help_keeps_inline_code_apart_and_unescaped_for_the_template() {
+    let form = render("complete", &receipt(), &Submitted::default(), &[]);
+    let refund = controls(&form)
+        .into_iter()
+        .find(|c| c.name == "v/refund_id")
+        .unwrap();
+    let help = refund.help.clone().unwrap();
+    assert_eq!(
+        help.0,
+        [
+            Segment {
+                code: false,
+                text: "The provider's ".into()
+            },
+            Segment {
+                code: true,
+                text: "rf_…".into()
+            },
+            Segment {
+                code: false,
+                text: " reference.".into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_value_is_listed_with_its_schemas_labels_and_grouped_digits() {
+    let schema = json!({
+        "type": "object",
+        // In name order, so that the test holds with or without serde_json's
+        // `preserve_order`.
+        "properties": {
+            "amount_cents": {"type": "integer", "description": "How much to refund, in cents."},
+            "lines": {"type": "array", "items": {"$ref": "#/$defs/Line"}},
+            "order_id": {"type": "string", "title": "Order"}
+        },
+        "$defs": {"Line": {"type": "object", "properties": {"unitPrice": {"type": "number"}}}}
+    });
+    let value = json!({
+        "amount_cents": 1_999_900,
+        "order_id": "o-17",
+        "lines": [{"unitPrice": -12345.5}],
+        "extra": {"ok": true, "none": null}
+    });
+    let lines: Vec<(usize, String, Option<String>)> = show(&schema, &value)
+        .into_iter()
+        .map(|line| (line.depth, line.label, line.value))
+        .collect();
+    let line = |depth, label: &str, value: Option<&str>| {
+        (depth, label.to_owned(), value.map(str::to_owned))
+    };
+    assert_eq!(
+        lines,
+        [
+            line(0, "Amount cents", Some("1,999,900")),
+            line(0, "Lines", None),
+            line(1, "Item 1", None),
+            line(2, "Unit price", Some("-12,345.5")),
+            line(0, "Order", Some("o-17")),
+            line(0, "Extra", None),
+            line(1, "None", Some("(none)")),
+            line(1, "Ok", Some("Yes")),
+        ]
+    );
+    let help = show(&schema, &value)[0].help.clone();
+    assert_eq!(help, Some(Prose::parse("How much to refund, in cents.")));
 }

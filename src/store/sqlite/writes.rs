@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use super::backend;
 use super::reads::{find_call, load_call};
 use crate::store::record::{
-    Prepared, PreparedCall, event_json, events_json, expired_error, feed_type, json_text,
-    parse_json, rejected_details, rejected_error, settled_columns, to_json,
+    Prepared, PreparedCall, approved_details, event_json, events_json, expired_error, feed_type,
+    json_text, parse_json, rejected_details, rejected_error, settled_columns, to_json,
 };
 use crate::store::{
     CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
@@ -308,14 +308,15 @@ pub(super) fn resolve(
         return unresolved(conn, token, now);
     };
     match resolution {
-        Resolution::Approve { .. } => {
+        Resolution::Approve { resume_input } => {
             conn.prepare_cached(
                 "UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = ?2 \
                  WHERE call_id = ?1",
             )
             .and_then(|mut st| st.execute(params![call_id, now]))
             .map_err(backend)?;
-            append_event(conn, &call_id, now, "approved", actor, None)?;
+            let details = approved_details(&resume_input);
+            append_event(conn, &call_id, now, "approved", actor, Some(&details))?;
             append_event(conn, &call_id, now, "redispatched", None, None)?;
             Ok(Resolved::Approved(load_call(conn, &call_id, now)?))
         }

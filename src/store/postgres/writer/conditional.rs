@@ -13,8 +13,8 @@ use super::batch::FeedRows;
 use crate::store::postgres::pg_error;
 use crate::store::postgres::reads::{Conn, find_call, load_call};
 use crate::store::record::{
-    event_json, expired_error, json_text, parse_json, rejected_details, rejected_error,
-    settled_columns, to_json,
+    approved_details, event_json, expired_error, json_text, parse_json, rejected_details,
+    rejected_error, settled_columns, to_json,
 };
 use crate::store::{
     CallRecord, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
@@ -104,10 +104,11 @@ pub(super) async fn resolve(
         return unresolved(c, token, feed, now).await;
     };
     match resolution {
-        Resolution::Approve { .. } => {
+        Resolution::Approve { resume_input } => {
+            let details = approved_details(resume_input);
             let events = format!(
                 "[{},{}]",
-                event_json::<Value>(now, "approved", actor, None),
+                event_json(now, "approved", actor, Some(&details)),
                 event_json::<Value>(now, "redispatched", None, None)
             );
             c.execute(

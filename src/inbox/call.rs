@@ -1,0 +1,428 @@
+//! One call's page: its approval while it waits for a person (what is asked, what approving
+//! does, the input as a readable list), the confirmation step of approving a `write`, its
+//! settlement while it needs reconciliation, the banner after a decision with the way on to
+//! the next approval, and always its history in sentences.
+
+use askama::Template;
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::form::{self, Form, Kind, Line, Node, Submitted};
+use super::history::{HistoryRow, history};
+use super::prose::Prose;
+use super::session::{Signed, Visit};
+use super::views::{Answer, Expiry, Moment, Nav, PageError, ago};
+use crate::Effect;
+use crate::contract::error::InputViolation;
+use crate::store::{CallRecord, CallStatus, Timestamp};
+
+/// What was just decided on a call's page: the `?done=` of the page a decision redirects to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Done {
+    /// Approved (the tool ran again).
+    Approved,
+    /// Rejected.
+    Rejected,
+    /// Completed externally.
+    Completed,
+    /// Settled after it needed reconciliation.
+    Settled,
+}
+
+impl Done {
+    /// The flag in the page's URL.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Done::Approved => "approved",
+            Done::Rejected => "rejected",
+            Done::Completed => "completed",
+            Done::Settled => "settled",
+        }
+    }
+
+    /// The event that records this decision.
+    fn event(self) -> &'static str {
+        match self {
+            Done::Approved => "approved",
+            Done::Rejected => "rejected",
+            Done::Completed => "completed_externally",
+            Done::Settled => "reconciled",
+        }
+    }
+}
+
+/// The query of a call's page.
+#[derive(Deserialize, Default)]
+pub(crate) struct CallQuery {
+    done: Option<Done>,
+}
+
+/// `GET /inbox/calls/{call_id}`: one call; after a decision (`?done=`), with a banner saying
+/// what it did and a link to the next pending approval.
+pub(crate) async fn call(
+    visit: Visit,
+    Path(call_id): Path<String>,
+    Query(query): Query<CallQuery>,
+) -> Answer {
+    let Some(signed) = visit.signed().await? else {
+        return Ok(visit.home());
+    };
+    let call = visit
+        .dispatcher()
+        .store()
+        .call(&call_id)
+        .await?
+        .ok_or(PageError::UnknownCall(call_id))?;
+    let banner = match query.done {
+        Some(done) => banner(&visit, &call, done).await?,
+        None => None,
+    };
+    let typed = Typed {
+        banner,
+        ..Typed::default()
+    };
+    Ok(call_page(&visit, &signed, &call, typed, StatusCode::OK))
+}
+
+/// The banner after `done` on `call`, with the way on; none when the call's history does not
+/// record that decision last (a link followed from elsewhere, say), so a banner never claims
+/// what did not happen.
+async fn banner(visit: &Visit, call: &CallRecord, done: Done) -> Result<Option<Banner>, PageError> {
+    let last = call.events.iter().rev().find(|event| {
+        matches!(
+            event.kind.as_str(),
+            "approved" | "rejected" | "completed_externally" | "reconciled"
+        )
+    });
+    if last.is_none_or(|event| event.kind != done.event()) {
+        return Ok(None);
+    }
+    let tool = &call.tool;
+    let text = match (done, call.status) {
+        (Done::Approved, CallStatus::Completed) => format!("Approved. {tool} ran and completed."),
+        (Done::Approved, CallStatus::Failed) => {
+            format!("Approved. {tool} ran and failed: the history below says why.")
+        }
+        (Done::Approved, CallStatus::Suspended) => {
+            format!("Approved. {tool} ran and asks again: see what is asked below.")
+        }
+        (Done::Approved, CallStatus::NeedsReconciliation) => format!(
+            "Approved. {tool} ran, but whether its effect happened is not known: settle it below."
+        ),
+        (Done::Approved, CallStatus::Running) => format!("Approved. {tool} is running."),
+        (Done::Approved, status) => format!("Approved. The call is {} now.", words(status)),
+        (Done::Rejected, _) => format!("Rejected. {tool} did not run; the caller reads why."),
+        (Done::Completed, _) => {
+            format!("Completed externally. The receipt is the call's output; {tool} did not run.")
+        }
+        (Done::Settled, CallStatus::Completed) => "Settled as done.".to_owned(),
+        (Done::Settled, _) => "Settled as not done.".to_owned(),
+    };
+    // The oldest approval waiting, other than this call (which may ask again).
+    let waiting = visit
+        .dispatcher()
+        .store()
+        .pending_approvals_of(None, None, 2)
+        .await?;
+    let next = waiting
+        .approvals
+        .into_iter()
+        .find(|approval| approval.call_id != call.call_id)
+        .map(|approval| Next {
+            call_id: approval.call_id,
+            tool: approval.tool,
+            reason: approval.reason,
+        });
+    Ok(Some(Banner { text, next }))
+}
+
+/// A status in words: `needs_reconciliation` is "needs reconciliation".
+fn words(status: CallStatus) -> String {
+    status.as_str().replace('_', " ")
+}
+
+/// The line at the top of a call's page after a decision.
+pub(crate) struct Banner {
+    /// What the decision did.
+    text: String,
+    /// The oldest approval still waiting; none left, the page links back to the queue.
+    next: Option<Next>,
+}
+
+/// The next approval to decide, as the banner links to it.
+pub(crate) struct Next {
+    call_id: String,
+    tool: String,
+    reason: String,
+}
+
+/// What a person typed into one of a page's forms and why it was refused, kept when the page
+/// is shown again.
+#[derive(Default)]
+pub(crate) struct Typed {
+    /// The approval's answer.
+    pub(crate) approve: Option<(Submitted, Vec<InputViolation>)>,
+    /// An approval's answer to confirm: the form's pairs, carried in hidden fields, and the
+    /// answer read from them.
+    pub(crate) confirm: Option<(Vec<(String, String)>, Value)>,
+    /// The rejection's reason, and what is wrong with it.
+    pub(crate) reject: Option<(String, String)>,
+    /// The external completion's output.
+    pub(crate) complete: Option<(Submitted, Vec<InputViolation>)>,
+    /// A settlement's output.
+    pub(crate) settle: Option<(Submitted, Vec<InputViolation>)>,
+    /// A settlement's error, and what is wrong with it.
+    pub(crate) settle_error: Option<(String, String)>,
+    /// A line at the top of the page: the call was decided meanwhile, say.
+    pub(crate) notice: Option<String>,
+    /// What a decision just did.
+    pub(crate) banner: Option<Banner>,
+}
+
+impl Typed {
+    /// An approval's answer shown again, with what is wrong with it.
+    pub(crate) fn approving(typed: (Submitted, Vec<InputViolation>)) -> Typed {
+        Typed {
+            approve: Some(typed),
+            ..Typed::default()
+        }
+    }
+
+    /// An approval's answer `answer`, read from the form's `pairs`, to confirm.
+    pub(crate) fn confirming(pairs: Vec<(String, String)>, answer: Value) -> Typed {
+        Typed {
+            confirm: Some((pairs, answer)),
+            ..Typed::default()
+        }
+    }
+
+    /// An external completion's output shown again, with what is wrong with it.
+    pub(crate) fn completing(typed: (Submitted, Vec<InputViolation>)) -> Typed {
+        Typed {
+            complete: Some(typed),
+            ..Typed::default()
+        }
+    }
+
+    /// A settlement's output shown again, with what is wrong with it.
+    pub(crate) fn settling(typed: (Submitted, Vec<InputViolation>)) -> Typed {
+        Typed {
+            settle: Some(typed),
+            ..Typed::default()
+        }
+    }
+}
+
+/// A value as the page shows it: a readable list, with its JSON one click away.
+pub(crate) struct Shown {
+    lines: Vec<Line>,
+    json: String,
+}
+
+impl Shown {
+    fn of(schema: &Value, value: &Value) -> Shown {
+        Shown {
+            lines: form::show(schema, value),
+            json: serde_json::to_string_pretty(value).unwrap_or_default(),
+        }
+    }
+}
+
+/// A pending suspension as the page shows it.
+pub(crate) struct Pending {
+    reason: String,
+    asked: String,
+    asked_at: Moment,
+    expiry: Expiry,
+}
+
+/// The confirmation step of approving a `write`.
+pub(crate) struct Confirm {
+    /// The answer, as a readable list.
+    answer: Vec<Line>,
+    /// The answer form's pairs, sent again with the confirmation.
+    hidden: Vec<(String, String)>,
+}
+
+/// A text field and its refusal.
+pub(crate) struct TextField {
+    value: String,
+    error: Option<String>,
+}
+
+#[derive(Template)]
+#[template(path = "call.html")]
+struct CallPage {
+    base: String,
+    nav: Option<Nav>,
+    title: String,
+    csrf: String,
+    call_id: String,
+    tool: String,
+    status: &'static str,
+    effect: &'static str,
+    is_write: bool,
+    /// What approving does beyond running the tool: its effect, in a sentence.
+    consequence: &'static str,
+    caller: String,
+    created: Moment,
+    created_ago: String,
+    description: Option<Prose>,
+    input: Shown,
+    output: Option<Shown>,
+    error: Option<String>,
+    pending: Option<Pending>,
+    approve: Option<Form>,
+    confirm: Option<Confirm>,
+    reject: TextField,
+    complete: Option<Form>,
+    /// Whether the external completion is shown open: when it was just refused.
+    complete_open: bool,
+    settle: Option<Form>,
+    settle_error: TextField,
+    history: Vec<HistoryRow>,
+    notice: Option<String>,
+    banner: Option<Banner>,
+}
+
+/// What approving a tool with `effect` does to the world, in a sentence.
+fn consequence(effect: Effect) -> &'static str {
+    match effect {
+        Effect::Write => {
+            "This is a write: it changes something outside toolgate, and toolgate does not undo \
+             it."
+        }
+        Effect::Idempotent => {
+            "It is idempotent: it changes something outside toolgate, but running it again with \
+             the same key changes nothing more."
+        }
+        Effect::Read => "It only reads: nothing outside toolgate changes.",
+    }
+}
+
+/// What happened, in words.
+fn event_label(kind: &str) -> String {
+    match kind {
+        "approved" => "Approved".into(),
+        "rejected" => "Rejected".into(),
+        "completed_externally" => "Completed externally".into(),
+        "reconciled" => "Settled".into(),
+        "expired" => "Expired".into(),
+        other => other.replace('_', " "),
+    }
+}
+
+/// Who decided the call, and what, for a page that arrives too late to decide it.
+pub(crate) fn decided(call: &CallRecord) -> String {
+    let now = Timestamp::now();
+    let decision = call.events.iter().rev().find(|event| {
+        matches!(
+            event.kind.as_str(),
+            "approved" | "rejected" | "completed_externally" | "expired" | "reconciled"
+        )
+    });
+    match decision {
+        Some(event) => format!(
+            "This call was already decided: {} by {}, {}. It is {} now.",
+            event_label(&event.kind).to_lowercase(),
+            event.actor.as_deref().unwrap_or("someone with auth off"),
+            ago(event.at, now),
+            words(call.status)
+        ),
+        None => format!(
+            "This call no longer waits for a person: it is {}.",
+            words(call.status)
+        ),
+    }
+}
+
+/// The page of `call`, with what was typed into its forms.
+pub(crate) fn call_page(
+    visit: &Visit,
+    signed: &Signed,
+    call: &CallRecord,
+    typed: Typed,
+    status: StatusCode,
+) -> Response {
+    let tools = visit.dispatcher().tools();
+    let tool = tools.get(&call.tool);
+    let output_schema = tool.and_then(|tool| tool.output_schema());
+    // A tool no longer served: its values are listed by their names alone.
+    let any = Value::Bool(true);
+    let input_schema = tool.map_or(&any, |tool| tool.input_schema());
+    let now = Timestamp::now();
+    let suspension = call
+        .suspension
+        .as_ref()
+        .filter(|_| call.status == CallStatus::Suspended);
+    let form_of = |id, schema: &Value, typed: Option<(Submitted, Vec<InputViolation>)>| {
+        let (submitted, violations) = typed.unwrap_or_default();
+        form::render(id, schema, &submitted, &violations)
+    };
+    let text = |typed: Option<(String, String)>| match typed {
+        Some((value, error)) => TextField {
+            value,
+            error: Some(error),
+        },
+        None => TextField {
+            value: String::new(),
+            error: None,
+        },
+    };
+    let settling = matches!(
+        call.status,
+        CallStatus::NeedsReconciliation | CallStatus::Interrupted
+    );
+    let confirm = suspension
+        .zip(typed.confirm)
+        .map(|(s, (hidden, answer))| Confirm {
+            answer: form::show(&s.input_schema, &answer),
+            hidden,
+        });
+    let complete_open = typed.complete.is_some();
+    let view = CallPage {
+        base: visit.base.0.clone(),
+        nav: Some(signed.nav()),
+        title: format!("{} · {}", call.tool, call.call_id),
+        csrf: signed.csrf.clone(),
+        call_id: call.call_id.clone(),
+        tool: call.tool.clone(),
+        status: call.status.as_str(),
+        effect: call.effect.as_str(),
+        is_write: call.effect == Effect::Write,
+        consequence: consequence(call.effect),
+        caller: call.caller.clone().unwrap_or_else(|| "(auth off)".into()),
+        created: Moment::of(call.created_at, now),
+        created_ago: ago(call.created_at, now),
+        description: tool.map(|tool| Prose::parse(tool.description())),
+        input: Shown::of(input_schema, &call.input),
+        output: call
+            .output
+            .as_ref()
+            .map(|output| Shown::of(output_schema.unwrap_or(&any), output)),
+        error: call.error.as_ref().map(|error| error.message.clone()),
+        pending: suspension.map(|s| Pending {
+            reason: s.reason.clone(),
+            asked: ago(s.created_at, now),
+            asked_at: Moment::of(s.created_at, now),
+            expiry: Expiry::of(s.expires_at, now),
+        }),
+        approve: suspension.map(|s| form_of("approve", &s.input_schema, typed.approve)),
+        confirm,
+        reject: text(typed.reject),
+        complete: suspension
+            .and(output_schema)
+            .map(|schema| form_of("complete", schema, typed.complete)),
+        complete_open,
+        settle: settling.then(|| form_of("settle", output_schema.unwrap_or(&any), typed.settle)),
+        settle_error: text(typed.settle_error),
+        history: history(&call.events, now),
+        notice: typed.notice,
+        banner: typed.banner,
+    };
+    signed.show(status, &view)
+}
