@@ -126,23 +126,21 @@ impl Shell {
             if let Some(at) = find(&stdout, DONE.as_bytes()) {
                 break at;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stdout.recv_timeout(left) {
+            // The jobs a block started keep the shell's stdout open after it ends, so the end
+            // of the shell is looked for, not only the end of its output.
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let what = format!("the shell ended ({status}): a command failed");
+                return Err(self.failure(&stdout, errors_before, &what));
+            }
+            if Instant::now() > deadline {
+                let what = format!("still running after {limit:?}");
+                return Err(self.failure(&stdout, errors_before, &what));
+            }
+            match self.stdout.recv_timeout(Duration::from_millis(200)) {
                 Ok(bytes) => stdout.extend(bytes),
-                Err(RecvTimeoutError::Timeout) => {
-                    return Err(self.failure(
-                        &stdout,
-                        errors_before,
-                        &format!("still running after {limit:?}"),
-                    ));
-                }
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    let status = self.child.wait().ok();
-                    return Err(self.failure(
-                        &stdout,
-                        errors_before,
-                        &format!("the shell ended ({status:?}): a command failed"),
-                    ));
+                    std::thread::sleep(Duration::from_millis(200))
                 }
             }
         };
