@@ -19,6 +19,7 @@ use crate::dispatch::{DEFAULT_MAX_JSON_DEPTH, DispatchConfig, Dispatcher, Runnin
 use crate::http::auth::{Access, ApiKey, Keys};
 use crate::http::error::ApiError;
 use crate::http::gate::Gates;
+use crate::http::hosts::AllowedHosts;
 use crate::http::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT};
 use crate::store::{Store, Timestamp};
 
@@ -43,6 +44,8 @@ pub struct ServerBuilder {
     max_body_bytes: usize,
     max_json_depth: usize,
     max_in_flight: usize,
+    body_timeout: Duration,
+    allowed_hosts: Vec<String>,
     keys: Vec<ApiKey>,
     dispatch: DispatchConfig,
     webhooks: crate::feed::webhooks::Webhooks,
@@ -67,6 +70,8 @@ impl ServerBuilder {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_json_depth: DEFAULT_MAX_JSON_DEPTH,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            body_timeout: crate::http::body::DEFAULT_BODY_TIMEOUT,
+            allowed_hosts: crate::mcp::McpOptions::default().allowed_hosts,
             keys: Vec::new(),
             dispatch: DispatchConfig::default(),
             webhooks: crate::feed::webhooks::Webhooks::none(),
@@ -93,6 +98,23 @@ impl ServerBuilder {
     /// The most requests handled at once; more get `503 overloaded` at once instead of a queue.
     pub fn max_in_flight(mut self, requests: usize) -> Self {
         self.max_in_flight = requests.max(1);
+        self
+    }
+
+    /// How long a request body may take to arrive (default 30 s); past it, `408
+    /// request_timeout` and the connection is closed. A body is read whole before its request
+    /// takes a slot of `max_in_flight`.
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The `Host` values every route accepts (names or addresses; without a port, any port),
+    /// against DNS rebinding; a request whose `Origin` names another host is refused too. By
+    /// default, loopback names only (`localhost`, `127.0.0.1`, `::1`): a server reached under
+    /// another name must list it. [`McpOptions`](crate::mcp::McpOptions)' hosts are added.
+    pub fn allowed_hosts(mut self, hosts: Vec<String>) -> Self {
+        self.allowed_hosts = hosts;
         self
     }
 
@@ -185,17 +207,28 @@ impl ServerBuilder {
 
         // The doors, side by side over one set of gates.
         let auth = !self.keys.is_empty();
+        let mut hosts = self.allowed_hosts;
+        for host in &self.mcp.allowed_hosts {
+            if !hosts.contains(host) {
+                hosts.push(host.clone());
+            }
+        }
+        // `/mcp`'s SDK checks the same list again, as a backstop.
+        let mut mcp_options = self.mcp;
+        mcp_options.allowed_hosts = hosts.clone();
         let gates = Gates::new(
+            AllowedHosts::new(&hosts),
             Arc::new(Keys::new(self.keys)),
             self.max_in_flight,
             self.max_body_bytes,
+            self.body_timeout,
         );
         let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth);
-        if self.mcp.enabled {
+        if mcp_options.enabled {
             // The same gate as the tools (a caller may list and call; held requests of
             // `toolgate_await_call` give their slot back while they wait).
             let door = crate::mcp::Door::new(dispatcher.clone());
-            let mcp = crate::mcp::route(door, &self.mcp, self.max_body_bytes);
+            let mcp = crate::mcp::route(door, &mcp_options, self.max_body_bytes);
             router = router.route("/mcp", mcp.layer(gates.holding(Access::Tools)));
         }
         if self.inbox.enabled {

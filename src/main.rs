@@ -172,14 +172,12 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
             "auth is off: no [[auth.keys]] configured, every request acts as admin"
         );
     }
-    if config.mcp.enabled
-        && config.bind.ip().is_unspecified()
-        && config.mcp.allowed_hosts.is_empty()
-    {
+    let allowed_hosts = config.allowed_hosts();
+    if config.bind.ip().is_unspecified() && allowed_hosts.len() <= 1 {
         tracing::warn!(
             bind = %config.bind,
-            "/mcp accepts no Host name yet: list the names clients reach this server by in \
-             [mcp] allowed_hosts"
+            "no Host name is accepted yet (against DNS rebinding): list the names clients reach \
+             this server by in [server] allowed_hosts"
         );
     }
     std::fs::create_dir_all(&config.data_dir).map_err(|e| {
@@ -215,6 +213,8 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .max_body_bytes(config.max_body_bytes)
         .max_json_depth(config.max_json_depth)
         .max_in_flight(config.max_in_flight)
+        .body_timeout(config.server.body_timeout())
+        .allowed_hosts(allowed_hosts)
         .api_keys(keys)
         .dispatch_config(config.dispatch_config())
         .webhooks(webhooks)
@@ -238,19 +238,20 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     if config.inbox.enabled {
         tracing::info!("the approval inbox is at http://{addr}/inbox");
     }
-    // With each connection's address: the inbox limits sign-in attempts per client address.
-    let service = serving
-        .router
-        .clone()
-        .into_make_service_with_connect_info::<SocketAddr>();
+    // Each request carries its connection's address: the inbox limits sign-in attempts per
+    // client address.
     let running = serving.running().clone();
-    axum::serve(listener, service)
-        .with_graceful_shutdown(async move {
+    toolgate::http::connections::serve(
+        listener,
+        serving.router.clone(),
+        config.server.connection_limits(),
+        async move {
             shutdown_signal().await;
             // Requests held for a change (`?wait=`) are answered now, with the state as it is.
             running.release_held();
-        })
-        .await?;
+        },
+    )
+    .await;
     serving.drain().await;
     tracing::info!("toolgate stopped");
     Ok(())

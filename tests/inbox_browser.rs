@@ -207,3 +207,59 @@ async fn the_browser_stays_signed_in_across_a_restart(backend: Backend) {
 on_each_backend! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn the_browser_stays_signed_in_across_a_restart;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_on_a_foreign_name_can_neither_read_nor_change_anything() {
+    // Auth off, as the quick start runs: only the Host and Origin check stands in the way.
+    let at = Location::new(Backend::Sqlite).await;
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), at.data_dir()).unwrap();
+    let server = TestServer::start(tools, &at).await;
+    let port = server.api.addr().port().to_string();
+    let node_dir = repo_root().join(".ci/node");
+    let script =
+        std::fs::read_to_string(repo_root().join("tests/inbox_browser/rebinding.mjs")).unwrap();
+    let mut command = Command::new("node");
+    command
+        .current_dir(&node_dir)
+        .args(["--input-type=module", "-e", &script])
+        .env("REBIND_PORT", &port);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .expect("node runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the browser script failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no summary ({e}): {stdout}"));
+    for door in [
+        "inbox_navigation",
+        "list_tools",
+        "call_echo",
+        "send_email",
+        "list_approvals",
+        "list_calls",
+        "openapi",
+        "inbox",
+        "sign_in",
+        "mcp",
+    ] {
+        assert_eq!(seen[door], 403, "{door} from the foreign name: {seen}");
+    }
+    assert_eq!(seen["events"], "failed", "{seen}");
+    assert_eq!(seen["own_inbox_navigation"], 200, "the control: {seen}");
+    // Nothing was called, by the same-origin attempts or the cross-origin one (whose answer
+    // the page could not read anyway).
+    let (status, calls) = server.api.get("/calls").await;
+    assert_eq!(status, 200);
+    assert_eq!(calls["calls"], serde_json::json!([]), "{calls}");
+    assert!(
+        common::outbox(&at).is_empty(),
+        "no email was sent from the foreign page"
+    );
+    server.stop().await;
+}

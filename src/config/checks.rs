@@ -64,6 +64,16 @@ impl Config {
             ("max_in_flight", self.max_in_flight),
             ("max_json_depth", self.max_json_depth),
             ("max_body_bytes", self.max_body_bytes),
+            ("server.max_connections", self.server.max_connections),
+        ] {
+            if value == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        for (key, value) in [
+            ("server.header_timeout_ms", self.server.header_timeout_ms),
+            ("server.body_timeout_ms", self.server.body_timeout_ms),
+            ("server.idle_timeout_ms", self.server.idle_timeout_ms),
         ] {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));

@@ -34,6 +34,7 @@ use crate::upstream::config::UpstreamConfig;
 pub use crate::dispatch::config::{RetryConfig, ToolConfig, ToolOverride};
 pub use crate::examples::config::ExamplesConfig;
 pub use crate::feed::webhooks::config::{WebhookConfig, WebhookDeliveryConfig};
+pub use crate::http::config::ServerConfig;
 pub use crate::inbox::config::InboxConfig;
 pub use crate::mcp::config::McpConfig;
 pub use crate::store::config::StoreConfig;
@@ -62,6 +63,9 @@ pub struct Config {
     pub max_json_depth: usize,
     /// The most requests handled at once; more get `503 overloaded`.
     pub max_in_flight: usize,
+    /// `[server]`: deadlines of request heads, bodies and idle connections, and the most
+    /// connections open at once.
+    pub server: ServerConfig,
     /// Retries of live failures of read and idempotent tools (writes never retry).
     pub retry: RetryConfig,
     /// Settings of every tool not named under `[tools]`.
@@ -97,6 +101,7 @@ impl Default for Config {
             max_body_bytes: crate::http::DEFAULT_MAX_BODY_BYTES,
             max_json_depth: crate::dispatch::DEFAULT_MAX_JSON_DEPTH,
             max_in_flight: crate::http::DEFAULT_MAX_IN_FLIGHT,
+            server: ServerConfig::default(),
             retry: RetryConfig::default(),
             tool_defaults: ToolConfig::default(),
             tools: BTreeMap::new(),
@@ -302,6 +307,22 @@ impl Config {
             checking,
         )
         .map_err(ConfigError::from)
+    }
+
+    /// The `Host` values every route accepts: the bound address (and `localhost` on a loopback
+    /// one), `[server] allowed_hosts` and `[mcp] allowed_hosts`.
+    pub fn allowed_hosts(&self) -> Vec<String> {
+        let listed: Vec<String> = self
+            .server
+            .allowed_hosts
+            .iter()
+            .chain(&self.mcp.allowed_hosts)
+            .cloned()
+            .collect();
+        let mut hosts = crate::mcp::McpOptions::hosts_for(self.bind.ip(), &listed);
+        let mut seen = std::collections::HashSet::new();
+        hosts.retain(|host| seen.insert(host.clone()));
+        hosts
     }
 
     /// Timeouts, concurrency limits, approval TTLs and retries, as the dispatcher takes them.

@@ -22,10 +22,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use super::hold::HeldSlot;
+use super::hosts::AllowedHosts;
 use super::layer::{PolicyLayer, RoutePolicy};
 pub use crate::dispatch::who::{Principal, Role};
-use crate::slots::{Slot, Slots};
 
 /// One API key: a name (recorded as the actor of what it does), a role, and its token's hash.
 #[derive(Clone)]
@@ -129,27 +128,22 @@ fn permits(role: Role, access: Access) -> bool {
     }
 }
 
-/// What a gated route checks: the keys, the server's request limit, and the route's access.
+/// What a gated route checks: the `Host` and `Origin`, the keys, and the route's access.
 pub(crate) struct Gate {
+    pub(crate) hosts: Arc<AllowedHosts>,
     pub(crate) keys: Arc<Keys>,
-    pub(crate) in_flight: Arc<Slots>,
     pub(crate) access: Access,
-    /// Whether the route's requests are held (a stream): they share their slot with the
-    /// handler, which gives it back, as a `?wait=` request does.
-    pub(crate) holds: bool,
 }
 
 impl Gate {
-    /// Load shedding (past `max_in_flight`, `503 overloaded` at once), authentication of the
-    /// bearer token, and the role check. Admitted, the request carries a [`Principal`] for the
-    /// handler, and the returned slot is held until the answer is ready.
-    fn admit(&self, request: &mut Request) -> Result<Slot, ApiError> {
-        let slot = self
-            .in_flight
-            .try_take()
-            .ok_or_else(|| ApiError::Overloaded("The server".into()))?;
+    /// The DNS-rebinding check (on every door, the inbox included: see [`super::hosts`]),
+    /// authentication of the bearer token, and the role check: admitted, the request carries a
+    /// [`Principal`] for the handler. Nothing is read but the head, and nothing is held: a
+    /// request refused here never takes a slot of `max_in_flight` (see [`super::shed`]).
+    fn admit(&self, request: &mut Request) -> Result<(), ApiError> {
+        self.hosts.check(request.uri(), request.headers())?;
         if self.access == Access::Inbox {
-            return Ok(slot);
+            return Ok(());
         }
         let principal = if self.keys.enabled() {
             let token = request
@@ -174,7 +168,7 @@ impl Gate {
             return Err(ApiError::Forbidden);
         }
         request.extensions_mut().insert(principal);
-        Ok(slot)
+        Ok(())
     }
 }
 
@@ -183,35 +177,14 @@ impl Gate {
 /// route per request.
 pub(crate) type GateLayer = PolicyLayer<Gate>;
 
-/// What an admitted request holds of the server's request limit until it is answered.
-pub(crate) enum Admitted {
-    /// Its own slot, given back with the answer.
-    Slot(Slot),
-    /// A slot shared with the handler (a request that may be held), which gives it back when it
-    /// starts waiting; released with the answer if it never did.
-    Held(HeldSlot),
-}
-
 impl RoutePolicy for Gate {
-    type Kept = Admitted;
+    type Kept = ();
 
-    fn before(self: &Arc<Self>, request: &mut Request) -> Result<Admitted, Response> {
-        let slot = self.admit(request).map_err(IntoResponse::into_response)?;
-        if self.holds || super::hold::asks_to_wait(request.uri().query()) {
-            let held = HeldSlot::new(slot);
-            request.extensions_mut().insert(held.clone());
-            Ok(Admitted::Held(held))
-        } else {
-            Ok(Admitted::Slot(slot))
-        }
+    fn before(self: &Arc<Self>, request: &mut Request) -> Result<(), Response> {
+        self.admit(request).map_err(IntoResponse::into_response)
     }
 
-    fn after(kept: Admitted, _: &Response) {
-        match kept {
-            Admitted::Slot(slot) => drop(slot),
-            Admitted::Held(held) => held.release(),
-        }
-    }
+    fn after((): (), _: &Response) {}
 }
 
 #[cfg(test)]

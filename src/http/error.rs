@@ -45,6 +45,8 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     /// The body is larger than the configured limit.
     PayloadTooLarge(String),
+    /// The body did not arrive within `body_timeout_ms`; the connection is closed.
+    RequestTimeout,
     /// No route has this path.
     RouteNotFound,
     /// The route exists but not with this method.
@@ -70,9 +72,10 @@ pub enum ApiError {
     Unauthorized,
     /// The key's role may not use this route.
     Forbidden,
-    /// `/mcp` does not accept this `Host` (the host name, as compared), against DNS rebinding.
+    /// The server does not accept this `Host` (the host name, as compared), against DNS
+    /// rebinding.
     HostNotAllowed(String),
-    /// `/mcp` does not accept this `Origin` (as sent), against DNS rebinding.
+    /// The server does not accept this `Origin` (as sent), against DNS rebinding.
     OriginNotAllowed(String),
     /// The server or the tool is at its concurrency limit.
     Overloaded(String),
@@ -128,6 +131,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::RouteNotFound
             | ApiError::UnknownTool(_)
             | ApiError::UnknownCall(_)
@@ -166,6 +170,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::PayloadTooLarge(_) => "payload_too_large",
+            ApiError::RequestTimeout => "request_timeout",
             ApiError::RouteNotFound => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::UnknownTool(_) => "unknown_tool",
@@ -203,6 +208,10 @@ impl ApiError {
             ApiError::BadRequest(m)
             | ApiError::UnsupportedMediaType(m)
             | ApiError::PayloadTooLarge(m) => (m.clone(), None),
+            ApiError::RequestTimeout => (
+                "The request body did not arrive in time; the connection is closed.".into(),
+                None,
+            ),
             ApiError::RouteNotFound => ("No route matches this path.".into(), None),
             ApiError::MethodNotAllowed => ("This route does not accept this method.".into(), None),
             ApiError::UnknownTool(name) => (
@@ -238,16 +247,16 @@ impl ApiError {
             ApiError::Forbidden => ("This API key's role may not use this route.".into(), None),
             ApiError::HostNotAllowed(host) => (
                 format!(
-                    "Host `{host}` is not allowed on /mcp (a defence against DNS rebinding): if \
-                     clients reach this server by that name, list it in [mcp] allowed_hosts."
+                    "Host `{host}` is not allowed (a defence against DNS rebinding): if clients \
+                     reach this server by that name, list it in [server] allowed_hosts."
                 ),
                 Some(json!({ "host": host })),
             ),
             ApiError::OriginNotAllowed(origin) => (
                 format!(
-                    "Origin `{origin}` is not allowed on /mcp (a defence against DNS rebinding): \
-                     a browser page may call it only from an http or https origin whose host is \
-                     listed in [mcp] allowed_hosts."
+                    "Origin `{origin}` is not allowed (a defence against DNS rebinding): a \
+                     browser page may use this server only from an http or https origin whose \
+                     host is listed in [server] allowed_hosts."
                 ),
                 Some(json!({ "origin": origin })),
             ),
@@ -364,6 +373,10 @@ impl IntoResponse for ApiError {
             }
             ApiError::UpstreamUnavailable { retry_after, .. } => {
                 headers.insert(header::RETRY_AFTER, retry_after_value(retry_after));
+            }
+            // The rest of the body may still be on its way: the connection cannot be read on.
+            ApiError::RequestTimeout => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }

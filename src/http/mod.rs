@@ -1,22 +1,28 @@
 //! What every HTTP door shares, and no handlers: who asks ([`auth`]: keys, roles, the gate on
-//! each route), the one error envelope ([`error`]), the extractors that answer in it
+//! each route, its first check the `Host` against DNS rebinding, `hosts`), the one error envelope ([`error`]), the extractors that answer in it
 //! ([`extract`]), the `Idempotency-Key` header ([`idempotency`]), the `?wait=` side of a held
 //! request ([`hold`]), the change feed as Server-Sent Events ([`sse`]), and the count of
-//! requests by route (`requests`); the gate and the count are policies on one tower layer
-//! (`layer`).
+//! requests by route (`requests`); the gate, the shedding (`shed`) and the count are policies
+//! on one tower layer (`layer`), with each body read before the shedding (`body`). Under the
+//! router, the connections themselves: their deadlines and their number ([`connections`]).
 //!
 //! The doors (`crate::rest`, `crate::mcp`, `crate::inbox`) stand on this floor side by side;
 //! nothing here knows any of them, and the rules about calls are the lifecycle's
 //! (`crate::dispatch`), not this module's.
 
 pub mod auth;
+pub mod body;
+pub mod config;
+pub mod connections;
 pub mod error;
 pub mod extract;
 pub(crate) mod gate;
 pub mod hold;
+pub(crate) mod hosts;
 pub mod idempotency;
 pub(crate) mod layer;
 pub(crate) mod requests;
+pub(crate) mod shed;
 pub mod sse;
 
 /// The default largest request body, in bytes (1 MiB).

@@ -46,6 +46,7 @@ use axum::routing::{get, post};
 use crate::dispatch::Dispatcher;
 use crate::http::auth::{Access, Keys};
 use crate::http::gate::Gates;
+use crate::slots::Slots;
 
 /// How long a sign-in lasts by default: 12 hours.
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(43_200);
@@ -82,6 +83,8 @@ pub(crate) struct Inbox {
     options: InboxOptions,
     keys: Arc<Keys>,
     limiter: limit::Limiter,
+    /// The server's `max_in_flight`: a request takes its slot once its session checks out.
+    in_flight: Arc<Slots>,
 }
 
 impl std::ops::Deref for InboxState {
@@ -92,15 +95,17 @@ impl std::ops::Deref for InboxState {
     }
 }
 
-/// The inbox's routes, over `dispatcher`. Their gate sheds load and counts requests but checks
-/// no bearer token: each page checks the session cookie itself (a browser sends no bearer
-/// token) and answers HTML.
+/// The inbox's routes, over `dispatcher`. Their gate counts requests and reads bodies within
+/// their time, but checks no bearer token and takes no slot of `max_in_flight`: each page
+/// checks the session cookie itself (a browser sends no bearer token), takes its slot once the
+/// session checks out, and answers HTML.
 pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gates) -> Router {
     let state = InboxState(Arc::new(Inbox {
         dispatcher,
         options,
         keys: gates.keys().clone(),
         limiter: limit::Limiter::default(),
+        in_flight: gates.in_flight().clone(),
     }));
     Router::new()
         .route("/inbox", get(pages::queue))

@@ -5,6 +5,7 @@ use askama::Template;
 use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use futures_util::StreamExt;
 use serde::Deserialize;
 
 use super::session::{Visit, sign_in_page};
@@ -180,7 +181,10 @@ pub(crate) async fn events(visit: Visit) -> Answer {
         ..Audience::default()
     };
     let released = visit.dispatcher().running().released();
-    let stream = sse(follow(store.clone(), cursor, released, audience));
+    let ended = signed.ended(store.clone());
+    // A stream holds no slot of `max_in_flight` (it is held, not handled).
+    drop(signed);
+    let stream = sse(follow(store.clone(), cursor, released, audience).take_until(ended));
     let mut response = stream.into_response();
     secure(response.headers_mut());
     Ok(response)

@@ -15,6 +15,7 @@
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use askama::Template;
 use axum::Form;
@@ -29,7 +30,8 @@ use super::InboxState;
 use super::views::{Answer, Base, Nav, PageError, page, see_other};
 use crate::dispatch::Dispatcher;
 use crate::http::auth::{ApiKey, Principal, Role};
-use crate::store::{InboxSession, Timestamp};
+use crate::slots::Slot;
+use crate::store::{InboxSession, Store, Timestamp};
 
 /// The session cookie.
 pub(crate) const SESSION_COOKIE: &str = "toolgate_inbox";
@@ -70,6 +72,13 @@ pub(crate) struct Signed {
     pub(crate) csrf: String,
     /// A cookie to set with the answer: a session just made (auth off makes one by itself).
     pub(crate) set_cookie: Option<HeaderValue>,
+    /// The request's slot of `max_in_flight`, taken once the session checked out (a request
+    /// without one never holds a slot), given back with the answer; a stream gives it back as
+    /// it starts.
+    pub(crate) _slot: Option<Arc<Slot>>,
+    /// The session's hash in the store (none with auth off, whose sessions are not stored): a
+    /// stream ends once it is gone.
+    pub(crate) stored: Option<String>,
 }
 
 impl Signed {
@@ -90,6 +99,27 @@ impl Signed {
         match sent {
             Some(sent) if bool::from(sent.as_bytes().ct_eq(self.csrf.as_bytes())) => Ok(()),
             _ => Err(PageError::Csrf),
+        }
+    }
+
+    /// Resolves once the session is gone from the store (signed out on any replica, or run
+    /// out), looked up once a second; never, for the unstored sessions of auth off. A live
+    /// stream of the session ends with it.
+    pub(crate) fn ended(&self, store: Arc<dyn Store>) -> impl Future<Output = ()> + Send + 'static {
+        let stored = self.stored.clone();
+        async move {
+            let Some(hash) = stored else {
+                return std::future::pending().await;
+            };
+            let mut ticks = tokio::time::interval(std::time::Duration::from_secs(1));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                // A store that cannot answer now ends nothing: the next tick asks again.
+                if let Ok(None) = store.session(&hash, Timestamp::now()).await {
+                    return;
+                }
+            }
         }
     }
 
@@ -199,52 +229,70 @@ impl Visit {
     /// answer).
     pub(crate) async fn signed(&self) -> Result<Option<Signed>, PageError> {
         let keys = &self.app.keys;
-        if let Some(id) = cookie(&self.headers, SESSION_COOKIE) {
-            let hash = id_hash(id);
-            let store = self.app.dispatcher.store();
-            if let Some(session) = store.session(&hash, Timestamp::now()).await? {
-                let principal = if keys.enabled() {
-                    // The key must still be configured, the same key, and still an approver's.
-                    let key = keys.iter().find(|key| {
-                        session.key_name.as_deref() == Some(key.name.as_str())
-                            && session.key_fingerprint.as_deref() == Some(fingerprint(key).as_str())
-                    });
-                    match key {
-                        Some(key) if key.role != Role::Caller => Some(Principal {
-                            name: Some(key.name.clone()),
-                            role: key.role,
-                        }),
-                        _ => None,
-                    }
-                } else {
-                    // Auth off: everyone is the anonymous admin, as on every REST request.
-                    Some(Principal {
-                        name: None,
-                        role: Role::Admin,
-                    })
-                };
-                match principal {
-                    Some(principal) => {
-                        return Ok(Some(Signed {
-                            principal,
-                            csrf: csrf_token(id),
-                            set_cookie: None,
-                        }));
-                    }
-                    None => {
-                        store.delete_session(&hash).await?;
-                    }
+        if !keys.enabled() {
+            // Auth off: everyone is the anonymous admin, as on every REST request, and nothing
+            // is stored: the session is the cookie alone, there to bind the forms' CSRF token.
+            let principal = Principal {
+                name: None,
+                role: Role::Admin,
+            };
+            let (id, set_cookie) = match cookie(&self.headers, SESSION_COOKIE) {
+                Some(id) if looks_like_id(id) => (id.to_owned(), None),
+                _ => {
+                    let id = random_id()?;
+                    let ttl = self.app.options.session_ttl.as_secs();
+                    let made =
+                        set_cookie(SESSION_COOKIE, &id, &self.base, ttl, secure_cookies(self));
+                    (id, Some(made))
                 }
+            };
+            return Ok(Some(Signed {
+                principal,
+                csrf: csrf_token(&id),
+                set_cookie,
+                _slot: Some(self.slot()?),
+                stored: None,
+            }));
+        }
+        let Some(id) = cookie(&self.headers, SESSION_COOKIE) else {
+            return Ok(None);
+        };
+        let hash = id_hash(id);
+        let store = self.app.dispatcher.store();
+        let Some(session) = store.session(&hash, Timestamp::now()).await? else {
+            return Ok(None);
+        };
+        // The key must still be configured, the same key, and still an approver's.
+        let key = keys.iter().find(|key| {
+            session.key_name.as_deref() == Some(key.name.as_str())
+                && session.key_fingerprint.as_deref() == Some(fingerprint(key).as_str())
+        });
+        match key {
+            Some(key) if key.role != Role::Caller => Ok(Some(Signed {
+                principal: Principal {
+                    name: Some(key.name.clone()),
+                    role: key.role,
+                },
+                csrf: csrf_token(id),
+                set_cookie: None,
+                _slot: Some(self.slot()?),
+                stored: Some(hash),
+            })),
+            _ => {
+                store.delete_session(&hash).await?;
+                Ok(None)
             }
         }
-        if keys.enabled() {
-            return Ok(None);
-        }
-        let principal = Principal {
-            name: None,
-            role: Role::Admin,
-        };
-        start(self, principal, None).await.map(Some)
+    }
+
+    /// A slot of the server's `max_in_flight`, for a request now known to come from a person
+    /// signed in (or about to be); none left is the page that says to retry.
+    fn slot(&self) -> Result<Arc<Slot>, PageError> {
+        self.app
+            .in_flight
+            .try_take()
+            .map(Arc::new)
+            .ok_or(PageError::Unavailable)
     }
 
     /// The signed-in person, or [`PageError::SignedOut`].
@@ -263,12 +311,8 @@ impl Visit {
     }
 }
 
-/// Makes a session for `principal` (signed in with `key`, unless auth is off).
-async fn start(
-    visit: &Visit,
-    principal: Principal,
-    key: Option<&ApiKey>,
-) -> Result<Signed, PageError> {
+/// Makes a session for `principal`, signed in with `key`.
+async fn start(visit: &Visit, principal: Principal, key: &ApiKey) -> Result<Signed, PageError> {
     let id = random_id()?;
     let now = Timestamp::now();
     let ttl = visit.app.options.session_ttl;
@@ -288,7 +332,7 @@ async fn start(
                 Role::Caller => "caller",
             }
             .into(),
-            key_fingerprint: key.map(fingerprint),
+            key_fingerprint: Some(fingerprint(key)),
             created_at: now,
             expires_at: Timestamp(now.0.saturating_add(ttl_ms)),
         })
@@ -304,7 +348,18 @@ async fn start(
         principal,
         csrf: csrf_token(&id),
         set_cookie: Some(cookie),
+        _slot: None,
+        stored: Some(id_hash(&id)),
     })
+}
+
+/// Whether a cookie's value has the shape of a session id ([`random_id`]'s): 43 characters of
+/// URL-safe base64.
+fn looks_like_id(value: &str) -> bool {
+    value.len() == 43
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// The sign-in page.
@@ -363,6 +418,9 @@ pub(crate) async fn sign_in(
 ) -> Answer {
     let app = &visit.app;
     app.limiter.take(address).map_err(PageError::RateLimited)?;
+    // Past the per-address limit (and with its body in within the body timeout), an attempt
+    // holds a slot like any request.
+    let _slot = visit.slot()?;
     let expected = cookie(&visit.headers, SIGN_IN_COOKIE).unwrap_or_default();
     let sent = form.csrf.as_deref().unwrap_or_default();
     if expected.is_empty() || !bool::from(sent.as_bytes().ct_eq(expected.as_bytes())) {
@@ -397,7 +455,7 @@ pub(crate) async fn sign_in(
         role: key.role,
     };
     let key = key.clone();
-    let signed = start(&visit, principal, Some(&key)).await?;
+    let signed = start(&visit, principal, &key).await?;
     tracing::info!(key = %key.name, "signed in to the inbox");
     let mut response = signed.answer(visit.home());
     // The sign-in token is spent.

@@ -16,11 +16,13 @@
 //!   as REST) answers `401` first, and the principal it admitted travels to the handler in the
 //!   HTTP request's extensions, which the SDK hands over with each request;
 //! - a `Host` or `Origin` refused against DNS rebinding is answered with the error envelope,
-//!   like every other refusal ([`rebinding`]), not the SDK's plain text.
+//!   like every other refusal, by the gate in front of every route (`crate::http::hosts`),
+//!   not the SDK's plain text; `rebinding`'s tests hold the two checks to the same rules.
 
 mod answers;
 pub(crate) mod catalog;
 pub mod config;
+#[cfg(test)]
 mod rebinding;
 
 use std::sync::Arc;
@@ -43,7 +45,6 @@ use crate::dispatch::live::Derived;
 use crate::dispatch::{CallOptions, CallOutcome, DispatchError, Dispatcher};
 use crate::http::auth::Principal;
 use crate::http::hold::{Held, HeldSlot};
-use crate::http::layer::PolicyLayer;
 use crate::store::{CallRecord, CallStatus};
 use catalog::{AWAIT_TOOL, McpCatalog};
 
@@ -91,8 +92,8 @@ impl McpOptions {
     }
 }
 
-/// The `/mcp` route: the DNS-rebinding check ([`rebinding`]) in front of the SDK's Streamable
-/// HTTP transport, stateless and answering JSON, over one [`Door`].
+/// The `/mcp` route: the SDK's Streamable HTTP transport, stateless and answering JSON, over
+/// one [`Door`] (the gate in front of it checks `Host` and `Origin` first).
 pub(crate) fn route(
     door: Door,
     options: &McpOptions,
@@ -103,13 +104,11 @@ pub(crate) fn route(
         Arc::new(NeverSessionManager::default()),
         transport_config(&options.allowed_hosts, max_body_bytes),
     );
-    axum::routing::any_service(transport).layer(PolicyLayer::new(rebinding::AllowedHosts::new(
-        &options.allowed_hosts,
-    )))
+    axum::routing::any_service(transport)
 }
 
 /// The SDK transport's settings. Its own Host and Origin check is given the same list as
-/// [`rebinding`]'s, which answers first; the SDK's stays as a backstop.
+/// the gate's (`crate::http::hosts`), which answers first; the SDK's stays as a backstop.
 fn transport_config(allowed_hosts: &[String], max_body_bytes: usize) -> StreamableHttpServerConfig {
     // An Origin must name an allowed host (any scheme and port); a request without one (every
     // client that is not a browser) passes, as the transport's rules say.

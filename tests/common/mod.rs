@@ -253,6 +253,13 @@ impl Api {
         }
     }
 
+    /// The server's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.base["http://".len()..]
+            .parse()
+            .expect("a socket address")
+    }
+
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
         let response = self
             .client
@@ -459,7 +466,31 @@ impl Binary {
 
     /// Starts on the store at `at`, with extra `serve` arguments and environment variables.
     pub fn start_with(at: &(impl Site + ?Sized), args: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        Self::spawn(Command::new(env!("CARGO_BIN_EXE_toolgate")), at, args, env)
+    }
+
+    /// Starts as [`Binary::start`] does, with the process's open-file limit at `open_files`
+    /// (`ulimit -n` in the shell that execs it).
+    pub fn start_with_file_limit(
+        at: &(impl Site + ?Sized),
+        open_files: u32,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut command = Command::new("bash");
+        command.args([
+            "-c",
+            &format!("ulimit -n {open_files} && exec \"$0\" \"$@\""),
+            env!("CARGO_BIN_EXE_toolgate"),
+        ]);
+        Self::spawn(command, at, &[], env)
+    }
+
+    fn spawn(
+        mut command: Command,
+        at: &(impl Site + ?Sized),
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         command
             .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
             .arg(at.data_dir());

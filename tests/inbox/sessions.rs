@@ -174,6 +174,37 @@ async fn signing_out_ends_the_session() {
 }
 
 #[tokio::test]
+async fn signing_out_ends_the_sessions_open_live_stream() {
+    let (_dir, server, mut person) = signed_in(APPROVER).await;
+    let queue = person.get("/inbox").await;
+    let mut stream = person
+        .client
+        .get(format!("{}/inbox/events", person.base))
+        .header("cookie", person.cookie_header())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    // Open and quiet: nothing ends it on its own.
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(1500), async {
+        while let Some(_chunk) = stream.chunk().await.unwrap() {}
+    })
+    .await;
+    assert!(quiet.is_err(), "the stream stays open while signed in");
+
+    let out = person
+        .post("/inbox/sign-out", &[("csrf", &queue.csrf())])
+        .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Ok(Some(_chunk)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "signing out ends the stream");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn a_key_that_is_removed_or_reissued_ends_its_sessions() {
     let (dir, server, mut person) = signed_in(APPROVER).await;
     server.stop().await;
@@ -215,6 +246,16 @@ async fn with_auth_off_the_inbox_acts_as_the_anonymous_admin() {
         person.cookies.contains_key("toolgate_inbox"),
         "a session of its own"
     );
+    // Cookie-less visitors write nothing to the store: the anonymous session is the cookie.
+    for _ in 0..5 {
+        let page = Person::new(&server).get("/inbox").await;
+        assert_eq!(page.status, StatusCode::OK);
+    }
+    let db = rusqlite::Connection::open(dir.path().join("toolgate.db")).unwrap();
+    let rows: i64 = db
+        .query_row("SELECT count(*) FROM inbox_sessions", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(rows, 0, "no session row for an auth-off page view");
     let page = person.get(&format!("/inbox/calls/{asked}")).await;
     // The forms are still bound to the session: a form from elsewhere is refused.
     let forged = person
