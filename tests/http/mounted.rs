@@ -61,7 +61,13 @@ async fn a_mounted_router_runs_the_stores_upkeep(backend: Backend) {
     // A call that waits for a person: `call.suspended` in the feed.
     let (status, body) = api.call("ask_human", json!({"question": "Mounted?"})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let entries = store.feed(None, 100).await.unwrap().entries;
+    // On PostgreSQL an entry is read once it is final: when no feed writer older than it is
+    // still in flight (a heartbeat's sweep may be), which is soon but not at once.
+    let entries = eventually("the suspension's feed entry", async || {
+        let entries = store.feed(None, 100).await.unwrap().entries;
+        (!entries.is_empty()).then_some(entries)
+    })
+    .await;
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert_eq!(entries[0].kind, "call.suspended");
 
