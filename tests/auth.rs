@@ -525,10 +525,116 @@ async fn a_wait_shows_a_reconciliation_only_to_whoever_may_see_the_call(backend:
     server.stop().await;
 }
 
+/// A tool's own key (every caller shares it on purpose): a second caller's replay is told where
+/// the first caller's call stands, never its suspension token or question; its `?wait=` still
+/// waits for the decision; and a key reused with another input names no call of another caller.
+async fn another_callers_replay_shows_where_the_call_stands_and_nothing_it_holds(backend: Backend) {
+    let location = Location::new(backend).await;
+    let keys = vec![
+        key("agent", Role::Caller, CALLER),
+        key("other-agent", Role::Caller, OTHER_CALLER),
+        key("finance-ops", Role::Approver, APPROVER),
+    ];
+    let tools = common::example_tools(&location);
+    let server = TestServer::start_with(tools, &location, |builder| builder.api_keys(keys)).await;
+    let api = server.api.clone();
+    let path = "/tools/issue_refund/call";
+    let refund = json!({"input": {"order_id": "o-9", "amount_cents": 900_000, "reason": "Broken"}});
+    let (status, _, made) =
+        send(&api, Method::POST, path, Some(refund.clone()), Some(CALLER)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{made}");
+    let call_id = made["call_id"].as_str().unwrap().to_owned();
+    let token = made["suspension"]["token"].as_str().unwrap().to_owned();
+
+    // The caller that made it is answered with its own suspension again.
+    let (status, _, again) =
+        send(&api, Method::POST, path, Some(refund.clone()), Some(CALLER)).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(again["suspension"]["token"], token.as_str());
+
+    // Another caller: the call's status, nothing of what it holds.
+    let (status, _, seen) = send(
+        &api,
+        Method::POST,
+        path,
+        Some(refund.clone()),
+        Some(OTHER_CALLER),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{seen}");
+    assert_eq!(seen["status"], "suspended");
+    assert!(
+        seen.get("suspension").is_none(),
+        "no token, no question: {seen}"
+    );
+    assert!(!seen.to_string().contains(&token), "{seen}");
+
+    // The same key with another input: the maker is told which call has it, the other not.
+    let other_input =
+        json!({"input": {"order_id": "o-9", "amount_cents": 800_000, "reason": "Broken"}});
+    let (status, _, reused) = send(
+        &api,
+        Method::POST,
+        path,
+        Some(other_input.clone()),
+        Some(CALLER),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        assert_error(&reused, "idempotency_key_reused")["call_id"],
+        call_id.as_str()
+    );
+    let (status, _, reused) = send(
+        &api,
+        Method::POST,
+        path,
+        Some(other_input),
+        Some(OTHER_CALLER),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_error(&reused, "idempotency_key_reused");
+    assert!(!reused.to_string().contains(&call_id), "{reused}");
+
+    // Held, the other caller's replay waits for the decision and is answered the output.
+    let waited = {
+        let (api, refund) = (api.clone(), refund.clone());
+        tokio::spawn(async move {
+            send(
+                &api,
+                Method::POST,
+                &format!("{path}?wait=20"),
+                Some(refund),
+                Some(OTHER_CALLER),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let approve = format!("/approvals/{token}/approve");
+    let (status, _, body) = send(
+        &api,
+        Method::POST,
+        &approve,
+        Some(json!({"input": {}})),
+        Some(APPROVER),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = waited.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "completed");
+    assert_eq!(body["output"]["status"], "issued", "{body}");
+    server.stop().await;
+}
+
 crate::on_each_backend! {
     #[tokio::test] async fn every_route_times_every_role;
     #[tokio::test]
     async fn a_caller_sees_only_its_calls_and_never_approves_and_approvers_are_recorded;
     #[tokio::test] async fn roles_hold_when_the_router_is_nested_in_another_app;
     #[tokio::test] async fn a_wait_shows_a_reconciliation_only_to_whoever_may_see_the_call;
+    #[tokio::test]
+    async fn another_callers_replay_shows_where_the_call_stands_and_nothing_it_holds;
 }

@@ -120,6 +120,7 @@ impl Dispatcher {
             }
         })?;
         let principal = options.principal;
+        let declared_key = declared.is_some();
         // The tool's own key names the effect and wins; a client's key is scoped to its caller.
         let key = declared.or_else(|| {
             options
@@ -139,6 +140,7 @@ impl Dispatcher {
         }
         // A keyed call may meet another caller's call (the tool's own key): kept to tell.
         let asker = principal.only_own();
+        let shared_key = declared_key;
         let this = self.clone();
         let result = detached(&self.running, async move {
             this.run_call(&entry, plan, input, principal.name, key)
@@ -155,7 +157,43 @@ impl Dispatcher {
                     call: None,
                 })
             }
+            (result, Some(own)) if shared_key => self.as_seen_by(result, own.as_deref()).await,
             (result, _) => result,
+        }
+    }
+
+    /// A keyed call's answer as the caller `own` may see it, when the key is the tool's own
+    /// (shared by every caller on purpose) and may belong to another caller's call: a replay of
+    /// that call shows where it stands (its status and, completed, its output), never its
+    /// suspension token or what the approver is asked; a key reused with another input names
+    /// no call. The call's record is read only for those two answers.
+    async fn as_seen_by(
+        &self,
+        result: Result<CallResult, DispatchError>,
+        own: Option<&str>,
+    ) -> Result<CallResult, DispatchError> {
+        let call_id = match &result {
+            Ok(answer) if answer.replayed => answer.call_id.as_str(),
+            Err(DispatchError::IdempotencyKeyReused {
+                call_id: Some(call_id),
+            }) => call_id.as_str(),
+            _ => return result,
+        };
+        let made_by = self.store.call(call_id).await?.and_then(|call| call.caller);
+        if made_by.as_deref() == own {
+            return result;
+        }
+        match result {
+            Ok(mut answer) => {
+                if let CallOutcome::Suspended { .. } = answer.outcome {
+                    answer.outcome = CallOutcome::Withheld;
+                }
+                Ok(answer)
+            }
+            Err(DispatchError::IdempotencyKeyReused { .. }) => {
+                Err(DispatchError::IdempotencyKeyReused { call_id: None })
+            }
+            other => other,
         }
     }
 
@@ -236,7 +274,7 @@ impl Dispatcher {
         tracing::Span::current().record("call_id", existing.call_id.as_str());
         if existing.input != *input {
             return Err(DispatchError::IdempotencyKeyReused {
-                call_id: existing.call_id,
+                call_id: Some(existing.call_id),
             });
         }
         match existing.status {
@@ -347,7 +385,7 @@ impl NewRun<'_> {
             ..call
         };
         match &mut ran.outcome {
-            CallOutcome::Suspended { .. } => {
+            CallOutcome::Suspended { .. } | CallOutcome::Withheld => {
                 store.insert_call(call, Some(ran.recorded())).await?;
             }
             // The output is lent to the store, which serializes it at once, and taken back for

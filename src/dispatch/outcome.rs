@@ -39,6 +39,10 @@ pub enum CallOutcome {
         /// When the suspension expires, if it does.
         expires_at: Option<Timestamp>,
     },
+    /// Waiting for a person, on a call another caller made (a replay under a tool's own
+    /// idempotency key, which every caller shares on purpose): its status alone is shown, never
+    /// its token, what the approver is asked, its input or its history.
+    Withheld,
     /// Ended without an output: `failed`, `rejected`, `expired`, or `needs_reconciliation` (a
     /// write that timed out).
     Failed {
@@ -54,7 +58,7 @@ impl CallOutcome {
     pub fn status(&self) -> CallStatus {
         match self {
             CallOutcome::Completed(_) => CallStatus::Completed,
-            CallOutcome::Suspended { .. } => CallStatus::Suspended,
+            CallOutcome::Suspended { .. } | CallOutcome::Withheld => CallStatus::Suspended,
             CallOutcome::Failed { status, .. } => *status,
         }
     }
@@ -211,10 +215,11 @@ pub enum DispatchError {
     #[error("tool `{0}` is at its concurrency limit")]
     Overloaded(String),
     /// The idempotency key belongs to a call with a different input.
-    #[error("the idempotency key was used for call {call_id} with a different input")]
+    #[error("the idempotency key was used for another call with a different input")]
     IdempotencyKeyReused {
-        /// The call that owns the key.
-        call_id: String,
+        /// The call that owns the key; `None` when another caller made it (a tool's own key),
+        /// whose call is not named to this one.
+        call_id: Option<String>,
     },
     /// The call with this idempotency key is still running.
     #[error("call {call_id} with this idempotency key is still running")]

@@ -57,6 +57,8 @@ impl Ran {
             CallOutcome::Failed { failure, .. } => Outcome::Failed {
                 error: failure.error.clone(),
             },
+            // Only a replay's answer is withheld (`Dispatcher::call`), never a run's outcome.
+            CallOutcome::Withheld => unreachable!("a run's own outcome is never withheld"),
         }
     }
 }

@@ -82,14 +82,15 @@ impl Dispatcher {
     /// A call that just suspended (`suspended`, with the suspension `token`), held until a
     /// person's decision has an outcome (the approved re-run's output or error, a rejection,
     /// an expiry, a new suspension), answered as the call's own answer would be to `principal`
-    /// (a call that now needs reconciliation shows its record only to whoever may see it: a
-    /// tool's own key can answer one caller with another's call); or, when the time is up,
-    /// `suspended` as it was.
+    /// (a call that now needs reconciliation, or a new suspension, shows what it holds only to
+    /// whoever may see it: a tool's own key can answer one caller with another's call); or,
+    /// when the time is up, `suspended` as it was. Without a `token` (another caller's call,
+    /// [`CallOutcome::Withheld`]), it is held while the call waits for any person's decision.
     pub async fn await_decision(
         &self,
         principal: &Principal,
         suspended: CallResult,
-        token: &str,
+        token: Option<&str>,
         hold: &mut dyn Hold,
     ) -> Result<CallResult, DispatchError> {
         let call_id = suspended.call_id.clone();
@@ -101,7 +102,7 @@ impl Dispatcher {
                 let pending = call
                     .suspension
                     .as_ref()
-                    .is_some_and(|suspension| suspension.token == token);
+                    .is_some_and(|suspension| token.is_none_or(|token| suspension.token == token));
                 Ok(match call.status {
                     CallStatus::Suspended if pending => None,
                     CallStatus::Running | CallStatus::Interrupted => None,
@@ -112,6 +113,12 @@ impl Dispatcher {
                         }))
                     }
                     _ => CallOutcome::from_record(&call).map(|outcome| {
+                        let outcome = match outcome {
+                            CallOutcome::Suspended { .. } if !principal.may_see(&call.caller) => {
+                                CallOutcome::Withheld
+                            }
+                            outcome => outcome,
+                        };
                         Ok(CallResult {
                             call_id: call.call_id,
                             tool: call.tool,

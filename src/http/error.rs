@@ -80,7 +80,7 @@ pub enum ApiError {
     /// The server or the tool is at its concurrency limit.
     Overloaded(String),
     /// The idempotency key belongs to a call with another input.
-    IdempotencyKeyReused(String),
+    IdempotencyKeyReused(Option<String>),
     /// The call with this idempotency key is still running.
     CallInProgress(String),
     /// The call with this idempotency key needs reconciliation first; the call itself is shown
@@ -264,11 +264,17 @@ impl ApiError {
                 format!("{what} is at its concurrency limit; retry later."),
                 None,
             ),
-            ApiError::IdempotencyKeyReused(call_id) => (
+            ApiError::IdempotencyKeyReused(Some(call_id)) => (
                 format!(
                     "This idempotency key belongs to call `{call_id}`, made with a different input."
                 ),
                 Some(json!({ "call_id": call_id })),
+            ),
+            ApiError::IdempotencyKeyReused(None) => (
+                "This idempotency key belongs to another caller's call, made with a different \
+                 input."
+                    .into(),
+                None,
             ),
             ApiError::CallInProgress(call_id) => (
                 format!(

@@ -60,6 +60,10 @@ fn outcome_answer(call_id: &str, tool: &str, outcome: &CallOutcome) -> CallToolR
         // The output itself, and one text block holding it as JSON.
         CallOutcome::Completed(output) => CallToolResult::structured(output.clone()),
         CallOutcome::Suspended { reason, .. } => pending(call_id, tool, reason),
+        CallOutcome::Withheld => CallToolResult::success(vec![text(format!(
+            "A call of `{tool}` with the same effect, made by another caller, awaits a person's \
+             decision. Do not call `{tool}` again for this."
+        ))]),
         CallOutcome::Failed { failure, .. } => call_error(&failure.error),
     }
 }

@@ -37,8 +37,11 @@ pub struct CallSuspended {
     /// Always `suspended`.
     #[schema(inline, value_type = String, pattern = "^suspended$")]
     pub status: &'static str,
-    /// What the approver must decide, and how to answer.
-    pub suspension: SuspensionTicket,
+    /// What the approver must decide, and how to answer; absent on a replay for a caller
+    /// other than the one who made the call (a tool's own idempotency key), which is shown
+    /// only where the call stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<SuspensionTicket>,
 }
 
 /// The suspension a `202` hands out.
@@ -128,11 +131,21 @@ fn outcome_response(result: CallResult) -> Response {
                 call_id,
                 tool,
                 status: "suspended",
-                suspension: SuspensionTicket {
+                suspension: Some(SuspensionTicket {
                     token,
                     reason,
                     input_schema,
-                },
+                }),
+            }),
+        )
+            .into_response(),
+        CallOutcome::Withheld => (
+            StatusCode::ACCEPTED,
+            Json(CallSuspended {
+                call_id,
+                tool,
+                status: "suspended",
+                suspension: None,
             }),
         )
             .into_response(),

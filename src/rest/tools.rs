@@ -188,7 +188,14 @@ pub(super) async fn call(
             let token = token.clone();
             let decided = app
                 .dispatcher
-                .await_decision(&asker, result, &token, &mut held)
+                .await_decision(&asker, result, Some(&token), &mut held)
+                .await?;
+            Ok(call_response(decided))
+        }
+        (Some(mut held), Some(asker), CallOutcome::Withheld) => {
+            let decided = app
+                .dispatcher
+                .await_decision(&asker, result, None, &mut held)
                 .await?;
             Ok(call_response(decided))
         }
