@@ -343,6 +343,21 @@ async fn a_name_that_resolves_to_a_private_address_is_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("private"), "{err}");
+
+    // A proxy is where the client connects: its name is checked as a webhook's is.
+    let config = Config::from_toml(&format!(
+        "[[webhooks]]\nurl = \"https://example.com/hook\"\nsecret = \"{SECRET}\"\n\
+         [webhook_delivery]\nproxy = \"http://localhost:3128\"\n"
+    ))
+    .unwrap();
+    let err = config
+        .webhooks()
+        .unwrap()
+        .check_targets()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("proxy"), "{err}");
+    assert!(err.to_string().contains("private"), "{err}");
 }
 
 /// A config file for the binary with one webhook to `url`.
