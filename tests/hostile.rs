@@ -256,3 +256,42 @@ fn generated_hostile_requests_never_get_a_5xx_nor_leave_a_trace() {
     assert!(status.is_success());
     runtime.block_on(server.stop());
 }
+
+/// A database URL's password never reaches the start-up error, whatever its shape: a URL
+/// with an unencoded `/`, `?` or `@` in the password, the key=value form with a quoted
+/// password holding a space, valid (nothing listens on port 9) or not.
+#[test]
+fn a_database_password_never_reaches_the_start_up_error() {
+    let dir = temp_dir();
+    for url in [
+        "postgres://u:pa/ss-SECRET@127.0.0.1:9/db",
+        "postgres://u:pa?ss-SECRET@127.0.0.1:9/db",
+        "postgres://u:p@ss-SECRET@127.0.0.1:9/db",
+        "postgres://u:SECRET@127.0.0.1:notaport/db",
+        "postgres://u:pa/ss-SECRET@127.0.0.1:notaport/db",
+        "postgresql://u@127.0.0.1:9/db?password=SECRET&sslmode=bogus",
+        "host=127.0.0.1 port=9 user=u password='a b SECRET'",
+        "host=127.0.0.1 port=9 password = 'never closed SECRET user=u",
+        "host=127.0.0.1 port=9 password=SECRET nonsense user=u",
+    ] {
+        for by_env in [false, true] {
+            let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
+            command
+                .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+                .arg(dir.path());
+            if by_env {
+                command.env("TOOLGATE_STORE__DATABASE_URL", url);
+            } else {
+                command.args(["--database-url", url]);
+            }
+            let output = command.output().unwrap();
+            assert!(!output.status.success(), "{url}");
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                stderr.contains("PostgreSQL") || stderr.contains("database URL"),
+                "{url}: {stderr}"
+            );
+            assert!(!stderr.contains("SECRET"), "{url}: {stderr}");
+        }
+    }
+}

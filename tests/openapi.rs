@@ -244,3 +244,78 @@ async fn an_empty_tool_set_still_documents_a_valid_api() {
     server.stop().await;
     validate(&doc).unwrap_or_else(|err| panic!("rejected:\n{err}"));
 }
+
+/// How many of the `oneOf` branches of `GET /tools`'s answer `answer` is valid under (a
+/// `oneOf` needs exactly one), checked with the document as the root of every `$ref`.
+fn tool_list_branches(doc: &Value, answer: &Value) -> usize {
+    let schema =
+        &doc["paths"]["/tools"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+    let base = match schema.get("$ref").and_then(Value::as_str) {
+        Some(reference) => reference.to_owned(),
+        None => "#/paths/~1tools/get/responses/200/content/application~1json/schema".to_owned(),
+    };
+    let branches = resolve(doc, schema)["oneOf"]
+        .as_array()
+        .expect("the answer is a oneOf")
+        .len();
+    (0..branches)
+        .filter(|branch| {
+            let mut root = doc.clone();
+            root["$ref"] = format!("{base}/oneOf/{branch}").into();
+            jsonschema::validator_for(&root)
+                .expect("the branch compiles")
+                .is_valid(answer)
+        })
+        .count()
+}
+
+/// schemathesis checks that each answer fits the document: the tool list in every format,
+/// with tools and without, is valid under exactly one branch of its `oneOf`.
+#[tokio::test]
+async fn every_tool_list_answer_matches_exactly_one_branch() {
+    let dir = temp_dir();
+    let full = TestServer::examples(dir.path()).await;
+    let empty_dir = temp_dir();
+    let empty = TestServer::start(ToolSet::new(), empty_dir.path()).await;
+    for server in [&full, &empty] {
+        let (_, doc) = server.api.get("/openapi.json").await;
+        for format in [
+            "",
+            "openai",
+            "openai-responses",
+            "anthropic",
+            "gemini",
+            "mcp",
+        ] {
+            let path = match format {
+                "" => "/tools".to_owned(),
+                format => format!("/tools?format={format}"),
+            };
+            let (status, answer) = server.api.get(&path).await;
+            assert_eq!(status, StatusCode::OK, "{path}");
+            assert_eq!(tool_list_branches(&doc, &answer), 1, "{path}: {answer}");
+        }
+    }
+    full.stop().await;
+    empty.stop().await;
+}
+
+/// A delivery id that is not a number is `400 bad_request`, and the document says so.
+#[tokio::test]
+async fn a_non_numeric_delivery_id_is_a_documented_400() {
+    let dir = temp_dir();
+    let server = TestServer::examples(dir.path()).await;
+    let (status, body) = server
+        .api
+        .post("/webhooks/deliveries/not-a-number/retry", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    common::assert_error(&body, "bad_request");
+    let (_, doc) = server.api.get("/openapi.json").await;
+    let documented = &doc["paths"]["/webhooks/deliveries/{id}/retry"]["post"]["responses"]["400"];
+    assert_eq!(
+        documented["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/ErrorEnvelope"
+    );
+    server.stop().await;
+}

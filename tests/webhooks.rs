@@ -148,11 +148,8 @@ async fn serve(location: &Location, config: &Config) -> TestServer {
     TestServer::start_with(tools, location, |b| b.webhooks(webhooks)).await
 }
 
-async fn ask(server: &TestServer, question: &str) -> Value {
-    let (status, body) = server
-        .api
-        .call("ask_human", json!({ "question": question }))
-        .await;
+async fn ask(api: &common::Api, question: &str) -> Value {
+    let (status, body) = api.call("ask_human", json!({ "question": question })).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     body
 }
@@ -161,7 +158,7 @@ async fn every_message_is_signed_as_the_spec_says(backend: Backend) {
     let location = Location::new(backend).await;
     let receiver = Receiver::start(&[]).await;
     let server = serve(&location, &config(&receiver, "")).await;
-    let asked = ask(&server, "Signed?").await;
+    let asked = ask(&server.api, "Signed?").await;
     let got = receiver.wait_for(1).await;
     let message = &got[0];
     assert!(message.id.starts_with("msg_"), "{message:?}");
@@ -206,7 +203,7 @@ async fn a_receiver_that_fails_three_times_gets_the_message_with_one_id(backend:
         &config(&receiver, "events = [\"call.suspended\"]"),
     )
     .await;
-    ask(&server, "Retried?").await;
+    ask(&server.api, "Retried?").await;
     let got = receiver.wait_for(4).await;
     assert!(
         got.iter().all(|m| m.id == got[0].id),
@@ -230,7 +227,7 @@ async fn a_410_disables_the_webhook(backend: Backend) {
     let location = Location::new(backend).await;
     let receiver = Receiver::start(&[410]).await;
     let server = serve(&location, &config(&receiver, "")).await;
-    ask(&server, "Gone?").await;
+    ask(&server.api, "Gone?").await;
     receiver.wait_for(1).await;
     let first = common::eventually("the delivery failed", async || {
         let (_, list) = server.api.get("/webhooks/deliveries?status=failed").await;
@@ -239,7 +236,7 @@ async fn a_410_disables_the_webhook(backend: Backend) {
     .await;
     assert_eq!(first["deliveries"][0]["last_status"], 410);
     // Later messages are not sent to it.
-    ask(&server, "Still gone?").await;
+    ask(&server.api, "Still gone?").await;
     common::eventually("the second delivery failed unsent", async || {
         let (_, list) = server.api.get("/webhooks/deliveries?status=failed").await;
         (list["deliveries"].as_array().unwrap().len() == 2).then_some(())
@@ -261,7 +258,7 @@ async fn a_failed_delivery_is_sent_again_on_an_admins_retry(backend: Backend) {
     let location = Location::new(backend).await;
     let receiver = Receiver::start(&[500, 500]).await;
     let server = serve(&location, &config_attempts(&receiver, "", 2)).await;
-    ask(&server, "Give up?").await;
+    ask(&server.api, "Give up?").await;
     let failed = common::eventually("the delivery gave up", async || {
         let (_, list) = server.api.get("/webhooks/deliveries?status=failed").await;
         list["deliveries"][0]["id"].as_i64()
@@ -333,19 +330,28 @@ fn ssrf_targets_and_bad_secrets_stop_the_start_naming_the_key() {
     }
 }
 
+/// Why the webhooks of `toml` do not start: the check of their names at start-up.
+async fn start_refused(toml: &str) -> String {
+    let config = Config::from_toml(toml).unwrap();
+    let webhooks = config.webhooks().unwrap();
+    webhooks.check_targets().await.unwrap_err().to_string()
+}
+
 #[tokio::test]
 async fn a_name_that_resolves_to_a_private_address_is_refused() {
-    let config = Config::from_toml(
-        "[[webhooks]]\nurl = \"http://localhost:9/hook\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n",
-    )
-    .unwrap();
-    let err = config
-        .webhooks()
-        .unwrap()
-        .check_targets()
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains("private"), "{err}");
+    let err = start_refused(&format!(
+        "[[webhooks]]\nurl = \"http://localhost:9/hook\"\nsecret = \"{SECRET}\"\n"
+    ))
+    .await;
+    assert!(err.contains("private"), "{err}");
+
+    // A proxy is where the client connects: its name is checked as a webhook's is.
+    let err = start_refused(&format!(
+        "[[webhooks]]\nurl = \"https://example.com/hook\"\nsecret = \"{SECRET}\"\n\
+         [webhook_delivery]\nproxy = \"http://localhost:3128\"\n"
+    ))
+    .await;
+    assert!(err.contains("proxy") && err.contains("private"), "{err}");
 }
 
 /// A config file for the binary with one webhook to `url`.
@@ -436,4 +442,140 @@ fn a_replica_killed_mid_delivery_does_not_lose_the_message() {
         })
         .await;
     });
+}
+
+/// A listener standing in for an HTTP proxy: records the request line of every connection
+/// and answers 200, as a proxy that forwarded the request would.
+struct Proxy {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    async fn start() -> Proxy {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let mut head = vec![0; 4096];
+                    let read = socket.read(&mut head).await.unwrap_or(0);
+                    let line = String::from_utf8_lossy(&head[..read]);
+                    let line = line.lines().next().unwrap_or("(nothing)").to_owned();
+                    kept.lock().unwrap().push(line);
+                    let _ = socket
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        )
+                        .await;
+                });
+            }
+        });
+        Proxy { addr, seen }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// The proxy variables of the environment are not the webhooks' business: a server started
+/// with every one of them pointing at a proxy posts straight to the receiver.
+#[test]
+fn the_environments_proxy_is_not_used() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let location = runtime.block_on(Location::new(Backend::Sqlite));
+    let files = common::temp_dir();
+    let receiver = runtime.block_on(Receiver::start(&[]));
+    let proxy = runtime.block_on(Proxy::start());
+    let config = config_file(files.path(), &receiver.url(), 2000);
+    let proxy_url = proxy.url();
+    let mut env = vec![("NO_PROXY", ""), ("no_proxy", "")];
+    for name in [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        env.push((name, proxy_url.as_str()));
+    }
+    let server =
+        common::Binary::start_with(&location, &["--config", config.to_str().unwrap()], &env);
+    runtime.block_on(async {
+        ask(&server.api, "Direct?").await;
+        common::eventually(
+            "the message reaches the receiver or the proxy",
+            async || (!receiver.got().is_empty() || !proxy.seen().is_empty()).then_some(()),
+        )
+        .await;
+    });
+    assert_eq!(proxy.seen(), Vec::<String>::new(), "the proxy saw nothing");
+    assert_eq!(
+        receiver.got().len(),
+        1,
+        "the receiver got the message directly"
+    );
+}
+
+/// A proxy set in `[webhook_delivery] proxy` is the way out, for a webhook allowed to use it.
+#[tokio::test]
+async fn a_configured_proxy_carries_the_webhooks() {
+    let location = Location::new(Backend::Sqlite).await;
+    let receiver = Receiver::start(&[]).await;
+    let proxy = Proxy::start().await;
+    let config = Config::from_toml(&format!(
+        "[[webhooks]]\nurl = \"{}\"\nsecret = \"{SECRET}\"\nallow_private = true\n\
+         [webhook_delivery]\nproxy = \"{}\"\ntimeout_ms = 2000\n",
+        receiver.url(),
+        proxy.url()
+    ))
+    .unwrap();
+    let server = serve(&location, &config).await;
+    ask(&server.api, "Through the proxy?").await;
+    let seen =
+        common::eventually("the proxy is asked", async || proxy.seen().first().cloned()).await;
+    assert_eq!(seen, format!("POST {} HTTP/1.1", receiver.url()));
+    assert!(
+        receiver.got().is_empty(),
+        "the receiver is reached only through the proxy"
+    );
+    server.stop().await;
+}
+
+/// A webhook's URL is logged as scheme, host and port: its path and query, where a Slack-style
+/// receiver keeps its secret, never reach the log.
+#[test]
+fn the_log_names_a_webhook_without_its_path() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let location = runtime.block_on(Location::new(Backend::Sqlite));
+    let files = common::temp_dir();
+    // 410 Gone: the server logs that it disables the webhook, naming it.
+    let receiver = runtime.block_on(Receiver::start(&[410]));
+    let url = format!("{}?token=HOOK-SECRET", receiver.url());
+    let config = config_file(files.path(), &url, 2000);
+    let server =
+        common::Binary::start_with(&location, &["--config", config.to_str().unwrap()], &[]);
+    runtime.block_on(async {
+        ask(&server.api, "Logged?").await;
+        common::eventually("the 410 is logged", async || {
+            server
+                .log()
+                .into_iter()
+                .find(|line| line.contains("410 Gone"))
+        })
+        .await;
+    });
+    let log = server.log().join("\n");
+    assert!(log.contains(&format!("http://{}", receiver.addr)), "{log}");
+    assert!(!log.contains("HOOK-SECRET"), "{log}");
 }

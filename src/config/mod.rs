@@ -44,7 +44,13 @@ pub use server::{AuthConfig, FeedConfig, KeyConfig};
 pub const ENV_PREFIX: &str = "TOOLGATE_";
 
 /// Keys whose values are strings, taken from the environment verbatim.
-const STRING_KEYS: &[&str] = &["bind", "data_dir", "log", "store.database_url"];
+const STRING_KEYS: &[&str] = &[
+    "bind",
+    "data_dir",
+    "log",
+    "store.database_url",
+    "webhook_delivery.proxy",
+];
 
 /// Everything the binary is configured with.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

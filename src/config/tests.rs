@@ -192,3 +192,46 @@ fn upstream_policies_and_approval_gates_become_tool_settings() {
                 [[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
     assert_eq!(refused(same), "upstreams[1].name");
 }
+
+#[test]
+fn the_webhook_proxy_comes_from_file_or_env_and_is_checked_like_a_target() {
+    let hook = "[[webhooks]]\nurl = \"https://example.com/hook\"\n\
+                secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+    let from_env = Config::load(
+        None,
+        env(&[(
+            "TOOLGATE_WEBHOOK_DELIVERY__PROXY",
+            "http://user:pw@proxy.example.com:3128",
+        )]),
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        from_env.webhook_delivery.proxy,
+        "http://user:pw@proxy.example.com:3128"
+    );
+    assert!(
+        !format!("{from_env:?}").contains("pw"),
+        "the proxy's password is never shown: {from_env:?}"
+    );
+    // A private proxy is refused for a webhook that does not allow private targets...
+    let err = Config::from_toml(&format!(
+        "{hook}[webhook_delivery]\nproxy = \"http://10.0.0.8:3128\"\n"
+    ))
+    .unwrap_err();
+    assert!(err.to_string().contains("webhook_delivery.proxy"), "{err}");
+    assert!(err.to_string().contains("private"), "{err}");
+    // ...and let through for one that does.
+    Config::from_toml(&format!(
+        "{hook}allow_private = true\n[webhook_delivery]\nproxy = \"http://10.0.0.8:3128\"\n"
+    ))
+    .unwrap();
+    for bad in ["not a url", "ftp://proxy.example.com"] {
+        let err =
+            Config::from_toml(&format!("[webhook_delivery]\nproxy = \"{bad}\"\n")).unwrap_err();
+        assert!(
+            err.to_string().contains("webhook_delivery.proxy"),
+            "{bad}: {err}"
+        );
+    }
+}

@@ -148,6 +148,8 @@ pub fn document(tools: &ToolSet, auth: bool) -> Value {
     if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
         schemas.extend(components);
     }
+    doc["components"]["schemas"]["ProviderToolList"]["properties"]["tools"] =
+        tools::provider_tools_schema();
     add_auth_and_shedding(&mut doc, auth);
     doc
 }

@@ -52,6 +52,23 @@ pub struct ProviderToolList {
     pub tools: Value,
 }
 
+/// The schema of [`ProviderToolList`]'s `tools`, as the document gives it. Written by hand
+/// since utoipa has no `not`: a list of arbitrary objects would also match a list of
+/// descriptors, and `ToolListAnswer`'s `oneOf` must match every answer exactly once. So a
+/// provider's list holds objects that are not descriptors, and at least one: an empty list is
+/// the same answer in every format, and is the descriptors' branch.
+pub(super) fn provider_tools_schema() -> Value {
+    serde_json::json!({
+        "description": "Exactly the value of the provider's request field `tools`.",
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "not": {"$ref": "#/components/schemas/ToolDescriptor"},
+        },
+    })
+}
+
 /// The answer of `GET /tools`: descriptors, or a provider's format.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 #[serde(untagged)]

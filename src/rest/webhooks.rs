@@ -80,6 +80,7 @@ pub(super) async fn list(
     params(("id" = i64, Path, description = "The delivery's id.")),
     responses(
         (status = 200, description = "It is pending again, due now.", body = Delivery),
+        (status = 400, description = "`bad_request`: the id is not a number.", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no delivery has this id.", body = ErrorEnvelope),
         (status = 409, description = "`not_retryable`: the delivery is not failed (`details` is the delivery).", body = ErrorEnvelope),
     )

@@ -36,10 +36,10 @@ pub struct WebhookConfig {
 }
 
 impl std::fmt::Debug for WebhookConfig {
-    // The secret is never shown.
+    // Neither the secret nor the URL's path (often a secret too) is shown.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookConfig")
-            .field("url", &self.url)
+            .field("url", &super::target::shown(&self.url))
             .field("secret", &self.secret.as_ref().map(|_| "***"))
             .field("secret_env", &self.secret_env)
             .field("events", &self.events)
@@ -50,7 +50,7 @@ impl std::fmt::Debug for WebhookConfig {
 }
 
 /// `[webhook_delivery]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebhookDeliveryConfig {
     /// How long one attempt may take, in milliseconds.
@@ -61,6 +61,22 @@ pub struct WebhookDeliveryConfig {
     pub initial_backoff_ms: u64,
     /// The longest wait between attempts, in milliseconds.
     pub max_backoff_ms: u64,
+    /// The HTTP proxy every webhook posts through (`http://host:port`); empty: none, whatever
+    /// the environment's `HTTP_PROXY` and the like say.
+    pub proxy: String,
+}
+
+impl std::fmt::Debug for WebhookDeliveryConfig {
+    // A proxy's URL may carry a password: only its scheme, host and port are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookDeliveryConfig")
+            .field("timeout_ms", &self.timeout_ms)
+            .field("max_attempts", &self.max_attempts)
+            .field("initial_backoff_ms", &self.initial_backoff_ms)
+            .field("max_backoff_ms", &self.max_backoff_ms)
+            .field("proxy", &super::target::shown(&self.proxy))
+            .finish()
+    }
 }
 
 impl Default for WebhookDeliveryConfig {
@@ -72,19 +88,29 @@ impl Default for WebhookDeliveryConfig {
             max_attempts: settings.max_attempts,
             initial_backoff_ms: settings.initial_backoff.as_millis() as u64,
             max_backoff_ms: settings.max_backoff.as_millis() as u64,
+            proxy: String::new(),
         }
     }
 }
 
 impl WebhookDeliveryConfig {
-    /// The sender's settings.
-    pub fn settings(&self) -> DeliverySettings {
-        DeliverySettings {
+    /// The sender's settings; a proxy that is not an http(s) URL is refused, naming the key.
+    pub fn settings(&self) -> Result<DeliverySettings, Invalid> {
+        let proxy = match self.proxy.trim() {
+            "" => None,
+            // Whether it may be private is each webhook's to say; this reads it.
+            proxy => Some(
+                super::target::check_proxy(proxy, true)
+                    .map_err(|err| invalid("webhook_delivery.proxy", err.to_string()))?,
+            ),
+        };
+        Ok(DeliverySettings {
             timeout: Duration::from_millis(self.timeout_ms),
             max_attempts: self.max_attempts,
             initial_backoff: Duration::from_millis(self.initial_backoff_ms),
             max_backoff: Duration::from_millis(self.max_backoff_ms),
-        }
+            proxy,
+        })
     }
 }
 
@@ -97,10 +123,19 @@ pub fn webhooks(
     env: impl Fn(&str) -> Option<String>,
     checking: bool,
 ) -> Result<Webhooks, Invalid> {
-    let settings = delivery.settings();
+    let settings = delivery.settings()?;
     let mut hooks = Vec::new();
     for (index, hook) in entries.iter().enumerate() {
         let key = |field: &str| format!("webhooks[{index}].{field}");
+        // The proxy is where this webhook's client connects: checked as its URL is.
+        if let Some(proxy) = &settings.proxy {
+            super::target::check_proxy(proxy.as_str(), hook.allow_private).map_err(|err| {
+                invalid(
+                    "webhook_delivery.proxy",
+                    format!("{err} (webhooks[{index}] posts through it)"),
+                )
+            })?;
+        }
         let secret = match (&hook.secret, &hook.secret_env) {
             (Some(secret), None) => secret.clone(),
             (None, Some(name)) => match env(name) {

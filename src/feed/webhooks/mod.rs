@@ -17,17 +17,20 @@
 //! one message), `webhook-timestamp` (Unix seconds of the attempt) and `webhook-signature:
 //! v1,<base64 of HMAC-SHA256 of "{id}.{timestamp}.{body}" keyed by the secret's bytes>`.
 //!
-//! SSRF: a webhook whose host resolves to a loopback, private, link-local, unique-local or
-//! cloud-metadata address is refused, at start-up and at every send (the client resolves names
-//! itself and connects only to the addresses it checked), unless it sets `allow_private`.
+//! SSRF: a webhook whose host resolves to an address that is not globally reachable (loopback,
+//! private, link-local, cloud metadata, and the rest of the IANA special-purpose blocks) is
+//! refused, at start-up and at every send (the client resolves names itself and connects only
+//! to the addresses it checked), unless it sets `allow_private`.
 //!
-//! By job: `target.rs` keeps a webhook from reaching inside the network, `sign.rs` signs, the
-//! outbox (`outbox.rs`) queues, the sender (`sender.rs`) posts, and [`config`] reads the
-//! `[[webhooks]]` and `[webhook_delivery]` sections. This module is the seam: the configured
+//! By job: `private.rs` says which addresses are inside the network, `target.rs` keeps a
+//! webhook from reaching them, `sign.rs` signs, the outbox (`outbox.rs`) queues, the sender
+//! (`sender.rs`) posts, and [`config`] reads the `[[webhooks]]` and `[webhook_delivery]`
+//! sections. This module is the seam: the configured
 //! [`Webhooks`], which start both loops, and the [`Nudge`] that wakes the sender.
 
 pub mod config;
 mod outbox;
+mod private;
 mod sender;
 mod sign;
 mod target;
@@ -40,8 +43,8 @@ use tokio::sync::{Notify, watch};
 
 use crate::store::{Store, StoreError, Timestamp};
 
+pub use private::is_private;
 pub use sign::{parse_secret, signature};
-pub use target::is_private;
 
 /// How often both loops look again without being woken.
 const IDLE: Duration = Duration::from_secs(1);
@@ -54,17 +57,23 @@ pub struct Webhook {
     events: Option<HashSet<String>>,
     tools: Option<HashSet<String>>,
     allow_private: bool,
+    /// The proxy the client goes through, checked like the URL.
+    proxy: Option<reqwest::Url>,
     client: reqwest::Client,
 }
 
 impl std::fmt::Debug for Webhook {
-    // The secret is never shown.
+    // Neither the secret nor the URL's path (often a secret too) is shown.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Webhook")
-            .field("url", &self.url.as_str())
+            .field("url", &target::shown(self.url.as_str()))
             .field("events", &self.events)
             .field("tools", &self.tools)
             .field("allow_private", &self.allow_private)
+            .field(
+                "proxy",
+                &self.proxy.as_ref().map(|p| target::shown(p.as_str())),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -75,7 +84,7 @@ impl std::fmt::Debug for Webhook {
 pub struct WebhookError(pub String);
 
 /// Delivery settings (`[webhook_delivery]`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct DeliverySettings {
     /// How long one attempt may take.
     pub timeout: Duration,
@@ -85,6 +94,25 @@ pub struct DeliverySettings {
     pub initial_backoff: Duration,
     /// The longest wait between attempts.
     pub max_backoff: Duration,
+    /// The HTTP proxy every webhook posts through; `None`: none, whatever the environment's
+    /// `HTTP_PROXY` and the like say.
+    pub proxy: Option<reqwest::Url>,
+}
+
+impl std::fmt::Debug for DeliverySettings {
+    // A proxy's URL may carry a password: only its scheme, host and port are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliverySettings")
+            .field("timeout", &self.timeout)
+            .field("max_attempts", &self.max_attempts)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field(
+                "proxy",
+                &self.proxy.as_ref().map(|p| target::shown(p.as_str())),
+            )
+            .finish()
+    }
 }
 
 impl Default for DeliverySettings {
@@ -95,6 +123,7 @@ impl Default for DeliverySettings {
             max_attempts: 10,
             initial_backoff: Duration::from_secs(5),
             max_backoff: Duration::from_secs(36_000),
+            proxy: None,
         }
     }
 }
@@ -102,7 +131,8 @@ impl Default for DeliverySettings {
 impl Webhook {
     /// A webhook posting to `url`, signed with `secret` (see [`parse_secret`]), for the entry
     /// types `events` and the tools `tools` (`None`: all). A URL that is not http(s), or whose
-    /// host is a private address literal (unless `allow_private`), is refused.
+    /// host is a private address literal (unless `allow_private`), is refused, and so is a
+    /// proxy in `settings` that is.
     pub fn new(
         url: &str,
         secret: Vec<u8>,
@@ -112,6 +142,11 @@ impl Webhook {
         settings: &DeliverySettings,
     ) -> Result<Self, WebhookError> {
         let url = target::check_url(url, allow_private)?;
+        let proxy = settings
+            .proxy
+            .as_ref()
+            .map(|proxy| target::check_proxy(proxy.as_str(), allow_private))
+            .transpose()?;
         let client = target::client(settings, allow_private)?;
         Ok(Webhook {
             url,
@@ -119,6 +154,7 @@ impl Webhook {
             events,
             tools,
             allow_private,
+            proxy,
             client,
         })
     }
@@ -128,10 +164,21 @@ impl Webhook {
         self.url.as_str()
     }
 
+    /// The URL as logs and errors show it: scheme, host and port, never its path or query.
+    pub fn shown(&self) -> String {
+        target::shown(self.url.as_str())
+    }
+
     /// Refuses a host whose name resolves to a private address (unless allowed): at start-up.
     /// A name that does not resolve now is let through; every send checks again.
     pub async fn check_target(&self) -> Result<(), WebhookError> {
-        target::check_resolved(&self.url, self.allow_private).await
+        target::check_resolved(&self.url, self.allow_private).await?;
+        if let Some(proxy) = &self.proxy {
+            target::check_resolved(proxy, self.allow_private)
+                .await
+                .map_err(|err| WebhookError(format!("its proxy: {err}")))?;
+        }
+        Ok(())
     }
 
     fn wants(&self, kind: &str, tool: &str) -> bool {
@@ -172,7 +219,7 @@ impl Webhooks {
         for hook in &self.hooks {
             hook.check_target()
                 .await
-                .map_err(|err| WebhookError(format!("webhook {}: {err}", hook.url())))?;
+                .map_err(|err| WebhookError(format!("webhook {}: {err}", hook.shown())))?;
         }
         Ok(())
     }

@@ -106,7 +106,10 @@ async fn attempt(shared: &Shared, delivery: &Delivery) -> DeliveryResult {
         },
         Ok(response) if response.status() == reqwest::StatusCode::GONE => {
             lock(&shared.disabled).insert(delivery.webhook.clone());
-            tracing::warn!(webhook = %delivery.webhook, "a webhook's receiver answered 410 Gone: the webhook is disabled");
+            tracing::warn!(
+                webhook = %super::target::shown(&delivery.webhook),
+                "a webhook's receiver answered 410 Gone: the webhook is disabled"
+            );
             DeliveryResult::Failed {
                 status: Some(410),
                 error: "410 Gone: the webhook is disabled".into(),

@@ -6,41 +6,18 @@
 //! network. Hence three checks: an address literal is refused when the URL is read, a name when
 //! the server starts ([`check_resolved`]), and the client resolves names itself and connects
 //! only to the addresses it checked ([`client`]), at every send. `allow_private` lifts all three.
+//!
+//! A proxy would connect wherever the request says, past all three, so the client ignores the
+//! proxy variables of the environment (`HTTP_PROXY`, `ALL_PROXY`, ...: set for other programs,
+//! they would silently route webhooks around these checks). Only a proxy configured for the
+//! webhooks (`[webhook_delivery] proxy`) is used, and it is checked like a target; the names of
+//! targets are then resolved by the proxy, which must keep them from the inside itself.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use super::private::is_private;
 use super::{DeliverySettings, WebhookError};
-
-/// Whether an address is one a webhook may not reach unless it allows private targets:
-/// loopback, private, link-local (cloud metadata lives at 169.254.169.254), unique-local,
-/// unspecified, and the IPv4 forms of those inside IPv6.
-pub fn is_private(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_broadcast()
-                // 100.64.0.0/10, carrier-grade NAT, and 0.0.0.0/8.
-                || (v4.octets()[0] == 100 && (v4.octets()[1] & 0xc0) == 64)
-                || v4.octets()[0] == 0
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_private(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                // fc00::/7 unique-local, fe80::/10 link-local.
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-            // fd00:ec2::254, AWS's metadata over IPv6, is unique-local already.
-        }
-    }
-}
 
 /// `url`, read: refused unless it is http(s) with a host, and (unless `allow_private`) when its
 /// host is a private address literal.
@@ -60,6 +37,12 @@ pub(super) fn check_url(url: &str, allow_private: bool) -> Result<reqwest::Url, 
         )));
     }
     Ok(url)
+}
+
+/// A proxy's URL, read: checked as a target's is, since the client connects to it.
+pub(super) fn check_proxy(proxy: &str, allow_private: bool) -> Result<reqwest::Url, WebhookError> {
+    check_url(proxy, allow_private)
+        .map_err(|err| WebhookError(format!("the proxy {}: {err}", shown(proxy))))
 }
 
 /// Refuses a host whose name resolves to a private address (unless allowed): at start-up.
@@ -84,18 +67,28 @@ pub(super) async fn check_resolved(
     Ok(())
 }
 
-/// The HTTP client of one webhook: it follows no redirect (a receiver could point one inside)
-/// and resolves names through [`GuardedResolver`].
+/// The HTTP client of one webhook: it follows no redirect (a receiver could point one inside),
+/// resolves names through [`GuardedResolver`], and goes through the configured proxy or none
+/// (never one named by the environment).
 pub(super) fn client(
     settings: &DeliverySettings,
     allow_private: bool,
 ) -> Result<reqwest::Client, WebhookError> {
     super::install_crypto();
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .timeout(settings.timeout)
         .connect_timeout(settings.timeout)
         .redirect(reqwest::redirect::Policy::none())
-        .dns_resolver(Arc::new(GuardedResolver { allow_private }))
+        .dns_resolver(Arc::new(GuardedResolver { allow_private }));
+    let builder = match &settings.proxy {
+        // A proxy given to the builder replaces the environment's.
+        Some(proxy) => builder.proxy(
+            reqwest::Proxy::all(proxy.clone())
+                .map_err(|_| WebhookError("the proxy is not a usable URL".into()))?,
+        ),
+        None => builder.no_proxy(),
+    };
+    builder
         .build()
         .map_err(|err| WebhookError(format!("cannot build an HTTP client: {err}")))
 }
@@ -127,6 +120,20 @@ impl reqwest::dns::Resolve for GuardedResolver {
     }
 }
 
+/// `url` as logs and errors may show it: scheme, host and port only. A receiver's path or
+/// query often is its secret (a Slack-style URL carries the token in its path), and user
+/// information is a password, so neither is ever shown.
+pub(super) fn shown(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(url) => match (url.host_str(), url.port_or_known_default()) {
+            (Some(host), Some(port)) => format!("{}://{host}:{port}", url.scheme()),
+            (Some(host), None) => format!("{}://{host}", url.scheme()),
+            _ => format!("a {} URL", url.scheme()),
+        },
+        Err(_) => "an unreadable URL".to_owned(),
+    }
+}
+
 /// The host of `url` when it is an address literal.
 fn host_ip(url: &reqwest::Url) -> Option<IpAddr> {
     match url.host()? {
@@ -138,27 +145,28 @@ fn host_ip(url: &reqwest::Url) -> Option<IpAddr> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::shown;
 
     #[test]
-    fn private_targets_are_recognised() {
-        for private in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "0.0.0.0",
-            "100.64.0.1",
-            "::1",
-            "fc00::1",
-            "fe80::1",
-            "::ffff:127.0.0.1",
+    fn a_url_is_shown_as_scheme_host_and_port_only() {
+        for (url, expected) in [
+            (
+                "https://hooks.slack.com/services/T000/B000/XXXXSECRET",
+                "https://hooks.slack.com:443",
+            ),
+            (
+                "http://127.0.0.1:9000/hook?token=SECRET",
+                "http://127.0.0.1:9000",
+            ),
+            (
+                "https://user:SECRET@example.com/x#SECRET",
+                "https://example.com:443",
+            ),
+            ("http://[::1]:8080/SECRET", "http://[::1]:8080"),
+            ("not a url SECRET", "an unreadable URL"),
         ] {
-            assert!(is_private(private.parse().unwrap()), "{private}");
-        }
-        for public in ["93.184.216.34", "8.8.8.8", "2606:4700::1111"] {
-            assert!(!is_private(public.parse().unwrap()), "{public}");
+            assert_eq!(shown(url), expected, "{url}");
+            assert!(!shown(url).contains("SECRET"));
         }
     }
 }

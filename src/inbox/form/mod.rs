@@ -7,14 +7,15 @@
 //! required field is refused as missing by the lifecycle's own validation, which stays the one
 //! judge of an answer: nothing here refuses what the schema would accept, or accepts what it
 //! would refuse. What the renderer cannot show as controls (`oneOf` of objects, maps,
-//! `patternProperties`, tuples, `const`, schemas nested deeper than [`MAX_DEPTH`]) is a JSON
-//! text area, parsed on submit.
-
+//! `patternProperties`, tuples, `const`, schemas nested deeper than `MAX_DEPTH`) is a JSON
+//! text area, parsed on submit; so is a part too large for the page's budget (`budget.rs`:
+//! 2,000 controls, about 1 MiB), and the page says why.
 //!
 //! The schema's shapes are read in `schema.rs`, the controls built in `render.rs`, the answer
 //! read back in `read.rs`; a value is shown as a readable list, with the same schema's labels,
 //! in `show.rs`.
 
+mod budget;
 mod read;
 mod render;
 mod schema;
@@ -161,6 +162,12 @@ impl Control {
         if self.help.is_some() {
             ids.push(format!("{}-help", self.id));
         }
+        if let Kind::Json {
+            too_large: true, ..
+        } = self.kind
+        {
+            ids.push(format!("{}-large", self.id));
+        }
         if self.error.is_some() {
             ids.push(format!("{}-error", self.id));
         }
@@ -186,8 +193,9 @@ pub(crate) enum Kind {
     },
     /// A choice: an enum, or a boolean (yes, no, or left out).
     Choice { options: Vec<Choice> },
-    /// JSON typed by hand, with the schema it must fit.
-    Json { schema: String },
+    /// JSON typed by hand, with the schema it must fit; `too_large` when the part would fit
+    /// the schema's controls but not the page's budget.
+    Json { schema: String, too_large: bool },
 }
 
 /// One option of a choice.

@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value};
 
+use super::budget::Budget;
 use super::schema::{Schema, Shape};
 use super::{Submitted, child};
 use crate::contract::error::InputViolation;
@@ -12,6 +13,8 @@ use crate::contract::error::InputViolation;
 pub(crate) fn read(schema: &Value, submitted: &Submitted) -> Result<Value, Vec<InputViolation>> {
     let mut reader = Reader {
         schema: Schema { root: schema },
+        // The form's own plan: a part shown as JSON is read as JSON.
+        budget: Budget::plan(schema),
         submitted,
         problems: Vec::new(),
     };
@@ -29,6 +32,7 @@ pub(crate) fn read(schema: &Value, submitted: &Submitted) -> Result<Value, Vec<I
 
 struct Reader<'s> {
     schema: Schema<'s>,
+    budget: Budget,
     submitted: &'s Submitted,
     problems: Vec<InputViolation>,
 }
@@ -36,7 +40,7 @@ struct Reader<'s> {
 impl<'s> Reader<'s> {
     fn value(&mut self, schema: &'s Value, pointer: &str, depth: usize) -> Option<Value> {
         let raw = self.submitted.get(pointer).unwrap_or_default();
-        match self.schema.shape(schema, depth) {
+        match self.budget.shape(self.schema, schema, depth) {
             Shape::Object { properties, .. } => {
                 let mut map = Map::new();
                 for (key, sub) in properties {

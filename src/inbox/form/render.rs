@@ -4,15 +4,13 @@
 use serde_json::Value;
 
 use super::super::prose::Prose;
+use super::budget::{self, Budget};
 use super::schema::{Schema, Shape};
 use super::show::readable;
 use super::{
     AddRow, Choice, Control, Form, Group, Kind, Node, Problem, Row, Submitted, child, text,
 };
 use crate::contract::error::InputViolation;
-
-/// The most array rows rendered before a person adds any.
-const MAX_INITIAL_ROWS: u64 = 20;
 
 /// A string longer than this (by `maxLength`) gets a text area.
 const LONG_TEXT: u64 = 120;
@@ -42,6 +40,7 @@ pub(crate) fn render(
     let mut builder = Builder {
         form: id,
         schema: Schema { root: schema },
+        budget: Budget::plan(schema),
         submitted,
         refused: !violations.is_empty(),
         blank: false,
@@ -67,6 +66,8 @@ pub(crate) fn render(
 struct Builder<'s> {
     form: &'static str,
     schema: Schema<'s>,
+    /// The parts too large for the page, shown as JSON.
+    budget: Budget,
     submitted: &'s Submitted,
     /// Whether this shows a refused answer: empty required fields are then marked.
     refused: bool,
@@ -107,7 +108,7 @@ impl<'s> Builder<'s> {
             value: value.clone(),
             kind,
         };
-        let node = match self.schema.shape(written, depth) {
+        let node = match self.budget.shape(self.schema, written, depth) {
             Shape::Object {
                 properties,
                 required: needed,
@@ -192,7 +193,8 @@ impl<'s> Builder<'s> {
                 })
             }
             Shape::Json => control(Kind::Json {
-                schema: serde_json::to_string_pretty(resolved).unwrap_or_default(),
+                schema: schema_text(resolved),
+                too_large: self.budget.is_over(self.schema, written),
             }),
         };
         self.nodes.push(Node::Control(node));
@@ -225,7 +227,7 @@ impl<'s> Builder<'s> {
             false => self.submitted.rows(pointer),
         };
         if rows.is_empty() && (self.blank || self.submitted.is_empty()) {
-            let initial = min_items.max(u64::from(required)).min(MAX_INITIAL_ROWS);
+            let initial = budget::initial_rows(min_items, required);
             rows = (0..initial as usize).collect();
         }
         for (shown, index) in rows.iter().enumerate() {
@@ -264,6 +266,21 @@ impl<'s> Builder<'s> {
             label: format!("Add to {label}"),
         }));
     }
+}
+
+/// `schema` pretty-printed for a person typing JSON, cut at [`budget::MAX_SCHEMA_TEXT`]: a
+/// schema too large for controls may be too large to print whole.
+fn schema_text(schema: &Value) -> String {
+    let mut text = serde_json::to_string_pretty(schema).unwrap_or_default();
+    if text.len() > budget::MAX_SCHEMA_TEXT {
+        let mut cut = budget::MAX_SCHEMA_TEXT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("\n… (the rest of the schema is not shown)");
+    }
+    text
 }
 
 /// The options of a choice, with `value` selected. A choice may be left out (`(none)`), unless

@@ -318,3 +318,117 @@ fn a_value_is_listed_with_its_schemas_labels_and_grouped_digits() {
     let help = show(&schema, &value)[0].help.clone();
     assert_eq!(help, Some(Prose::parse("How much to refund, in cents.")));
 }
+
+/// The form's fields as the page renders them.
+#[derive(askama::Template)]
+#[template(source = "{% include \"form_fields.html\" %}", ext = "html")]
+struct Fields {
+    form: Form,
+}
+
+fn html(form: Form) -> String {
+    askama::Template::render(&Fields { form }).unwrap()
+}
+
+/// Arrays of arrays, `depth` deep, each with 20 rows to start with (as a hostile upstream
+/// server may declare its output): 21 copies a level.
+fn nested_arrays(depth: usize) -> Value {
+    let mut schema = json!({"type": "string"});
+    for _ in 0..depth {
+        schema = json!({"type": "array", "minItems": 20, "items": schema});
+    }
+    json!({"type": "object", "required": ["rows"], "properties": {
+        "note": {"type": "string"},
+        "rows": schema,
+    }})
+}
+
+fn json_controls(form: &Form) -> Vec<&Control> {
+    controls(form)
+        .into_iter()
+        .filter(|c| {
+            matches!(
+                c.kind,
+                Kind::Json {
+                    too_large: true,
+                    ..
+                }
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_schema_too_large_for_the_page_becomes_a_json_field_saying_why() {
+    for depth in [4, 5, 6] {
+        let schema = nested_arrays(depth);
+        let form = render("complete", &schema, &Submitted::default(), &[]);
+        assert!(
+            form.nodes.len() <= 2_000,
+            "{depth}: {} nodes",
+            form.nodes.len()
+        );
+        let large = json_controls(&form);
+        assert_eq!(
+            large.len(),
+            1,
+            "{depth}: the nested arrays are one JSON field"
+        );
+        assert_eq!(large[0].name, "v/rows");
+        // What fits is still a control.
+        assert!(controls(&form).iter().any(|c| c.name == "v/note"));
+        let page = html(form);
+        assert!(page.len() < 1_100 * 1024, "{depth}: {} bytes", page.len());
+        assert!(
+            page.contains("too large to show as fields"),
+            "the page says why"
+        );
+        // The JSON field is read back as JSON, as the form showed it.
+        let answer = read(
+            &schema,
+            &submitted(&[("v/note", "hi"), ("v/rows", "[[[[\"a\"]]]]")]),
+        )
+        .unwrap();
+        assert_eq!(answer, json!({"note": "hi", "rows": [[[["a"]]]]}));
+        let refused = read(&schema, &submitted(&[("v/rows", "[[")])).unwrap_err();
+        assert_eq!(refused[0].path, "/rows");
+    }
+}
+
+#[test]
+fn a_wide_object_is_shown_within_the_budget() {
+    let properties: serde_json::Map<String, Value> = (0..5_000)
+        .map(|i| {
+            (
+                format!("field_{i}"),
+                json!({"type": "string", "description": "x".repeat(200)}),
+            )
+        })
+        .collect();
+    let wide = json!({"type": "object", "properties": properties});
+    let schema = json!({"type": "object", "properties": {
+        "small": {"type": "integer"},
+        "wide": wide,
+    }});
+    let form = render("settle", &schema, &Submitted::default(), &[]);
+    assert!(form.nodes.len() <= 2_000, "{} nodes", form.nodes.len());
+    assert_eq!(json_controls(&form)[0].name, "v/wide");
+    let page = html(form);
+    assert!(page.len() < 1_100 * 1024, "{} bytes", page.len());
+    assert!(page.contains("too large to show as fields"));
+}
+
+#[test]
+fn a_schema_within_the_budget_is_all_controls() {
+    let schema = nested_arrays(2);
+    let form = render("complete", &schema, &Submitted::default(), &[]);
+    assert!(json_controls(&form).is_empty());
+    // 20 rows of 20 rows, each with its template: every string a control of its own.
+    assert_eq!(
+        controls(&form)
+            .iter()
+            .filter(|c| c.name.starts_with("v/rows/"))
+            .count(),
+        21 * 21
+    );
+}
