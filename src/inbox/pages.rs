@@ -165,6 +165,12 @@ pub(crate) async fn queue_fragment(visit: Visit, Query(query): Query<QueueQuery>
 /// no suspension tokens: the page never needs one.
 pub(crate) async fn events(visit: Visit) -> Answer {
     let signed = visit.require().await?;
+    // An open page's stream counts against its principal's `max_held`, as `GET /events` does.
+    let counted = visit
+        .dispatcher()
+        .quotas()
+        .hold(&signed.principal)
+        .map_err(ApiError::from)?;
     let store = visit.dispatcher().store();
     let resume = resume_point(&visit.headers, None);
     let cursor = match start_cursor(store.as_ref(), resume).await {
@@ -180,7 +186,7 @@ pub(crate) async fn events(visit: Visit) -> Answer {
         ..Audience::default()
     };
     let released = visit.dispatcher().running().released();
-    let stream = sse(follow(store.clone(), cursor, released, audience));
+    let stream = sse(follow(store.clone(), cursor, released, audience), counted);
     let mut response = stream.into_response();
     secure(response.headers_mut());
     Ok(response)

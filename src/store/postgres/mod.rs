@@ -12,7 +12,8 @@
 //! - the feed, in commit order across replicas, and its wake-ups: [`feed`];
 //! - replicas, leases, and settling the calls of a dead replica: [`leases`];
 //! - schema versions under an advisory lock: [`migrations`];
-//! - reading records back: [`reads`]; inbox sessions: [`sessions`];
+//! - reading records back: [`reads`]; inbox sessions: [`sessions`]; quota buckets shared by
+//!   the replicas, one statement per paid call: [`quotas`];
 //! - the webhook outbox, one cursor mover and one claimant per delivery across replicas:
 //!   [`webhooks`].
 //!
@@ -27,6 +28,7 @@
 mod feed;
 mod leases;
 mod migrations;
+mod quotas;
 mod reads;
 mod sessions;
 mod webhooks;
@@ -43,7 +45,8 @@ use super::backend::Backend;
 use super::queue::{self, Behind, Msg, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, DeliveryPage, DeliveryStatus,
-    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, StoreCounts, StoreError, Timestamp,
+    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, QuotaSpend, StoreCounts, StoreError,
+    Timestamp,
 };
 use leases::Lease;
 use reads::Conn;
@@ -437,6 +440,31 @@ impl Backend for PostgresStore {
 
     fn replica(&self) -> Option<&str> {
         Some(&self.inner.replica)
+    }
+
+    fn shares_quotas(&self) -> bool {
+        true
+    }
+
+    async fn spend_bucket(
+        &self,
+        principal: &str,
+        scope: &str,
+        interval_us: i64,
+        tolerance_us: i64,
+    ) -> Result<QuotaSpend, StoreError> {
+        self.read(async |c| quotas::spend(c, principal, scope, interval_us, tolerance_us).await)
+            .await
+    }
+
+    async fn refund_bucket(
+        &self,
+        principal: &str,
+        scope: &str,
+        interval_us: i64,
+    ) -> Result<(), StoreError> {
+        self.read(async |c| quotas::refund(c, principal, scope, interval_us).await)
+            .await
     }
 
     async fn close(&self) -> Result<(), StoreError> {
