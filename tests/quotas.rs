@@ -119,11 +119,16 @@ async fn echo(api: &Api, token: &str) -> Answer {
 
 /// `GET path` as `token`.
 async fn get(api: &Api, token: &str, path: &str) -> Answer {
+    answer(open(api, token, path).await).await
+}
+
+/// `GET path` as `token`, its body not read yet (a stream stays open while it is kept).
+async fn open(api: &Api, token: &str, path: &str) -> reqwest::Response {
     let request = api
         .client
         .get(format!("{}{path}", api.base))
         .bearer_auth(token);
-    answer(request.send().await.unwrap()).await
+    request.send().await.unwrap()
 }
 
 /// A `tools/call` over `/mcp` as `token`; its JSON-RPC result.
@@ -148,14 +153,7 @@ async fn mcp_call(api: &Api, token: &str, tool: &str, arguments: Value) -> Value
 
 /// The value of one series of `/metrics` (0 when it is not there yet).
 async fn metric(api: &Api, series: &str) -> u64 {
-    let response = api
-        .client
-        .get(format!("{}/metrics", api.base))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap();
-    let text = response.text().await.unwrap();
+    let text = open(api, ADMIN, "/metrics").await.text().await.unwrap();
     text.lines()
         .find_map(|line| line.strip_prefix(series))
         .and_then(|value| value.trim().parse().ok())
@@ -288,13 +286,7 @@ async fn max_held_counts_waits_and_streams_and_refuses_at_once() {
     let call_id = asked.body["call_id"].as_str().unwrap().to_owned();
 
     // One stream open and one wait held: the key's two.
-    let stream = api
-        .client
-        .get(format!("{}/events", api.base))
-        .bearer_auth(AGENT)
-        .send()
-        .await
-        .unwrap();
+    let stream = open(api, AGENT, "/events").await;
     assert_eq!(stream.status(), StatusCode::OK);
     let waiter = {
         let api = api.clone();
@@ -361,13 +353,7 @@ async fn max_held_counts_waits_and_streams_and_refuses_at_once() {
     // A closed stream is counted no more.
     drop(stream);
     let again = common::eventually("the stream's count is given back", async || {
-        let response = api
-            .client
-            .get(format!("{}/events", api.base))
-            .bearer_auth(AGENT)
-            .send()
-            .await
-            .ok()?;
+        let response = open(api, AGENT, "/events").await;
         (response.status() == StatusCode::OK).then_some(response)
     })
     .await;
