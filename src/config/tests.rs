@@ -241,4 +241,13 @@ fn quotas_layer_from_file_env_and_keys_and_bad_ones_name_their_key() {
          quotas = {{ max_running = 0 }}\n"
     );
     assert_eq!(key_of(&bad_key), "auth.keys[0].quotas.max_running");
+
+    // An upstream tool's policy carries its own quota, checked with its upstream.
+    let upstream = "[[upstreams]]\nname = \"files\"\ncommand = [\"s\"]\n\
+                    [upstreams.policies.w]\nquotas = { calls_per_minute = 30 }\n";
+    let config = Config::from_toml(upstream).unwrap();
+    let served = &config.dispatch_config().tools["files__w"];
+    assert_eq!(served.quotas.calls_per_minute, Some(30));
+    let held = upstream.replace("calls_per_minute = 30", "max_held = 1");
+    assert_eq!(key_of(&held), "upstreams[0].policies.w.quotas.max_held");
 }
