@@ -170,7 +170,7 @@ pub(crate) async fn events(visit: Visit) -> Answer {
         .dispatcher()
         .quotas()
         .hold(&signed.principal)
-        .map_err(ApiError::from)?;
+        .map_err(|refused| PageError::OverQuota(Box::new(refused)))?;
     let store = visit.dispatcher().store();
     let resume = resume_point(&visit.headers, None);
     let cursor = match start_cursor(store.as_ref(), resume).await {
