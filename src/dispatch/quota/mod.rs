@@ -151,6 +151,14 @@ struct ToolUsage {
     running: u32,
 }
 
+/// The entry of `name`, made the first time: its name is copied then only, not on every call.
+fn slot<'a, T: Default>(map: &'a mut HashMap<String, T>, name: &str) -> &'a mut T {
+    if !map.contains_key(name) {
+        map.insert(name.to_owned(), T::default());
+    }
+    map.get_mut(name).expect("inserted above if it was missing")
+}
+
 struct Ledger {
     settings: QuotaSettings,
     /// Whether some principal's quota limits calls (a rate or `max_running`).
@@ -237,11 +245,11 @@ impl Quotas {
         };
         if own.max_running.is_some() || tool_quota.max_running.is_some() {
             let mut usage = self.usage();
-            let usage = usage.entry(name.to_owned()).or_default();
+            let usage = slot(&mut usage, name);
             if let Some(max) = own.max_running.filter(|max| usage.running >= *max) {
                 return Err(refused(QuotaKind::MaxRunning, false, max, None, 1_000_000));
             }
-            let of_tool = usage.tools.entry(tool.to_owned()).or_default();
+            let of_tool = slot(&mut usage.tools, tool);
             if let Some(max) = tool_quota.max_running.filter(|max| of_tool.running >= *max) {
                 return Err(refused(QuotaKind::MaxRunning, true, max, None, 1_000_000));
             }
@@ -289,9 +297,9 @@ impl Quotas {
         }
         let now = self.now_us();
         let mut usage = self.usage();
-        let usage = usage.entry(bucket.principal.to_owned()).or_default();
+        let usage = slot(&mut usage, bucket.principal);
         let tat = match bucket.tool {
-            Some(tool) => &mut usage.tools.entry(tool.to_owned()).or_default().tat,
+            Some(tool) => &mut slot(&mut usage.tools, tool).tat,
             None => &mut usage.tat,
         };
         *tat = bucket::spend(*tat, now, bucket.rate)?;
@@ -331,7 +339,7 @@ impl Quotas {
             .max_held
             .unwrap_or(DEFAULT_MAX_HELD);
         let mut usage = self.usage();
-        let usage = usage.entry(name.to_owned()).or_default();
+        let usage = slot(&mut usage, name);
         if usage.held >= max {
             crate::metrics::rate_limited("", QuotaKind::MaxHeld.key());
             return Err(QuotaExceeded {
