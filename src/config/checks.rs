@@ -1,5 +1,5 @@
 //! The checks run once the file is read, before anything starts: numbers that must be at least
-//! 1 (or longer than another), approval schemas, and what one section says about another (a
+//! 1 (or longer than another), approval schemas, quotas, and what one section says about another (a
 //! tool's settings given both under `[tools]` and in its upstream's policies).
 //!
 //! They run in one fixed order, so of several mistakes the same one is named first every time.
@@ -93,6 +93,29 @@ impl Config {
                     }
                 })?;
             }
+        }
+        Ok(())
+    }
+
+    /// Each quota table's values: at least 1, a `burst` only beside its rate, no `max_held` on a
+    /// tool. (An upstream tool's policy is checked with its upstream.)
+    pub(super) fn check_quotas(&self) -> Result<(), ConfigError> {
+        let keys = self.auth.keys.iter().enumerate().filter_map(|(i, key)| {
+            key.quotas
+                .map(|quotas| (format!("auth.keys[{i}].quotas"), quotas, false))
+        });
+        let tools = self.tools.iter().filter_map(|(name, tool)| {
+            tool.quotas
+                .map(|quotas| (format!("tools.{name}.quotas"), quotas, true))
+        });
+        let tables = [("quotas".to_owned(), self.quotas, false)];
+        for (table, quotas, of_tool) in tables.into_iter().chain(keys).chain(tools) {
+            quotas
+                .check(of_tool)
+                .map_err(|(key, message)| ConfigError::Invalid {
+                    key: format!("{table}.{key}"),
+                    message,
+                })?;
         }
         Ok(())
     }

@@ -32,6 +32,8 @@ use crate::http::auth::ApiKey;
 use crate::upstream::config::UpstreamConfig;
 
 pub use crate::dispatch::config::{RetryConfig, ToolConfig, ToolOverride};
+use crate::dispatch::quota::DEFAULT_MAX_HELD;
+pub use crate::dispatch::quota::QuotaConfig;
 pub use crate::examples::config::ExamplesConfig;
 pub use crate::feed::webhooks::config::{WebhookConfig, WebhookDeliveryConfig};
 pub use crate::http::config::ServerConfig;
@@ -78,6 +80,8 @@ pub struct Config {
     pub tool_defaults: ToolConfig,
     /// Settings by tool name; unset keys fall back to `tool_defaults`.
     pub tools: BTreeMap<String, ToolOverride>,
+    /// Every principal's quotas, unless its key sets its own (`[[auth.keys]] quotas`).
+    pub quotas: QuotaConfig,
     /// API keys.
     pub auth: AuthConfig,
     /// The example tools.
@@ -111,6 +115,10 @@ impl Default for Config {
             retry: RetryConfig::default(),
             tool_defaults: ToolConfig::default(),
             tools: BTreeMap::new(),
+            quotas: QuotaConfig {
+                max_held: Some(DEFAULT_MAX_HELD),
+                ..QuotaConfig::default()
+            },
             auth: AuthConfig::default(),
             examples: ExamplesConfig::default(),
             store: StoreConfig::default(),
@@ -258,6 +266,7 @@ impl Config {
         config.api_keys()?;
         config.check_numbers()?;
         config.check_approvals()?;
+        config.check_quotas()?;
         config.check_upstreams()?;
         // The file's webhooks are checked now; their `secret_env` is read when they start.
         config.webhooks_with(|_| None, true)?;
@@ -331,7 +340,8 @@ impl Config {
         hosts
     }
 
-    /// Timeouts, concurrency limits, approval TTLs and retries, as the dispatcher takes them.
+    /// Timeouts, concurrency limits, approval TTLs, retries and quotas, as the dispatcher takes
+    /// them.
     pub fn dispatch_config(&self) -> DispatchConfig {
         let tools = self
             .tools
@@ -346,6 +356,11 @@ impl Config {
             tools.chain(upstream_tools),
             &self.retry,
             self.max_in_flight,
+            // A `[quotas]` table that leaves `max_held` out keeps its default.
+            self.auth.quotas(QuotaConfig {
+                max_held: self.quotas.max_held.or(Some(DEFAULT_MAX_HELD)),
+                ..self.quotas
+            }),
         )
     }
 }

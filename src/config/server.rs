@@ -5,6 +5,7 @@
 use serde::Deserialize;
 
 use super::ConfigError;
+use crate::dispatch::quota::{QuotaConfig, QuotaSettings};
 use crate::http::auth::{ApiKey, Role};
 
 /// `[auth]`.
@@ -25,9 +26,21 @@ pub struct KeyConfig {
     pub role: Role,
     /// The SHA-256 of the token, in hex (`toolgate hash-token` prints it).
     pub token_sha256: String,
+    /// The key's own quotas, each key set here over `[quotas]`.
+    #[serde(default)]
+    pub quotas: Option<QuotaConfig>,
 }
 
 impl AuthConfig {
+    /// Every principal's quotas: `defaults` (`[quotas]`), and each key's own over them.
+    pub fn quotas(&self, defaults: QuotaConfig) -> QuotaSettings {
+        let own = self
+            .keys
+            .iter()
+            .filter_map(|key| key.quotas.map(|quotas| (key.name.clone(), quotas)));
+        QuotaSettings::new(defaults, own)
+    }
+
     /// The API keys, with their hashes decoded. Fails on a hash that is not 64 hex digits or a
     /// name used twice.
     pub fn api_keys(&self) -> Result<Vec<ApiKey>, ConfigError> {

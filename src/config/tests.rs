@@ -235,3 +235,62 @@ fn the_webhook_proxy_comes_from_file_or_env_and_is_checked_like_a_target() {
         );
     }
 }
+
+#[test]
+fn quotas_layer_from_file_env_and_keys_and_bad_ones_name_their_key() {
+    let hash = "a".repeat(64);
+    let text = format!(
+        "[quotas]\ncalls_per_minute = 60\n\
+         [[auth.keys]]\nname = \"agent\"\nrole = \"caller\"\ntoken_sha256 = \"{hash}\"\n\
+         quotas = {{ calls_per_minute = 600, max_running = 2 }}\n\
+         [tools.echo]\nquotas = {{ calls_per_minute = 6, burst = 1 }}\n"
+    );
+    let config = Config::from_toml(&text).unwrap();
+    let dispatch = config.dispatch_config();
+    let agent = dispatch.quotas.of(Some("agent"));
+    assert_eq!(agent.calls_per_minute, Some(600));
+    assert_eq!((agent.max_running, agent.max_held), (Some(2), Some(64)));
+    assert_eq!(dispatch.quotas.of(None).calls_per_minute, Some(60));
+    assert_eq!(dispatch.tools["echo"].quotas.burst, Some(1));
+
+    let from_env = Config::load(
+        None,
+        env(&[
+            ("TOOLGATE_QUOTAS__MAX_HELD", "3"),
+            ("TOOLGATE_TOOLS__ECHO__QUOTAS__MAX_RUNNING", "1"),
+        ]),
+        Overrides::default(),
+    )
+    .unwrap();
+    assert_eq!(from_env.quotas.max_held, Some(3));
+    assert_eq!(from_env.tools["echo"].quotas.unwrap().max_running, Some(1));
+
+    let key_of = |text: &str| match Config::from_toml(text) {
+        Err(ConfigError::Invalid { key, .. }) => key,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        key_of("[quotas]\ncalls_per_minute = 0\n"),
+        "quotas.calls_per_minute"
+    );
+    assert_eq!(key_of("[quotas]\nburst = 5\n"), "quotas.burst");
+    assert_eq!(key_of("[quotas]\nmax_held = -1\n"), "quotas.max_held");
+    assert_eq!(
+        key_of("[tools.echo]\nquotas = { max_held = 2 }\n"),
+        "tools.echo.quotas.max_held"
+    );
+    let bad_key = format!(
+        "[[auth.keys]]\nname = \"a\"\nrole = \"caller\"\ntoken_sha256 = \"{hash}\"\n\
+         quotas = {{ max_running = 0 }}\n"
+    );
+    assert_eq!(key_of(&bad_key), "auth.keys[0].quotas.max_running");
+
+    // An upstream tool's policy carries its own quota, checked with its upstream.
+    let upstream = "[[upstreams]]\nname = \"files\"\ncommand = [\"s\"]\n\
+                    [upstreams.policies.w]\nquotas = { calls_per_minute = 30 }\n";
+    let config = Config::from_toml(upstream).unwrap();
+    let served = &config.dispatch_config().tools["files__w"];
+    assert_eq!(served.quotas.calls_per_minute, Some(30));
+    let held = upstream.replace("calls_per_minute = 30", "max_held = 1");
+    assert_eq!(key_of(&held), "upstreams[0].policies.w.quotas.max_held");
+}

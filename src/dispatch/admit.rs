@@ -65,6 +65,20 @@ enum Recorded {
     Repeated(CallResult),
 }
 
+/// Whether a call's answer came from the record its idempotency key already had (a replay, or a
+/// refusal because of that call's state): no new call, so no quota spent.
+fn answered_from_record(result: &Result<CallResult, DispatchError>) -> bool {
+    match result {
+        Ok(result) => result.replayed,
+        Err(err) => matches!(
+            err,
+            DispatchError::IdempotencyKeyReused { .. }
+                | DispatchError::CallInProgress { .. }
+                | DispatchError::NeedsReconciliation { .. }
+        ),
+    }
+}
+
 /// How deep `value` nests: arrays and objects count one level each.
 fn depth(value: &Value) -> usize {
     match value {
@@ -130,21 +144,38 @@ impl Dispatcher {
         });
         let effect = entry.registered.tool.effect();
         let plan = Plan::of(&entry.policy, effect, key.is_some());
+        // Input that does not fit, or a tool that does not exist, spends no quota. With no
+        // quota configured for the principal or the tool, this is the one branch a call pays.
+        let tool_quota = &entry.policy.settings.quotas;
+        let permit = if self.quotas.applies(tool_quota) {
+            let admitted = self.quotas.admit(&principal, tool, tool_quota).await;
+            Some(admitted.map_err(|refused| DispatchError::RateLimited(Box::new(refused)))?)
+        } else {
+            None
+        };
         // A read without an idempotency key has no effect to protect and no intent record that
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.
         if key.is_none() && effect == Effect::Read {
-            return self
+            let result = self
                 .run_call(&entry, plan, input, principal.name, key)
                 .await;
+            drop(permit);
+            return result;
         }
         // A keyed call may meet another caller's call (the tool's own key): kept to tell.
         let asker = principal.only_own();
         let shared_key = declared_key;
         let this = self.clone();
         let result = detached(&self.running, async move {
-            this.run_call(&entry, plan, input, principal.name, key)
-                .await
+            let result = this
+                .run_call(&entry, plan, input, principal.name, key)
+                .await;
+            // Counted as running until here, and not at all if its key's record answered.
+            if let Some(permit) = permit {
+                permit.settle(answered_from_record(&result)).await;
+            }
+            result
         })
         .await;
         match (result, asker) {

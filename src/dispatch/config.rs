@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::quota::{QuotaConfig, QuotaSettings};
 use super::{ApprovalGate, DispatchConfig, ToolSettings};
 use crate::contract::retry::RetryPolicy;
 
@@ -89,6 +90,7 @@ impl ToolConfig {
                     .and_then(|schema| ApprovalGate::with_schema(schema).ok())
                     .unwrap_or_default()
             }),
+            quotas: tool.quotas.unwrap_or_default(),
         }
     }
 }
@@ -108,6 +110,9 @@ pub struct ToolOverride {
     /// With `require_approval`: the JSON Schema of the approver's answer (default
     /// `{"note"?: string}`).
     pub approval_schema: Option<Value>,
+    /// The tool's own quota, for each principal calling it: `calls_per_minute`, `burst`,
+    /// `max_running`.
+    pub quotas: Option<QuotaConfig>,
 }
 
 /// What is wrong with an `approval_schema` key, if anything: it must compile, and is only set
@@ -123,12 +128,13 @@ pub fn check_approval_schema(schema: &Value, require_approval: Option<bool>) -> 
 }
 
 /// The dispatcher's configuration: each of `tools` (by name) over `defaults`, the `retry`
-/// policy, and at most `max_running_calls` calls running at once.
+/// policy, at most `max_running_calls` calls running at once, and every principal's `quotas`.
 pub fn dispatch_config(
     defaults: &ToolConfig,
     tools: impl IntoIterator<Item = (String, ToolOverride)>,
     retry: &RetryConfig,
     max_running_calls: usize,
+    quotas: QuotaSettings,
 ) -> DispatchConfig {
     DispatchConfig {
         defaults: defaults.settings(&ToolOverride::default()),
@@ -141,5 +147,6 @@ pub fn dispatch_config(
             .collect(),
         retry: retry.policy(),
         max_running_calls,
+        quotas,
     }
 }

@@ -25,6 +25,9 @@
 //! idempotency key may be (`admit`), what a person may write (`resolve`), and how a request is
 //! held until a call changes (`wait`).
 //!
+//! A new call is admitted by its principal's quotas first (`quota`: calls a minute, calls
+//! running, requests held), whichever door it came through.
+//!
 //! By step: `admit` (a new call, its recording plan chosen up front), `attempt` (the run of
 //! attempts, and what each amounts to), `record` (outcomes written, and counted), `resolve` (a
 //! person's decisions), `wait`, `running` (the graceful stop's accounting), `settings`, and
@@ -35,6 +38,7 @@ mod attempt;
 pub mod config;
 pub mod live;
 mod outcome;
+pub mod quota;
 mod record;
 mod resolve;
 mod running;
@@ -71,6 +75,8 @@ pub struct Dispatcher {
     slots: Arc<Slots>,
     /// Follows the store's change feed for the requests held until a call changes.
     feed: Feed,
+    /// Every principal's quotas, and what each uses now.
+    quotas: quota::Quotas,
     max_json_depth: usize,
 }
 
@@ -87,7 +93,11 @@ impl Dispatcher {
         config: &DispatchConfig,
     ) -> Self {
         let running = Running::default();
+        // On a store shared by replicas, the buckets are the store's, so that together the
+        // replicas admit what one bucket allows.
+        let shared = store.shares_quotas().then(|| store.clone());
         Dispatcher {
+            quotas: quota::Quotas::new(config.quotas.clone(), shared),
             live: Arc::new(Live::new(Arc::unwrap_or_clone(tools), config)),
             feed: Feed::new(store.clone(), running.released()),
             store,
@@ -113,6 +123,12 @@ impl Dispatcher {
     /// changes or a suspension arrives.
     pub fn feed(&self) -> &Feed {
         &self.feed
+    }
+
+    /// Every principal's quotas: a door takes a [`quota::HeldPermit`] from it before it holds
+    /// a request.
+    pub fn quotas(&self) -> &quota::Quotas {
+        &self.quotas
     }
 
     /// The calls running now; a graceful shutdown waits for [`Running::idle`].

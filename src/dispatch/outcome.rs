@@ -211,6 +211,10 @@ pub enum DispatchError {
         /// Where and why.
         violations: Vec<InputViolation>,
     },
+    /// A quota of the caller's refuses the request (see [`crate::dispatch::quota`]); nothing
+    /// ran or was recorded.
+    #[error("rate limited by {}", .0.kind.key())]
+    RateLimited(Box<super::quota::QuotaExceeded>),
     /// The tool already runs as many calls as it may.
     #[error("tool `{0}` is at its concurrency limit")]
     Overloaded(String),

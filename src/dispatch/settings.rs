@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::quota::{QuotaConfig, QuotaSettings};
 use super::who::Principal;
 use crate::contract::registry::compile_schema;
 use crate::contract::retry::RetryPolicy;
@@ -21,6 +22,8 @@ pub struct ToolSettings {
     pub approval_ttl: Option<Duration>,
     /// Set: every call of the tool waits for a person's approval before it runs at all.
     pub approval: Option<ApprovalGate>,
+    /// The tool's own quota, for each principal calling it (`max_held` is never a tool's).
+    pub quotas: QuotaConfig,
 }
 
 /// A tool that needs a person's approval for each call, by configuration: the call suspends
@@ -66,6 +69,7 @@ impl Default for ToolSettings {
             max_concurrency: 256,
             approval_ttl: None,
             approval: None,
+            quotas: QuotaConfig::default(),
         }
     }
 }
@@ -82,6 +86,8 @@ pub struct DispatchConfig {
     /// The most calls running at once across all tools, counting calls whose client has gone
     /// (they run to their outcome).
     pub max_running_calls: usize,
+    /// Every principal's quotas (`[quotas]`, and each key's own).
+    pub quotas: QuotaSettings,
 }
 
 impl Default for DispatchConfig {
@@ -91,6 +97,7 @@ impl Default for DispatchConfig {
             tools: HashMap::new(),
             retry: RetryPolicy::default(),
             max_running_calls: 1024,
+            quotas: QuotaSettings::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::contract::error::InputViolation;
 use crate::dispatch::DispatchError;
+use crate::dispatch::quota::QuotaExceeded;
 use crate::store::{CallRecord, StoreError};
 
 /// The body of every error answer.
@@ -79,6 +80,9 @@ pub enum ApiError {
     OriginNotAllowed(String),
     /// The server or the tool is at its concurrency limit.
     Overloaded(String),
+    /// A quota of the caller's refuses the request (calls a minute, calls running, requests
+    /// held); answered with `Retry-After` and the RateLimit fields.
+    RateLimited(Box<QuotaExceeded>),
     /// The idempotency key belongs to a call with another input.
     IdempotencyKeyReused(Option<String>),
     /// The call with this idempotency key is still running.
@@ -160,6 +164,7 @@ impl ApiError {
             | ApiError::NotReady
             | ApiError::StoreUnavailable
             | ApiError::UpstreamUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -184,6 +189,7 @@ impl ApiError {
                 "forbidden"
             }
             ApiError::Overloaded(_) => "overloaded",
+            ApiError::RateLimited(_) => "rate_limited",
             ApiError::IdempotencyKeyReused(_) => "idempotency_key_reused",
             ApiError::CallInProgress(_) => "call_in_progress",
             ApiError::NeedsReconciliation { .. } => "needs_reconciliation",
@@ -264,6 +270,7 @@ impl ApiError {
                 format!("{what} is at its concurrency limit; retry later."),
                 None,
             ),
+            ApiError::RateLimited(refused) => (refused.message(), Some(refused.details())),
             ApiError::IdempotencyKeyReused(Some(call_id)) => (
                 format!(
                     "This idempotency key belongs to call `{call_id}`, made with a different input."
@@ -384,9 +391,37 @@ impl IntoResponse for ApiError {
             ApiError::RequestTimeout => {
                 headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
+            ApiError::RateLimited(refused) => rate_limit_fields(&refused, headers),
             _ => {}
         }
         response
+    }
+}
+
+/// `Retry-After`, and the quota as the IETF RateLimit fields say it
+/// (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy` the quota (a rate as `q` calls in
+/// the `w` seconds a full burst takes to come back; a count as `q` at once, with
+/// `qu="concurrent-requests"`), `RateLimit` what is left of it now (`r=0`) and, for a rate, the
+/// seconds `t` until it admits one more, as `Retry-After` says.
+fn rate_limit_fields(refused: &QuotaExceeded, headers: &mut axum::http::HeaderMap) {
+    let wait = refused.retry_after_s();
+    let name = refused.policy_name();
+    let (policy, state) = match refused.rate {
+        Some(rate) => (
+            format!("\"{name}\";q={};w={}", rate.burst, rate.window_s()),
+            format!("\"{name}\";r=0;t={wait}"),
+        ),
+        None => (
+            format!("\"{name}\";q={};qu=\"concurrent-requests\"", refused.limit),
+            format!("\"{name}\";r=0"),
+        ),
+    };
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(wait));
+    // A tool's name is [A-Za-z0-9_-], so these are always valid header values.
+    for (field, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(field, value);
+        }
     }
 }
 
@@ -411,6 +446,12 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<QuotaExceeded> for ApiError {
+    fn from(refused: QuotaExceeded) -> Self {
+        ApiError::RateLimited(Box::new(refused))
+    }
+}
+
 impl From<DispatchError> for ApiError {
     fn from(err: DispatchError) -> Self {
         match err {
@@ -424,6 +465,7 @@ impl From<DispatchError> for ApiError {
                 ApiError::InvalidResumeInput(violations)
             }
             DispatchError::Overloaded(tool) => ApiError::Overloaded(format!("Tool `{tool}`")),
+            DispatchError::RateLimited(refused) => ApiError::RateLimited(refused),
             DispatchError::IdempotencyKeyReused { call_id } => {
                 ApiError::IdempotencyKeyReused(call_id)
             }

@@ -3,7 +3,8 @@
 //! A held request gives back its slot of `max_in_flight` while it waits (see [`HeldSlot`]): a
 //! thousand orchestrators waiting for their approvals must not shed the calls of everyone else.
 //! The waiting itself is the lifecycle's (`crate::dispatch::wait`); [`Held`] is how an HTTP
-//! request takes part in it.
+//! request takes part in it. A held request counts against its principal's `max_held` from
+//! the start (a [`HeldPermit`]): past it, it is refused `429` at once rather than held.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,8 +12,12 @@ use std::time::Duration;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
+use axum::extract::FromRef;
+
 use super::error::ApiError;
+use crate::dispatch::quota::{HeldPermit, Quotas};
 use crate::dispatch::wait::Hold;
+use crate::dispatch::who::Principal;
 use crate::slots::Slot;
 
 /// The longest a request may be held, in seconds.
@@ -35,16 +40,19 @@ pub struct Held {
     slot: Option<HeldSlot>,
     /// Counts it in `toolgate_waiters` once it waits, until it is answered.
     waiting: Option<crate::metrics::Waiting>,
+    /// Counts it against its principal's `max_held` until it is answered.
+    _permit: HeldPermit,
 }
 
 impl Held {
     /// A request held up to `limit`, with its slot of `max_in_flight` (if the gate shares one)
-    /// to give back when it starts to wait.
-    pub(crate) fn new(limit: Duration, slot: Option<HeldSlot>) -> Self {
+    /// to give back when it starts to wait, counted by `permit` meanwhile.
+    pub(crate) fn new(limit: Duration, slot: Option<HeldSlot>, permit: HeldPermit) -> Self {
         Held {
             limit,
             slot,
             waiting: None,
+            _permit: permit,
         }
     }
 }
@@ -94,10 +102,14 @@ pub(crate) fn parse_wait(query: Option<&str>, strict: bool) -> Result<Option<u32
     Ok(wait)
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for Wait {
+impl<S> FromRequestParts<S> for Wait
+where
+    S: Send + Sync,
+    Quotas: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         // Most requests have no query at all: nothing is parsed for them.
         let Some(seconds) = parse_wait(parts.uri.query(), false)? else {
             return Ok(Wait(None));
@@ -105,9 +117,16 @@ impl<S: Send + Sync> FromRequestParts<S> for Wait {
         if seconds == 0 {
             return Ok(Wait(None));
         }
+        // Every gated route's request carries its principal; a route without one is held as
+        // the anonymous principal's.
+        let permit = match parts.extensions.get::<Principal>() {
+            Some(principal) => Quotas::from_ref(state).hold(principal)?,
+            None => Quotas::from_ref(state).hold(&Principal::anonymous())?,
+        };
         Ok(Wait(Some(Held::new(
             Duration::from_secs(u64::from(seconds)),
             parts.extensions.get::<HeldSlot>().cloned(),
+            permit,
         ))))
     }
 }

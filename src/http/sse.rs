@@ -9,6 +9,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt};
 
 use super::error::ApiError;
+use crate::dispatch::quota::HeldPermit;
 use crate::feed::stream::FeedEvent;
 use crate::store::{FeedCursor, Store, StoreError};
 
@@ -43,10 +44,13 @@ pub async fn start_cursor(
 }
 
 /// The events as Server-Sent Events: `event:` the type, `id:` the cursor, `data:` the entry.
+/// The stream counts against its principal's `max_held` (`held`) for as long as it is open.
 pub fn sse(
     events: impl Stream<Item = FeedEvent> + Send + 'static,
+    held: HeldPermit,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + Send + 'static> {
-    let events = events.map(|event| {
+    let events = events.map(move |event| {
+        let _counted = &held;
         Ok(Event::default()
             .event(event.kind)
             .id(event.id)

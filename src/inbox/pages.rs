@@ -166,6 +166,12 @@ pub(crate) async fn queue_fragment(visit: Visit, Query(query): Query<QueueQuery>
 /// no suspension tokens: the page never needs one.
 pub(crate) async fn events(visit: Visit) -> Answer {
     let signed = visit.require().await?;
+    // An open page's stream counts against its principal's `max_held`, as `GET /events` does.
+    let counted = visit
+        .dispatcher()
+        .quotas()
+        .hold(&signed.principal)
+        .map_err(|refused| PageError::OverQuota(Box::new(refused)))?;
     let store = visit.dispatcher().store();
     let resume = resume_point(&visit.headers, None);
     let cursor = match start_cursor(store.as_ref(), resume).await {
@@ -184,7 +190,10 @@ pub(crate) async fn events(visit: Visit) -> Answer {
     let ended = signed.ended(store.clone());
     // A stream holds no slot of `max_in_flight` (it is held, not handled).
     drop(signed);
-    let stream = sse(follow(store.clone(), cursor, released, audience).take_until(ended));
+    let stream = sse(
+        follow(store.clone(), cursor, released, audience).take_until(ended),
+        counted,
+    );
     let mut response = stream.into_response();
     secure(response.headers_mut());
     Ok(response)

@@ -106,6 +106,8 @@ pub(crate) enum PageError {
     UnknownCall(String),
     /// Too many sign-in attempts from this address.
     RateLimited(std::time::Duration),
+    /// A quota of the person's key refuses the request (its `max_held`, for a live stream).
+    OverQuota(Box<crate::dispatch::quota::QuotaExceeded>),
     /// The request itself is wrong (a form too large, a value out of range).
     BadRequest(String),
     /// The store cannot be reached now.
@@ -151,6 +153,11 @@ impl IntoResponse for PageError {
                     wait.as_secs().max(1)
                 ),
             ),
+            PageError::OverQuota(refused) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many open pages",
+                refused.message(),
+            ),
             PageError::BadRequest(message) => {
                 (StatusCode::BAD_REQUEST, "Bad request", message.clone())
             }
@@ -183,11 +190,13 @@ impl IntoResponse for PageError {
             HeaderValue::from_static("text/html; charset=utf-8"),
         );
         secure(headers);
-        if let PageError::RateLimited(wait) = self {
-            headers.insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(wait.as_secs().max(1)),
-            );
+        let wait = match &self {
+            PageError::RateLimited(wait) => Some(wait.as_secs().max(1)),
+            PageError::OverQuota(refused) => Some(refused.retry_after_s()),
+            _ => None,
+        };
+        if let Some(wait) = wait {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(wait));
         }
         response
     }
@@ -210,6 +219,7 @@ impl From<ApiError> for PageError {
                 PageError::Unavailable
             }
             ApiError::UnknownCall(id) => PageError::UnknownCall(id),
+            ApiError::RateLimited(refused) => PageError::OverQuota(refused),
             ApiError::BadRequest(message) | ApiError::PayloadTooLarge(message) => {
                 PageError::BadRequest(message)
             }

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::catalog::AWAIT_TOOL;
 use super::text;
 use crate::contract::error::InputViolation;
+use crate::dispatch::quota::QuotaExceeded;
 use crate::dispatch::{CallOutcome, CallResult, DispatchError, ErrorKind};
 use crate::http::error::ApiError;
 use crate::store::{CallError, CallRecord, CallStatus};
@@ -180,6 +181,7 @@ pub(super) fn dispatch_error(err: DispatchError) -> Result<CallToolResult, McpEr
             &format!("The input does not fit the input schema of tool `{tool}`."),
             &violations,
         )),
+        DispatchError::RateLimited(refused) => Ok(rate_limited(&refused)),
         other => {
             let object = ApiError::from(other).to_object();
             Ok(CallToolResult::error(vec![text(format!(
@@ -188,6 +190,21 @@ pub(super) fn dispatch_error(err: DispatchError) -> Result<CallToolResult, McpEr
             ))]))
         }
     }
+}
+
+/// A request a quota refused, as a tool error the model can wait out: the sentence says how
+/// long, and `_meta` says it for a client (`dev.toolgate/status` = `rate_limited`,
+/// `dev.toolgate/retryAfterMs` = the wait, never shorter than the bucket asks).
+pub(super) fn rate_limited(refused: &QuotaExceeded) -> CallToolResult {
+    let mut answer =
+        CallToolResult::error(vec![text(format!("{} (rate_limited)", refused.message()))]);
+    let wait_ms = refused.retry_after_s().saturating_mul(1000);
+    let mut meta = JsonObject::new();
+    meta.insert("dev.toolgate/status".into(), "rate_limited".into());
+    meta.insert("dev.toolgate/retryAfterMs".into(), wait_ms.into());
+    meta.insert("dev.toolgate/quota".into(), refused.kind.key().into());
+    answer.meta = Some(MetaObject(meta));
+    answer
 }
 
 /// A refusal where no tool result can carry it (`tasks/*`), by its kind as above.

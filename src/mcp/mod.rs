@@ -219,12 +219,17 @@ impl Door {
             Ok(asked) => asked,
             Err(violations) => return Ok(answers::invalid_await_input(&violations)),
         };
-        let mut held = (asked.wait_seconds > 0)
-            .then(|| {
-                let slot = http_parts(context)?.extensions.get::<HeldSlot>().cloned();
-                Ok::<_, McpError>(Held::new(Duration::from_secs(asked.wait_seconds), slot))
-            })
-            .transpose()?;
+        let mut held = None;
+        if asked.wait_seconds > 0 {
+            // Past the key's `max_held`, answered at once, as a tool error to wait out.
+            let permit = match self.0.dispatcher.quotas().hold(&principal) {
+                Ok(permit) => permit,
+                Err(refused) => return Ok(answers::rate_limited(&refused)),
+            };
+            let slot = http_parts(context)?.extensions.get::<HeldSlot>().cloned();
+            let limit = Duration::from_secs(asked.wait_seconds);
+            held = Some(Held::new(limit, slot, permit));
+        }
         let hold = Held::hold(&mut held);
         match self
             .0

@@ -43,6 +43,7 @@ const STORE_BATCH_SIZE: &str = "toolgate_store_batch_size";
 const STORE_COMMIT: &str = "toolgate_store_commit_seconds";
 const WEBHOOK_DELIVERIES: &str = "toolgate_webhook_deliveries";
 const WAITERS: &str = "toolgate_waiters";
+const RATE_LIMITED: &str = "toolgate_rate_limited";
 const REPLICAS_LIVE: &str = "toolgate_replicas_live";
 
 /// A run, from echo's microseconds to a slow tool's minutes (retries included).
@@ -101,6 +102,12 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct QuotaLabels {
+    tool: String,
+    quota: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct ResultLabel {
     result: String,
 }
@@ -116,6 +123,7 @@ struct Metrics {
     store_commit: Histogram,
     webhook_deliveries: SortedFamily<ResultLabel, Counter>,
     waiters: Gauge,
+    rate_limited: SortedFamily<QuotaLabels, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -132,6 +140,7 @@ impl Metrics {
             store_commit: Histogram::new(COMMIT_BUCKETS),
             webhook_deliveries: SortedFamily::default(),
             waiters: Gauge::default(),
+            rate_limited: SortedFamily::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -176,6 +185,13 @@ impl Metrics {
             WAITERS,
             "Requests held now by ?wait= until what they wait for changes",
             metrics.waiters.clone(),
+        );
+        registry.register(
+            RATE_LIMITED,
+            "Requests refused by a principal's quota, by tool (empty for a held request or a \
+             stream, which belong to no tool) and quota (calls_per_minute, max_running, \
+             max_held)",
+            metrics.rate_limited.clone(),
         );
         Metrics {
             registry,
@@ -286,6 +302,18 @@ pub(crate) fn webhook_delivery(result: &str) {
         .webhook_deliveries
         .get_or_create(&ResultLabel {
             result: result.to_owned(),
+        })
+        .inc();
+}
+
+/// Counts a request refused by `quota` (a quota key), for `tool` (empty when it is none's):
+/// looked up on the refusal's path only, where a lookup costs nothing a client is waiting for.
+pub(crate) fn rate_limited(tool: &str, quota: &'static str) {
+    METRICS
+        .rate_limited
+        .get_or_create(&QuotaLabels {
+            tool: tool.to_owned(),
+            quota,
         })
         .inc();
 }

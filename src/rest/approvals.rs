@@ -131,6 +131,8 @@ pub(super) fn page(
     responses(
         (status = 200, description = "A page of pending, unexpired suspensions.", body = ApprovalList),
         (status = 400, description = "`bad_request`: a bad `limit` or `cursor`, or an unknown parameter.", body = ErrorEnvelope),
+        (status = 429, description = "`rate_limited`: with `?wait=`, the key holds as many requests as its `max_held` allows.", body = ErrorEnvelope,
+            headers(("Retry-After" = String, description = "Seconds to wait."), ("RateLimit-Policy" = String, description = "`\"held\";q=<max_held>;qu=\"concurrent-requests\"`."), ("RateLimit" = String, description = "`\"held\";r=0`."))),
         (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
     )
 )]

@@ -112,6 +112,8 @@ pub(super) async fn list(
         (status = 200, description = "The call, with its events.", body = CallRecord),
         (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_call`: no call has this id (or it is another caller's).", body = ErrorEnvelope),
+        (status = 429, description = "`rate_limited`: with `?wait=`, the key holds as many requests as its `max_held` allows.", body = ErrorEnvelope,
+            headers(("Retry-After" = String, description = "Seconds to wait."), ("RateLimit-Policy" = String, description = "`\"held\";q=<max_held>;qu=\"concurrent-requests\"`."), ("RateLimit" = String, description = "`\"held\";r=0`."))),
         (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
     )
 )]

@@ -61,6 +61,8 @@ pub struct EventsQuery {
         (status = 200, description = "`text/event-stream`: one event per change of a call the key may see; `event:` its type, `id:` its cursor, `data:` `{type, at, call, suspension?}`.", content_type = "text/event-stream", body = String),
         (status = 400, description = "`bad_request`: an unknown type, an unknown parameter, or a cursor this server did not hand out.", body = crate::http::error::ErrorEnvelope),
         (status = 410, description = "`cursor_expired`: the cursor is older than the feed's retention; reconnect without one (and re-read what you need).", body = crate::http::error::ErrorEnvelope),
+        (status = 429, description = "`rate_limited` (with `Retry-After`, `RateLimit-Policy` and `RateLimit`): the key holds as many requests (`?wait=` and streams) as its `max_held` allows; `details.quota` is `max_held`.", body = crate::http::error::ErrorEnvelope,
+            headers(("Retry-After" = String, description = "Seconds to wait."), ("RateLimit-Policy" = String, description = "The quota, e.g. `\"held\";q=64;qu=\"concurrent-requests\"`."), ("RateLimit" = String, description = "What is left of it: `\"held\";r=0`."))),
     )
 )]
 pub(super) async fn events(
@@ -70,6 +72,8 @@ pub(super) async fn events(
     headers: HeaderMap,
     QueryParams(query): QueryParams<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    // Counted before any work: past the key's `max_held`, refused at once.
+    let counted = app.dispatcher.quotas().hold(&principal)?;
     let types = match &query.types {
         None => None,
         Some(list) => {
@@ -98,5 +102,8 @@ pub(super) async fn events(
         tool: query.tool,
     };
     let released = app.dispatcher.running().released();
-    Ok(sse(follow(store.clone(), cursor, released, audience)))
+    Ok(sse(
+        follow(store.clone(), cursor, released, audience),
+        counted,
+    ))
 }

@@ -43,6 +43,13 @@ impl Shared {
     }
 }
 
+/// What a `?wait=` request is counted against (see [`crate::http::hold::Wait`]).
+impl axum::extract::FromRef<RestState> for crate::dispatch::quota::Quotas {
+    fn from_ref(state: &RestState) -> Self {
+        state.dispatcher.quotas().clone()
+    }
+}
+
 impl std::ops::Deref for RestState {
     type Target = Shared;
 

@@ -177,6 +177,8 @@ pub(super) async fn get(
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
         (status = 422, description = "`invalid_input`: the input does not fit the tool's input schema (`details.errors`); the tool did not run. `idempotency_key_reused`: the key belongs to a call with another input.", body = ErrorEnvelope),
+        (status = 429, description = "`rate_limited`: a quota of the caller's refuses the call (`details.quota`: `calls_per_minute`, `max_running`, or `max_held` for a `?wait=` request; `details.tool` for a tool's own quota); nothing ran.", body = ErrorEnvelope,
+            headers(("Retry-After" = String, description = "Seconds to wait, rounded up."), ("RateLimit-Policy" = String, description = "The quota: `\"calls\";q=<burst>;w=<seconds>` for a rate, `\"running\";q=<n>;qu=\"concurrent-requests\"` for a count (`.<tool>` after the name for a tool's own)."), ("RateLimit" = String, description = "What is left of it: `\"calls\";r=0;t=<seconds>`."))),
         (status = 500, description = "`tool_failed` (the tool returned an error), `tool_panicked`, or `output_schema_violation` (its output does not match its output schema); the body also carries `call_id`, `tool` and `\"status\": \"failed\"` (see `CallFailed`). Or `internal`: the server failed.", body = ErrorEnvelope),
         (status = 503, description = "`overloaded` (with `Retry-After`): the tool is at its concurrency limit; nothing ran.", body = ErrorEnvelope,
             headers(("Retry-After" = String, description = "Seconds to wait."))),

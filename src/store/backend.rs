@@ -17,8 +17,8 @@ use super::queue::{Job, Msg, Reply, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
     DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, FeedStore, InboxSession,
-    Inserted, NewCall, NewDelivery, OutboxStore, Outcome, Reconciled, Rerun, Resolution, Resolved,
-    SessionStore, Settlement, Store, StoreCounts, StoreError, Timestamp,
+    Inserted, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend, Reconciled, Rerun,
+    Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts, StoreError, Timestamp,
 };
 
 /// What a backend brings to the Store traits: its writer's queue, its reads, and what it writes
@@ -143,6 +143,40 @@ pub(crate) trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// [`Store::shares_quotas`]: a backend of one process keeps no buckets.
+    fn shares_quotas(&self) -> bool {
+        false
+    }
+
+    /// [`Store::spend_quota`], on a backend that shares buckets.
+    fn spend_bucket(
+        &self,
+        _principal: &str,
+        _scope: &str,
+        _interval_us: i64,
+        _tolerance_us: i64,
+    ) -> impl Future<Output = Result<QuotaSpend, StoreError>> + Send {
+        async {
+            Err(StoreError::Backend(
+                "this store keeps no quota buckets".into(),
+            ))
+        }
+    }
+
+    /// [`Store::refund_quota`], on a backend that shares buckets.
+    fn refund_bucket(
+        &self,
+        _principal: &str,
+        _scope: &str,
+        _interval_us: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async {
+            Err(StoreError::Backend(
+                "this store keeps no quota buckets".into(),
+            ))
+        }
+    }
+
     /// [`Store::close`]: by default, what is queued is committed (a probe waits for it).
     fn close(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         self.probe()
@@ -169,6 +203,30 @@ impl<B: Backend> Store for B {
 
     async fn close(&self) -> Result<(), StoreError> {
         Backend::close(self).await
+    }
+
+    fn shares_quotas(&self) -> bool {
+        Backend::shares_quotas(self)
+    }
+
+    async fn spend_quota(
+        &self,
+        principal: &str,
+        scope: &str,
+        interval_us: i64,
+        tolerance_us: i64,
+    ) -> Result<QuotaSpend, StoreError> {
+        self.spend_bucket(principal, scope, interval_us, tolerance_us)
+            .await
+    }
+
+    async fn refund_quota(
+        &self,
+        principal: &str,
+        scope: &str,
+        interval_us: i64,
+    ) -> Result<(), StoreError> {
+        self.refund_bucket(principal, scope, interval_us).await
     }
 }
 

@@ -152,6 +152,41 @@ pub trait Store:
     async fn close(&self) -> Result<(), StoreError> {
         self.ping().await
     }
+
+    /// Whether quota buckets are kept here, shared by every replica (see
+    /// `crate::dispatch::quota`): a bucket is its theoretical arrival time on the database's
+    /// clock, paid and refunded by one statement each. A backend of one process keeps none,
+    /// and the dispatcher keeps its buckets itself.
+    fn shares_quotas(&self) -> bool {
+        false
+    }
+
+    /// Pays one call of `interval_us` from the bucket of `principal` and `scope` (a tool's name,
+    /// or empty for the principal's own), whose time may run at most `tolerance_us` ahead of
+    /// now. Only asked of a store that [`Store::shares_quotas`].
+    async fn spend_quota(
+        &self,
+        _principal: &str,
+        _scope: &str,
+        _interval_us: i64,
+        _tolerance_us: i64,
+    ) -> Result<QuotaSpend, StoreError> {
+        Err(StoreError::Backend(
+            "this store keeps no quota buckets".into(),
+        ))
+    }
+
+    /// Gives one call of `interval_us` back to a bucket (a replay, which was no new call).
+    async fn refund_quota(
+        &self,
+        _principal: &str,
+        _scope: &str,
+        _interval_us: i64,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::Backend(
+            "this store keeps no quota buckets".into(),
+        ))
+    }
 }
 
 /// Calls and their suspensions: recording intents and outcomes, one call per idempotency key,
@@ -335,4 +370,16 @@ pub trait SessionStore: Send + Sync {
 
     /// Drops the sessions expired by `now`; how many.
     async fn prune_sessions(&self, now: Timestamp) -> Result<u64, StoreError>;
+}
+
+/// What paying one call from a shared quota bucket came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaSpend {
+    /// Paid: the call may run.
+    Paid,
+    /// The bucket cannot pay for `wait_us` microseconds more.
+    Short {
+        /// How long until it can.
+        wait_us: i64,
+    },
 }

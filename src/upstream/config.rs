@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::contract::meta::Effect;
 use crate::dispatch::config::{ToolOverride, check_approval_schema};
+use crate::dispatch::quota::QuotaConfig;
 
 /// The separator between an upstream's name and its tool's: `files__write_file`.
 pub const SEPARATOR: &str = "__";
@@ -94,6 +95,8 @@ pub struct UpstreamPolicy {
     pub idempotency_key: Option<String>,
     /// The JSON Schema of the approver's answer (default `{"note"?: string}`).
     pub approval_schema: Option<Value>,
+    /// The tool's own quota, for each principal calling it (as `[tools.<name>] quotas`).
+    pub quotas: Option<QuotaConfig>,
 }
 
 /// How an upstream is reached, with every `${NAME}` expanded.
@@ -252,6 +255,11 @@ impl UpstreamConfig {
                 check_approval_schema(schema, policy.require_approval)
                     .map_err(|message| invalid(key("approval_schema"), message))?;
             }
+            if let Some(quotas) = &policy.quotas {
+                quotas.check(true).map_err(|(field, message)| {
+                    invalid(key(&format!("quotas.{field}")), message)
+                })?;
+            }
         }
         Ok(())
     }
@@ -271,6 +279,7 @@ impl UpstreamConfig {
                 approval_ttl_s: policy.approval_ttl_s,
                 require_approval: policy.require_approval,
                 approval_schema: policy.approval_schema.clone(),
+                quotas: policy.quotas,
             };
             (self.served_name(tool), settings)
         })

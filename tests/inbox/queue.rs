@@ -110,3 +110,43 @@ async fn the_live_stream_needs_a_session_and_carries_no_token() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_open_live_stream_counts_against_the_keys_max_held() {
+    let dir = common::temp_dir();
+    let one = toolgate::dispatch::DispatchConfig {
+        quotas: toolgate::dispatch::quota::QuotaSettings::new(
+            toolgate::dispatch::quota::QuotaConfig {
+                max_held: Some(1),
+                ..Default::default()
+            },
+            [],
+        ),
+        ..Default::default()
+    };
+    let server = start(dir.path(), |b| b.dispatch_config(one)).await;
+    let mut person = Person::new(&server);
+    person.sign_in(APPROVER).await;
+    let open = async |person: &Person| {
+        person
+            .client
+            .get(format!("{}/inbox/events", person.base))
+            .header("cookie", person.cookie_header())
+            .send()
+            .await
+            .unwrap()
+    };
+    let first = open(&person).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    // A second page of the same key, past its `max_held`, is refused at once, with a wait.
+    let second = open(&person).await;
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(second.headers()["retry-after"], "1");
+    // Closing the first gives its count back.
+    drop(first);
+    common::eventually("the closed stream is counted no more", async || {
+        (open(&person).await.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    server.stop().await;
+}

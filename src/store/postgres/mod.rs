@@ -13,7 +13,8 @@
 //! - replicas, leases, and settling the calls of a dead replica: [`leases`];
 //! - schema versions under an advisory lock: [`migrations`];
 //! - reading records back: [`reads`]; inbox sessions: [`sessions`]; the URL as logs may show
-//!   it, without its password: [`redact`];
+//!   it, without its password: [`redact`]; quota buckets shared by the replicas, one statement
+//!   per paid call: [`quotas`];
 //! - the webhook outbox, one cursor mover and one claimant per delivery across replicas:
 //!   [`webhooks`].
 //!
@@ -28,6 +29,7 @@
 mod feed;
 mod leases;
 mod migrations;
+mod quotas;
 mod reads;
 mod redact;
 mod sessions;
@@ -45,7 +47,8 @@ use super::backend::Backend;
 use super::queue::{self, Behind, Msg, WriteOp};
 use super::{
     ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, DeliveryPage, DeliveryStatus,
-    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, StoreCounts, StoreError, Timestamp,
+    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, QuotaSpend, StoreCounts, StoreError,
+    Timestamp,
 };
 use leases::Lease;
 use reads::Conn;
@@ -431,6 +434,31 @@ impl Backend for PostgresStore {
 
     fn replica(&self) -> Option<&str> {
         Some(&self.inner.replica)
+    }
+
+    fn shares_quotas(&self) -> bool {
+        true
+    }
+
+    async fn spend_bucket(
+        &self,
+        principal: &str,
+        scope: &str,
+        interval_us: i64,
+        tolerance_us: i64,
+    ) -> Result<QuotaSpend, StoreError> {
+        self.read(async |c| quotas::spend(c, principal, scope, interval_us, tolerance_us).await)
+            .await
+    }
+
+    async fn refund_bucket(
+        &self,
+        principal: &str,
+        scope: &str,
+        interval_us: i64,
+    ) -> Result<(), StoreError> {
+        self.read(async |c| quotas::refund(c, principal, scope, interval_us).await)
+            .await
     }
 
     async fn close(&self) -> Result<(), StoreError> {
