@@ -359,10 +359,16 @@ pub async fn held(options: &Options, admin: Option<&Admin>) -> Result<Vec<Held>,
     // Both ends of every connection are on this machine: the harness's sockets here, the
     // server's in the child, which inherits the limit.
     let fd_limit = raise_fd_limit(options.waiting.held as u64 + 1024)?;
-    let env = [(
-        "TOOLGATE_MAX_IN_FLIGHT".to_owned(),
-        HELD_MAX_IN_FLIGHT.to_string(),
-    )];
+    // Every request is held by the one anonymous principal (auth off): its `max_held` (64 by
+    // default) is lifted to what the scenario holds, which is what it measures.
+    let max_held = options.waiting.held.to_string();
+    let env = [
+        (
+            "TOOLGATE_MAX_IN_FLIGHT".to_owned(),
+            HELD_MAX_IN_FLIGHT.to_string(),
+        ),
+        ("TOOLGATE_QUOTAS__MAX_HELD".to_owned(), max_held.clone()),
+    ];
     let bare = bare_connection_kib(options, options.waiting.held).await?;
     let server = sqlite_server(options, "held", None, &env).await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -374,7 +380,10 @@ pub async fn held(options: &Options, admin: Option<&Admin>) -> Result<Vec<Held>,
         // The default read pool (16): on the stop every held request reads its call once, all
         // at once, and a read that waits over 5 s for a connection is answered
         // `503 store_unavailable` (with a pool of 4, about 750 of 10,000 were here).
-        let settings = [("TOOLGATE_MAX_IN_FLIGHT", HELD_MAX_IN_FLIGHT.to_string())];
+        let settings = [
+            ("TOOLGATE_MAX_IN_FLIGHT", HELD_MAX_IN_FLIGHT.to_string()),
+            ("TOOLGATE_QUOTAS__MAX_HELD", max_held),
+        ];
         let (db, mut replicas) =
             postgres::pg_replicas(options, admin, "held", 1, None, &settings).await?;
         let replica = replicas.pop().expect("one replica");
