@@ -66,6 +66,19 @@ async fn send(
     (status, challenge, body)
 }
 
+/// `POST /approvals/{token}/approve` with an empty answer, as the approver.
+async fn approve_as_approver(api: &Api, token: &str) -> (StatusCode, Option<String>, Value) {
+    let approve = format!("/approvals/{token}/approve");
+    send(
+        api,
+        Method::POST,
+        &approve,
+        Some(json!({"input": {}})),
+        Some(APPROVER),
+    )
+    .await
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Who {
     Nobody,
@@ -496,15 +509,7 @@ async fn a_wait_shows_a_reconciliation_only_to_whoever_may_see_the_call(backend:
     let own = waiting(CALLER);
     let other = waiting(OTHER_CALLER);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let approve = format!("/approvals/{token}/approve");
-    let (status, _, body) = send(
-        &api,
-        Method::POST,
-        &approve,
-        Some(json!({"input": {}})),
-        Some(APPROVER),
-    )
-    .await;
+    let (status, _, body) = approve_as_approver(&api, &token).await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
 
     let (status, _, body) = own.await.unwrap();
@@ -612,15 +617,7 @@ async fn another_callers_replay_shows_where_the_call_stands_and_nothing_it_holds
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let approve = format!("/approvals/{token}/approve");
-    let (status, _, body) = send(
-        &api,
-        Method::POST,
-        &approve,
-        Some(json!({"input": {}})),
-        Some(APPROVER),
-    )
-    .await;
+    let (status, _, body) = approve_as_approver(&api, &token).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, _, body) = waited.await.unwrap();
     assert_eq!(status, StatusCode::OK, "{body}");

@@ -122,7 +122,12 @@ async fn browse(server: &TestServer, phase: &str, state: &std::path::Path) -> Va
         std::fs::create_dir_all(&dir).unwrap();
         command.env("INBOX_SCREENSHOTS", dir);
     }
-    // Blocking, off the runtime that serves the page.
+    summary(command).await
+}
+
+/// Runs a browser script's `command` (blocking, off the runtime that serves the page): the
+/// JSON summary it printed last, once it succeeded.
+async fn summary(mut command: Command) -> Value {
     let output = tokio::task::spawn_blocking(move || command.output())
         .await
         .unwrap()
@@ -224,18 +229,11 @@ async fn a_page_on_a_foreign_name_can_neither_read_nor_change_anything() {
         .current_dir(&node_dir)
         .args(["--input-type=module", "-e", &script])
         .env("REBIND_PORT", &port);
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .unwrap()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the browser script failed:\n{}\n{stdout}",
-        String::from_utf8_lossy(&output.stderr)
+    let seen = summary(command).await;
+    assert_eq!(
+        seen["probe"], 200,
+        "the page under the foreign name loaded: {seen}"
     );
-    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("no summary ({e}): {stdout}"));
     for door in [
         "inbox_navigation",
         "list_tools",

@@ -86,7 +86,7 @@ async fn every_page_carries_its_security_headers() {
         assert!(csp.contains("default-src 'none'"), "{csp}");
         assert!(!csp.contains("unsafe-inline"), "{csp}");
         assert_eq!(page.header("x-content-type-options"), "nosniff");
-        assert_eq!(page.header("referrer-policy"), "no-referrer");
+        assert_eq!(page.header("referrer-policy"), "same-origin");
         assert_eq!(page.header("cache-control"), "no-store");
         assert!(page.header("content-type").starts_with("text/html"));
         // No inline script or style: the policy would block them.

@@ -1,5 +1,5 @@
 // DNS rebinding, in headless Chromium: a page on a foreign name (`rebind.test`, which the
-// browser resolves to 127.0.0.1, as a rebinding DNS server would after the page loaded) tries
+// browser resolves to 127.0.0.1, as a rebinding DNS server would once the page loaded) tries
 // to read and change a toolgate running with auth off. Run by tests/inbox_browser.rs from
 // .ci/node. The last line printed is a JSON summary of what each attempt got.
 import { chromium } from "playwright-core";
@@ -15,12 +15,12 @@ const browser = await chromium.launch({
 const seen = {};
 try {
   const page = await browser.newPage();
-  // The attacker's page itself, as its own server served it before the name was rebound.
-  await page.route(`${foreign}/attack`, (route) =>
-    route.fulfill({ status: 200, contentType: "text/html", body: "<!doctype html><title>attack</title>" }),
-  );
   seen.inbox_navigation = (await page.goto(`${foreign}/inbox`)).status();
-  await page.goto(`${foreign}/attack`);
+  // The attacker's page, once its name resolves to this machine: a document of this server
+  // under the foreign name (the health probe, which answers any Host), so that the requests
+  // below go from a local page to a local address, as after a real rebinding.
+  const probe = await page.goto(`${foreign}/healthz`);
+  seen.probe = probe.status();
   // Same-origin requests, as far as the browser knows: only the Host names the foreign name.
   const attempts = await page.evaluate(async (own) => {
     const out = {};
