@@ -334,10 +334,7 @@ impl Config {
             .chain(&self.mcp.allowed_hosts)
             .cloned()
             .collect();
-        let mut hosts = crate::mcp::McpOptions::hosts_for(self.bind.ip(), &listed);
-        let mut seen = std::collections::HashSet::new();
-        hosts.retain(|host| seen.insert(host.clone()));
-        hosts
+        crate::http::hosts::allowed_for(self.bind.ip(), &listed)
     }
 
     /// Timeouts, concurrency limits, approval TTLs, retries and quotas, as the dispatcher takes

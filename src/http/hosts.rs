@@ -18,6 +18,21 @@ use axum::http::{HeaderMap, Uri, header};
 
 use super::error::ApiError;
 
+/// The `Host` values to accept for a server bound to `bind`: its address, `localhost` when
+/// that is a loopback address, and `extra` (the names it is reached by), each once.
+pub fn allowed_for(bind: std::net::IpAddr, extra: &[String]) -> Vec<String> {
+    let mut hosts = vec![bind.to_string()];
+    if bind.is_loopback() {
+        hosts.push("localhost".into());
+    }
+    for host in extra {
+        if !hosts.contains(host) {
+            hosts.push(host.clone());
+        }
+    }
+    hosts
+}
+
 /// The hosts every gated route accepts, as the check compares them.
 #[derive(Debug)]
 pub(crate) struct AllowedHosts {

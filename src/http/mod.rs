@@ -18,7 +18,7 @@ pub mod error;
 pub mod extract;
 pub(crate) mod gate;
 pub mod hold;
-pub(crate) mod hosts;
+pub mod hosts;
 pub mod idempotency;
 pub(crate) mod layer;
 pub(crate) mod requests;

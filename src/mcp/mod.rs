@@ -82,13 +82,7 @@ impl McpOptions {
     /// The hosts to accept for a server bound to `bind`: its address, `localhost` when that is
     /// a loopback address, and `extra` (`[mcp] allowed_hosts`).
     pub fn hosts_for(bind: std::net::IpAddr, extra: &[String]) -> Vec<String> {
-        let mut hosts = vec![bind.to_string()];
-        if bind.is_loopback() {
-            hosts.push("localhost".into());
-        }
-        hosts.extend(extra.iter().cloned());
-        hosts.dedup();
-        hosts
+        crate::http::hosts::allowed_for(bind, extra)
     }
 }
 
