@@ -10,6 +10,8 @@
 //! counted over every replica's outbox) and its log is kept in memory, printed when a test fails.
 
 mod common;
+#[path = "replicas/cut.rs"]
+mod cut;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

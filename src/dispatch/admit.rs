@@ -319,7 +319,13 @@ impl Dispatcher {
             CallStatus::Interrupted => {
                 // Claim it; of two requests racing to re-run it, one wins and the other is told
                 // it is in progress.
-                let Some(rerun) = self.store.rerun_interrupted(&existing.call_id).await? else {
+                self.unsettled.check(&existing.call_id)?;
+                let Some(rerun) = self
+                    .store
+                    .rerun_interrupted(&existing.call_id)
+                    .await
+                    .map_err(|err| self.claim_failed(&existing.call_id, err))?
+                else {
                     return Err(DispatchError::CallInProgress {
                         call_id: existing.call_id,
                     });
@@ -389,7 +395,7 @@ impl NewRun<'_> {
             // interrupted: no key stays held by a run that never happened.
             Err(err @ StoreError::Unavailable(_)) => {
                 let released = Outcome::Interrupted {
-                    reason: "the store could not be reached before the tool ran".into(),
+                    reason: super::unsettled::STORE_UNREACHED.into(),
                 };
                 dispatcher.record_later(self.call_id.to_owned(), Some(1), 1, released);
                 return Err(err.into());

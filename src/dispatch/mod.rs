@@ -30,8 +30,8 @@
 //!
 //! By step: `admit` (a new call, its recording plan chosen up front), `attempt` (the run of
 //! attempts, and what each amounts to), `record` (outcomes written, and counted), `resolve` (a
-//! person's decisions), `wait`, `running` (the graceful stop's accounting), `settings`, and
-//! `outcome` (the answers and refusals).
+//! person's decisions), `unsettled` (a claim whose commit went unanswered), `wait`, `running`
+//! (the graceful stop's accounting), `settings`, and `outcome` (the answers and refusals).
 
 mod admit;
 mod attempt;
@@ -43,6 +43,7 @@ mod record;
 mod resolve;
 mod running;
 mod settings;
+mod unsettled;
 pub mod wait;
 pub mod who;
 
@@ -77,6 +78,8 @@ pub struct Dispatcher {
     feed: Feed,
     /// Every principal's quotas, and what each uses now.
     quotas: quota::Quotas,
+    /// The calls whose claim (an approval, a re-run) may have committed unanswered.
+    unsettled: unsettled::Unsettled,
     max_json_depth: usize,
 }
 
@@ -103,6 +106,7 @@ impl Dispatcher {
             store,
             running,
             slots: Slots::new(config.max_running_calls),
+            unsettled: unsettled::Unsettled::default(),
             max_json_depth: DEFAULT_MAX_JSON_DEPTH,
         }
     }

@@ -218,13 +218,19 @@ impl Dispatcher {
         actor: Option<&str>,
     ) -> Result<CallResult, DispatchError> {
         let approval = match self.pending(token).await {
-            // Approved before, and its run released before it reached the tool (its backend
-            // was down): approving again runs it, with the input approved the first time.
-            Err(DispatchError::AlreadyResolved(call)) if call.status == CallStatus::Interrupted => {
-                return self.rerun_approved(*call).await;
+            Err(DispatchError::AlreadyResolved(call)) => {
+                self.unsettled.check(&call.call_id)?;
+                // Approved before, and its run released before it reached the tool (its
+                // backend or the store was down): approving again runs it, with the input
+                // approved the first time.
+                if call.status == CallStatus::Interrupted {
+                    return self.rerun_approved(*call).await;
+                }
+                return Err(DispatchError::AlreadyResolved(call));
             }
             other => other?,
         };
+        self.unsettled.check(&approval.call_id)?;
         resume_violations(&approval.input_schema, &resume_input)?;
         let entry = self.entry(&approval.tool)?;
         let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
@@ -244,7 +250,11 @@ impl Dispatcher {
             resume_input: resume_input.clone(),
         };
         let asked = Timestamp::now();
-        let resolved = self.store.resolve(token, resolution, actor).await?;
+        let resolved = self
+            .store
+            .resolve(token, resolution, actor)
+            .await
+            .map_err(|err| self.claim_failed(&approval.call_id, err))?;
         self.count_resolution(&resolved, asked);
         let call = match resolved {
             Resolved::Approved(call) => call,
@@ -268,7 +278,12 @@ impl Dispatcher {
                 tool: call.tool.clone(),
                 retry_after: unready.retry_after,
             })?;
-        let Some(rerun) = self.store.rerun_interrupted(&call.call_id).await? else {
+        let Some(rerun) = self
+            .store
+            .rerun_interrupted(&call.call_id)
+            .await
+            .map_err(|err| self.claim_failed(&call.call_id, err))?
+        else {
             return Err(DispatchError::CallInProgress {
                 call_id: call.call_id,
             });
