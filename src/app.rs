@@ -47,6 +47,7 @@ pub struct ServerBuilder {
     body_timeout: Duration,
     allowed_hosts: Vec<String>,
     keys: Vec<ApiKey>,
+    issuers: Arc<crate::http::issuers::Issuers>,
     dispatch: DispatchConfig,
     webhooks: crate::feed::webhooks::Webhooks,
     mcp: crate::mcp::McpOptions,
@@ -73,6 +74,7 @@ impl ServerBuilder {
             body_timeout: crate::http::body::DEFAULT_BODY_TIMEOUT,
             allowed_hosts: crate::mcp::McpOptions::default().allowed_hosts,
             keys: Vec::new(),
+            issuers: Arc::default(),
             dispatch: DispatchConfig::default(),
             webhooks: crate::feed::webhooks::Webhooks::none(),
             mcp: crate::mcp::McpOptions::default(),
@@ -121,6 +123,13 @@ impl ServerBuilder {
     /// The API keys; with none (the default), auth is off and every request acts as admin.
     pub fn api_keys(mut self, keys: Vec<ApiKey>) -> Self {
         self.keys = keys;
+        self
+    }
+
+    /// The identity providers whose bearer tokens are principals beside the API keys
+    /// (`[[auth.issuers]]`); with any, auth is on.
+    pub fn issuers(mut self, issuers: crate::http::issuers::Issuers) -> Self {
+        self.issuers = Arc::new(issuers);
         self
     }
 
@@ -206,7 +215,7 @@ impl ServerBuilder {
         );
 
         // The doors, side by side over one set of gates.
-        let auth = !self.keys.is_empty();
+        let auth = !self.keys.is_empty() || self.issuers.enabled();
         let mut hosts = self.allowed_hosts;
         for host in &self.mcp.allowed_hosts {
             if !hosts.contains(host) {
@@ -218,7 +227,7 @@ impl ServerBuilder {
         mcp_options.allowed_hosts = hosts.clone();
         let gates = Gates::new(
             AllowedHosts::new(&hosts),
-            Arc::new(Keys::new(self.keys)),
+            Arc::new(Keys::new(self.keys).with_issuers(self.issuers)),
             self.max_in_flight,
             self.max_body_bytes,
             self.body_timeout,

@@ -157,7 +157,8 @@ fn init_tracing(configured: &str) {
 
 async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std::error::Error>> {
     let keys = config.api_keys()?;
-    if keys.is_empty() {
+    let issuers = config.auth.issuers()?;
+    if keys.is_empty() && !issuers.enabled() {
         if !config.bind.ip().is_loopback() && !insecure_no_auth {
             return Err(format!(
                 "refusing to listen on {} without API keys: configure [[auth.keys]] (see \
@@ -216,6 +217,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .body_timeout(config.server.body_timeout())
         .allowed_hosts(allowed_hosts)
         .api_keys(keys)
+        .issuers(issuers)
         .dispatch_config(config.dispatch_config())
         .webhooks(webhooks)
         .mcp(config.mcp.options(config.bind.ip()))

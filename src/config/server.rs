@@ -7,13 +7,17 @@ use serde::Deserialize;
 use super::ConfigError;
 use crate::dispatch::quota::{QuotaConfig, QuotaSettings};
 use crate::http::auth::{ApiKey, Role};
+use crate::http::issuers::{IssuerConfig, Issuers};
 
 /// `[auth]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// `[[auth.keys]]`; none turns auth off (allowed only on a loopback address).
+    /// `[[auth.keys]]`; none (and no issuer) turns auth off (allowed only on a loopback
+    /// address).
     pub keys: Vec<KeyConfig>,
+    /// `[[auth.issuers]]`: identity providers whose tokens are principals beside the keys.
+    pub issuers: Vec<IssuerConfig>,
 }
 
 /// One `[[auth.keys]]` entry.
@@ -39,6 +43,31 @@ impl AuthConfig {
             .iter()
             .filter_map(|key| key.quotas.map(|quotas| (key.name.clone(), quotas)));
         QuotaSettings::new(defaults, own)
+    }
+
+    /// The identity providers, checked. A key's name may not look like one of their
+    /// principals' (`<issuer>:…`): names decide whose calls a caller sees.
+    pub fn issuers(&self) -> Result<Issuers, ConfigError> {
+        let issuers = Issuers::new(&self.issuers).map_err(|err| ConfigError::Invalid {
+            key: "auth.issuers".into(),
+            message: err.0,
+        })?;
+        for (index, key) in self.keys.iter().enumerate() {
+            if let Some(issuer) = issuers
+                .iter()
+                .find(|issuer| key.name.starts_with(&format!("{}:", issuer.name())))
+            {
+                return Err(ConfigError::Invalid {
+                    key: format!("auth.keys[{index}].name"),
+                    message: format!(
+                        "`{}` would be taken for a principal of the issuer `{}`",
+                        key.name,
+                        issuer.name()
+                    ),
+                });
+            }
+        }
+        Ok(issuers)
     }
 
     /// The API keys, with their hashes decoded. Fails on a hash that is not 64 hex digits or a

@@ -23,7 +23,8 @@ use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::hosts::AllowedHosts;
-use super::layer::{PolicyLayer, RoutePolicy};
+use super::issuers::{Issuers, Verdict};
+use super::layer::{PolicyLayer, Refusal, RoutePolicy};
 pub use crate::dispatch::who::{Principal, Role};
 
 /// One API key: a name (recorded as the actor of what it does), a role, and its token's hash.
@@ -52,21 +53,32 @@ pub fn token_sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// The configured keys; empty means auth is off.
+/// The configured credentials: API keys, and the identity providers whose tokens are
+/// principals too; none of either means auth is off.
 #[derive(Debug, Default)]
 pub struct Keys {
     keys: Vec<ApiKey>,
+    issuers: Arc<Issuers>,
 }
 
 impl Keys {
     /// A key set; empty turns auth off.
     pub fn new(keys: Vec<ApiKey>) -> Self {
-        Keys { keys }
+        Keys {
+            keys,
+            issuers: Arc::default(),
+        }
+    }
+
+    /// The key set with the tokens of `issuers` accepted beside the keys.
+    pub fn with_issuers(mut self, issuers: Arc<Issuers>) -> Self {
+        self.issuers = issuers;
+        self
     }
 
     /// Whether auth is on.
     pub fn enabled(&self) -> bool {
-        !self.keys.is_empty()
+        !self.keys.is_empty() || self.issuers.enabled()
     }
 
     /// The key whose token is `token`. Every key is compared, in constant time, whether or not
@@ -135,15 +147,24 @@ pub(crate) struct Gate {
     pub(crate) access: Access,
 }
 
+/// What the gate decided without waiting.
+enum Checked {
+    /// The request goes on (a principal in its extensions).
+    Admitted,
+    /// A token whose issuer's key set must be fetched before it is decided.
+    Fetch(String),
+}
+
 impl Gate {
     /// The DNS-rebinding check (on every door, the inbox included: see [`super::hosts`]),
-    /// authentication of the bearer token, and the role check: admitted, the request carries a
-    /// [`Principal`] for the handler. Nothing is read but the head, and nothing is held: a
-    /// request refused here never takes a slot of `max_in_flight` (see [`super::shed`]).
-    fn admit(&self, request: &mut Request) -> Result<(), ApiError> {
+    /// authentication of the bearer token (an API key, checked first, or an identity
+    /// provider's token), and the role check: admitted, the request carries a [`Principal`]
+    /// for the handler. Nothing is read but the head, and nothing is held: a request refused
+    /// here never takes a slot of `max_in_flight` (see [`super::shed`]).
+    fn admit(&self, request: &mut Request) -> Result<Checked, ApiError> {
         self.hosts.check(request.uri(), request.headers())?;
         if self.access == Access::Inbox {
-            return Ok(());
+            return Ok(Checked::Admitted);
         }
         let principal = if self.keys.enabled() {
             let token = request
@@ -156,19 +177,41 @@ impl Gate {
                 })
                 .filter(|token| !token.is_empty())
                 .ok_or(ApiError::Unauthorized)?;
-            let key = self.keys.find(token).ok_or(ApiError::Unauthorized)?;
-            Principal {
-                name: Some(key.name.clone()),
-                role: key.role,
+            match self.keys.find(token) {
+                Some(key) => Principal {
+                    name: Some(key.name.clone()),
+                    role: key.role,
+                },
+                None if self.keys.issuers.enabled() => match self.keys.issuers.check(token) {
+                    Verdict::Accepted(principal) => principal,
+                    Verdict::Refused(refused) => return Err(token_refusal(refused)),
+                    Verdict::Fetch => return Ok(Checked::Fetch(token.to_owned())),
+                },
+                None => return Err(ApiError::Unauthorized),
             }
         } else {
             Principal::anonymous()
         };
-        if !permits(principal.role, self.access) {
-            return Err(ApiError::Forbidden);
-        }
+        self.permit(&principal)?;
         request.extensions_mut().insert(principal);
-        Ok(())
+        Ok(Checked::Admitted)
+    }
+
+    fn permit(&self, principal: &Principal) -> Result<(), ApiError> {
+        if permits(principal.role, self.access) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden)
+        }
+    }
+}
+
+/// The answer to a refused token of an identity provider.
+fn token_refusal(refused: super::issuers::Refused) -> ApiError {
+    if refused.forbidden {
+        ApiError::TokenForbidden(refused.message)
+    } else {
+        ApiError::InvalidToken(refused.message)
     }
 }
 
@@ -180,8 +223,27 @@ pub(crate) type GateLayer = PolicyLayer<Gate>;
 impl RoutePolicy for Gate {
     type Kept = ();
 
-    fn before(self: &Arc<Self>, request: &mut Request) -> Result<(), Response> {
-        self.admit(request).map_err(IntoResponse::into_response)
+    fn before(self: &Arc<Self>, request: &mut Request) -> Result<(), Refusal<()>> {
+        match self.admit(request) {
+            Ok(Checked::Admitted) => Ok(()),
+            Err(refused) => Err(Refusal::Now(refused.into_response())),
+            Ok(Checked::Fetch(token)) => {
+                let gate = self.clone();
+                Err(Refusal::Later(Box::pin(async move {
+                    let principal = gate
+                        .keys
+                        .issuers
+                        .check_fetching(&token)
+                        .await
+                        .map_err(|refused| token_refusal(refused).into_response())?;
+                    gate.permit(&principal)
+                        .map_err(IntoResponse::into_response)?;
+                    let mut found = axum::http::Extensions::new();
+                    found.insert(principal);
+                    Ok(((), found))
+                })))
+            }
+        }
     }
 
     fn after((): (), _: &Response) {}

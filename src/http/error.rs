@@ -71,8 +71,12 @@ pub enum ApiError {
     AlreadyResolved(Box<CallRecord>),
     /// No valid bearer token.
     Unauthorized,
+    /// A bearer token of an identity provider that was refused, and why.
+    InvalidToken(String),
     /// The key's role may not use this route.
     Forbidden,
+    /// A valid token of an identity provider that gives no role here, and why.
+    TokenForbidden(String),
     /// The server does not accept this `Host` (the host name, as compared), against DNS
     /// rebinding.
     HostNotAllowed(String),
@@ -152,10 +156,11 @@ impl ApiError {
             | ApiError::NotReconcilable(_)
             | ApiError::LeaseLost(_)
             | ApiError::NotRetryable(_) => StatusCode::CONFLICT,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden | ApiError::HostNotAllowed(_) | ApiError::OriginNotAllowed(_) => {
-                StatusCode::FORBIDDEN
-            }
+            ApiError::Unauthorized | ApiError::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden
+            | ApiError::TokenForbidden(_)
+            | ApiError::HostNotAllowed(_)
+            | ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
             ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -184,10 +189,11 @@ impl ApiError {
             ApiError::InvalidInput { .. } => "invalid_input",
             ApiError::InvalidResumeInput(_) => "invalid_resume_input",
             ApiError::AlreadyResolved(_) => "already_resolved",
-            ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden | ApiError::HostNotAllowed(_) | ApiError::OriginNotAllowed(_) => {
-                "forbidden"
-            }
+            ApiError::Unauthorized | ApiError::InvalidToken(_) => "unauthorized",
+            ApiError::Forbidden
+            | ApiError::TokenForbidden(_)
+            | ApiError::HostNotAllowed(_)
+            | ApiError::OriginNotAllowed(_) => "forbidden",
             ApiError::Overloaded(_) => "overloaded",
             ApiError::RateLimited(_) => "rate_limited",
             ApiError::IdempotencyKeyReused(_) => "idempotency_key_reused",
@@ -250,7 +256,11 @@ impl ApiError {
                 "A valid API key is required: send `Authorization: Bearer <token>`.".into(),
                 None,
             ),
+            ApiError::InvalidToken(why) => (format!("The bearer token was refused: {why}."), None),
             ApiError::Forbidden => ("This API key's role may not use this route.".into(), None),
+            ApiError::TokenForbidden(why) => {
+                (format!("The bearer token gives no access: {why}."), None)
+            }
             ApiError::HostNotAllowed(host) => (
                 format!(
                     "Host `{host}` is not allowed (a defence against DNS rebinding): if clients \
@@ -378,8 +388,15 @@ impl IntoResponse for ApiError {
         let mut response = (self.status(), Json(body)).into_response();
         let headers = response.headers_mut();
         match self {
+            // RFC 6750: no `error` when no credentials were sent.
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::InvalidToken(_) => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer error=\"invalid_token\""),
+                );
             }
             ApiError::Overloaded(_) | ApiError::CallInProgress(_) | ApiError::StoreUnavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

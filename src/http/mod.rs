@@ -20,6 +20,7 @@ pub(crate) mod gate;
 pub mod hold;
 pub mod hosts;
 pub mod idempotency;
+pub mod issuers;
 pub(crate) mod layer;
 pub(crate) mod requests;
 pub(crate) mod shed;

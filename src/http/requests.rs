@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::extract::{MatchedPath, Request};
 use axum::response::Response;
 
-use super::layer::{PolicyLayer, RoutePolicy};
+use super::layer::{PolicyLayer, Refusal, RoutePolicy};
 use crate::metrics::RouteRequests;
 
 /// Counts the requests of one route by template and status; each route has its own (so its
@@ -21,7 +21,7 @@ impl RoutePolicy for RouteRequests {
     /// The route's template and counters; `None` where no route matched.
     type Kept = Option<(MatchedPath, Arc<RouteRequests>)>;
 
-    fn before(self: &Arc<Self>, request: &mut Request) -> Result<Self::Kept, Response> {
+    fn before(self: &Arc<Self>, request: &mut Request) -> Result<Self::Kept, Refusal<Self::Kept>> {
         // Always there on a matched route; the router puts it in before calling the route.
         let route = request.extensions().get::<MatchedPath>().cloned();
         Ok(route.map(|route| (route, self.clone())))

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::hold::HeldSlot;
-use super::layer::{PolicyLayer, RoutePolicy};
+use super::layer::{PolicyLayer, Refusal, RoutePolicy};
 use crate::slots::{Slot, Slots};
 
 /// The shedding of one route.
@@ -44,7 +44,7 @@ pub(crate) enum Admitted {
 impl RoutePolicy for Shed {
     type Kept = Admitted;
 
-    fn before(self: &Arc<Self>, request: &mut Request) -> Result<Admitted, Response> {
+    fn before(self: &Arc<Self>, request: &mut Request) -> Result<Admitted, Refusal<Admitted>> {
         let Some(in_flight) = &self.in_flight else {
             return Ok(Admitted::Nothing);
         };

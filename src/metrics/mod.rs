@@ -44,6 +44,8 @@ const STORE_COMMIT: &str = "toolgate_store_commit_seconds";
 const WEBHOOK_DELIVERIES: &str = "toolgate_webhook_deliveries";
 const WAITERS: &str = "toolgate_waiters";
 const RATE_LIMITED: &str = "toolgate_rate_limited";
+const TOKEN_VERIFICATIONS: &str = "toolgate_token_verifications";
+const KEY_SET_FETCHES: &str = "toolgate_key_set_fetches";
 const REPLICAS_LIVE: &str = "toolgate_replicas_live";
 
 /// A run, from echo's microseconds to a slow tool's minutes (retries included).
@@ -112,6 +114,12 @@ struct ResultLabel {
     result: String,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct IssuerLabels {
+    issuer: String,
+    result: &'static str,
+}
+
 /// Every metric kept in the process, and the registry that renders them.
 struct Metrics {
     registry: Registry,
@@ -124,6 +132,8 @@ struct Metrics {
     webhook_deliveries: SortedFamily<ResultLabel, Counter>,
     waiters: Gauge,
     rate_limited: SortedFamily<QuotaLabels, Counter>,
+    token_verifications: SortedFamily<IssuerLabels, Counter>,
+    key_set_fetches: SortedFamily<IssuerLabels, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -141,6 +151,8 @@ impl Metrics {
             webhook_deliveries: SortedFamily::default(),
             waiters: Gauge::default(),
             rate_limited: SortedFamily::default(),
+            token_verifications: SortedFamily::default(),
+            key_set_fetches: SortedFamily::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -192,6 +204,17 @@ impl Metrics {
              stream, which belong to no tool) and quota (calls_per_minute, max_running, \
              max_held)",
             metrics.rate_limited.clone(),
+        );
+        registry.register(
+            TOKEN_VERIFICATIONS,
+            "Bearer tokens of an identity provider checked, by issuer (its configured name) and \
+             result (accepted, or why refused)",
+            metrics.token_verifications.clone(),
+        );
+        registry.register(
+            KEY_SET_FETCHES,
+            "Fetches of an issuer's key set (JWKS), by issuer and result (fetched, failed)",
+            metrics.key_set_fetches.clone(),
         );
         Metrics {
             registry,
@@ -314,6 +337,32 @@ pub(crate) fn rate_limited(tool: &str, quota: &'static str) {
         .get_or_create(&QuotaLabels {
             tool: tool.to_owned(),
             quota,
+        })
+        .inc();
+}
+
+/// The count of bearer tokens of the issuer `issuer` checked with `result` (a word from a fixed
+/// set), resolved once: a token accepted on every request is counted without a lookup.
+pub(crate) fn token_verifications(issuer: &str, result: &'static str) -> Counter {
+    METRICS.token_verifications.get_or_create(&IssuerLabels {
+        issuer: issuer.to_owned(),
+        result,
+    })
+}
+
+/// Counts a bearer token of the issuer `issuer` refused for `result`: looked up on the
+/// refusal's path only.
+pub(crate) fn token_verified(issuer: &str, result: &'static str) {
+    token_verifications(issuer, result).inc();
+}
+
+/// Counts a fetch of the issuer `issuer`'s key set that came to `result`.
+pub(crate) fn key_set_fetched(issuer: &str, result: &'static str) {
+    METRICS
+        .key_set_fetches
+        .get_or_create(&IssuerLabels {
+            issuer: issuer.to_owned(),
+            result,
         })
         .inc();
 }

@@ -48,6 +48,15 @@ impl ServerProcess {
                 command.env_remove(key);
             }
         }
+        // What a comparison run sets on every server it starts (a quota, say):
+        // `BENCH_SERVER_ENV='TOOLGATE_QUOTAS__CALLS_PER_MINUTE=1000000000;NAME=VALUE'`.
+        if let Ok(extra) = std::env::var("BENCH_SERVER_ENV") {
+            for pair in extra.split(';').filter(|pair| !pair.trim().is_empty()) {
+                if let Some((key, value)) = pair.split_once('=') {
+                    command.env(key.trim(), value);
+                }
+            }
+        }
         command
             .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir);

@@ -1,0 +1,239 @@
+//! `[[auth.issuers]]`: one identity provider each, checked once at start.
+
+use std::time::Duration;
+
+use jsonwebtoken::Algorithm;
+use serde::Deserialize;
+use url::Url;
+
+use super::grants::{Grant, GrantConfig};
+
+/// A configuration of an issuer that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct IssuerError(pub String);
+
+/// One `[[auth.issuers]]` entry, as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerConfig {
+    /// Recorded as the prefix of its principals' names (`<name>:<sub>`).
+    pub name: String,
+    /// Its URL, exactly as its tokens' `iss` says; `https` except on a loopback address.
+    pub issuer: String,
+    /// What a token's `aud` must name (one of them): never empty.
+    #[serde(default)]
+    pub audiences: Vec<String>,
+    /// Its key set; by default, the `jwks_uri` of its discovery document.
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    /// The algorithms its tokens may be signed with.
+    #[serde(default = "default_algorithms")]
+    pub algorithms: Vec<String>,
+    /// How far `exp` and `nbf` may be off, in seconds.
+    #[serde(default = "default_leeway_s")]
+    pub leeway_s: u64,
+    /// The claim naming the principal.
+    #[serde(default = "default_name_claim")]
+    pub name_claim: String,
+    /// What a token may do, by what it carries.
+    #[serde(default)]
+    pub grants: Vec<GrantConfig>,
+}
+
+fn default_algorithms() -> Vec<String> {
+    ["RS256", "ES256", "EdDSA", "PS256"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn default_leeway_s() -> u64 {
+    60
+}
+
+fn default_name_claim() -> String {
+    "sub".into()
+}
+
+/// The most leeway accepted: past it a token's times say little.
+const MAX_LEEWAY_S: u64 = 600;
+
+/// An issuer's checked settings.
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    pub(super) name: String,
+    pub(super) issuer: String,
+    pub(super) issuer_url: Url,
+    pub(super) audiences: Vec<String>,
+    pub(super) jwks_url: Option<Url>,
+    pub(super) algorithms: Vec<Algorithm>,
+    pub(super) leeway: Duration,
+    pub(super) name_claim: String,
+    pub(super) grants: Vec<Grant>,
+}
+
+impl IssuerConfig {
+    /// The settings this entry stands for, or why it cannot work.
+    pub(super) fn check(&self) -> Result<Settings, IssuerError> {
+        let at = |what: &str| IssuerError(format!("[[auth.issuers]] `{}`: {what}", self.name));
+        let name = self.name.trim();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(IssuerError(format!(
+                "[[auth.issuers]] name `{}`: use letters, digits, `-`, `_` and `.` only (it \
+                 prefixes every principal's name, before a `:`)",
+                self.name
+            )));
+        }
+        let issuer_url = secure_url(&self.issuer).map_err(|why| at(&format!("issuer {why}")))?;
+        if self.audiences.is_empty() || self.audiences.iter().any(|a| a.trim().is_empty()) {
+            return Err(at(
+                "`audiences` is required and may not hold an empty entry: a token must be \
+                 meant for this server (set it to this server's URL, as the provider puts it \
+                 in `aud`)",
+            ));
+        }
+        let jwks_url = match &self.jwks_url {
+            Some(url) => Some(secure_url(url).map_err(|why| at(&format!("jwks_url {why}")))?),
+            None => None,
+        };
+        if self.algorithms.is_empty() {
+            return Err(at("`algorithms` may not be empty"));
+        }
+        let algorithms = self
+            .algorithms
+            .iter()
+            .map(|alg| asymmetric(alg).ok_or_else(|| at(&format!("algorithm `{alg}`: use RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384 or EdDSA (none and the HMAC algorithms are never accepted against a key set)"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.leeway_s > MAX_LEEWAY_S {
+            return Err(at(&format!("`leeway_s` is at most {MAX_LEEWAY_S}")));
+        }
+        if self.name_claim.trim().is_empty() {
+            return Err(at("`name_claim` may not be empty"));
+        }
+        if self.grants.is_empty() {
+            return Err(at(
+                "no [[auth.issuers.grants]]: a token that matches no grant is refused, so this \
+                 issuer would admit nobody",
+            ));
+        }
+        let grants = self
+            .grants
+            .iter()
+            .map(|grant| grant.check().map_err(|why| at(&why)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Settings {
+            name: name.to_owned(),
+            issuer: self.issuer.clone(),
+            issuer_url,
+            audiences: self.audiences.clone(),
+            jwks_url,
+            algorithms,
+            leeway: Duration::from_secs(self.leeway_s),
+            name_claim: self.name_claim.clone(),
+            grants,
+        })
+    }
+}
+
+/// `url`, if it is `https`, or `http` to a loopback address (a provider on this machine).
+pub(super) fn secure_url(url: &str) -> Result<Url, String> {
+    let parsed = Url::parse(url).map_err(|err| format!("`{url}` is not a URL: {err}"))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(format!("`{url}`: no credentials in the URL"));
+    }
+    match parsed.scheme() {
+        "https" => Ok(parsed),
+        "http" if is_loopback(&parsed) => Ok(parsed),
+        _ => Err(format!(
+            "`{url}` must be https (http only to a loopback address)"
+        )),
+    }
+}
+
+fn is_loopback(url: &Url) -> bool {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        None => false,
+    }
+}
+
+/// The asymmetric signature algorithm named `name` (as in a JWS header).
+pub(super) fn asymmetric(name: &str) -> Option<Algorithm> {
+    Some(match name {
+        "RS256" => Algorithm::RS256,
+        "RS384" => Algorithm::RS384,
+        "RS512" => Algorithm::RS512,
+        "PS256" => Algorithm::PS256,
+        "PS384" => Algorithm::PS384,
+        "PS512" => Algorithm::PS512,
+        "ES256" => Algorithm::ES256,
+        "ES384" => Algorithm::ES384,
+        "EdDSA" => Algorithm::EdDSA,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(toml: &str) -> IssuerConfig {
+        toml::from_str(toml).unwrap()
+    }
+
+    const BASE: &str = "name = \"corp\"\nissuer = \"https://id.example.com\"\n\
+                        audiences = [\"https://tools.example.com/mcp\"]\n\
+                        [[grants]]\nwhen = { scope = \"tools:call\" }\nrole = \"caller\"\n";
+
+    #[test]
+    fn an_issuer_needs_an_audience_a_secure_url_and_asymmetric_algorithms() {
+        let settings = config(BASE).check().unwrap();
+        assert_eq!(settings.algorithms.len(), 4);
+        assert_eq!(settings.leeway, Duration::from_secs(60));
+        assert_eq!(settings.name_claim, "sub");
+
+        let refused = |toml: String, says: &str| {
+            let err = config(&toml).check().unwrap_err().0;
+            assert!(err.contains(says), "{err}");
+        };
+        refused(
+            BASE.replace("audiences = [\"https://tools.example.com/mcp\"]\n", ""),
+            "`audiences` is required",
+        );
+        refused(
+            BASE.replace("[\"https://tools.example.com/mcp\"]", "[\" \"]"),
+            "`audiences` is required",
+        );
+        refused(
+            BASE.replace("https://id.example.com", "http://id.example.com"),
+            "must be https",
+        );
+        refused(
+            BASE.replace("https://id.example.com", "https://u:p@id.example.com"),
+            "no credentials",
+        );
+        for alg in ["none", "HS256", "HS512", "rs256"] {
+            let toml = BASE.replace("audiences", &format!("algorithms = [\"{alg}\"]\naudiences"));
+            refused(toml, "never accepted");
+        }
+        refused(BASE.replace("corp", "corp:x"), "letters, digits");
+        refused(
+            BASE.split("[[grants]]").next().unwrap().to_owned(),
+            "would admit nobody",
+        );
+        for loopback in [
+            "http://127.0.0.1:4000",
+            "http://[::1]:4000",
+            "http://localhost:4000",
+        ] {
+            let toml = BASE.replace("https://id.example.com", loopback);
+            assert!(config(&toml).check().is_ok(), "{loopback}");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Bearer tokens from identity providers: `[[auth.issuers]]`, each an OAuth 2.1 / OIDC issuer
+//! whose signed JWT access tokens are principals beside the API keys.
+//!
+//! A token is checked against the issuer its unverified `iss` names (one of those configured, or
+//! it is refused), then verified with that issuer's key set: the signature with a key of the
+//! header's `kid` (and of the family its `alg` needs: an RSA key for `RS*`/`PS*`, a P-256 key
+//! for `ES256`, an Ed25519 key for `EdDSA`), `alg` among the issuer's `algorithms` (never
+//! `none`, never an HMAC: a public key is no shared secret), `typ` `JWT` or `at+jwt`, `iss`, an
+//! `aud` naming one of the issuer's `audiences`, `exp` and `nbf` within `leeway_s`. The principal
+//! is named `<issuer name>:<name claim>`, and its role comes from the issuer's grants
+//! ([`grants`]).
+//!
+//! Most tokens are decided at once, from the cached key set ([`keys`]); a token whose `kid` the
+//! cache does not know waits for one fetch of the set (at most one per issuer every 30 s,
+//! whatever the load), after which an unknown key fails closed.
+//!
+//! A token is never logged, and never passed on (upstream MCP servers keep their own
+//! credentials); of its claims only the principal's name appears anywhere.
+
+mod config;
+pub mod grants;
+mod keys;
+mod verify;
+
+use std::sync::Arc;
+
+pub use config::{IssuerConfig, IssuerError};
+pub(crate) use verify::{Refused, Verdict};
+
+use crate::dispatch::who::Principal;
+
+/// One configured issuer, ready to verify its tokens.
+pub struct Issuer {
+    settings: config::Settings,
+    keys: keys::KeySet,
+    accepted: prometheus_client::metrics::counter::Counter,
+}
+
+impl std::fmt::Debug for Issuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issuer")
+            .field("name", &self.settings.name)
+            .field("issuer", &self.settings.issuer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Issuer {
+    /// The name its principals are prefixed with.
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// Its URL, as its tokens' `iss` must say.
+    pub fn issuer(&self) -> &str {
+        &self.settings.issuer
+    }
+}
+
+/// Every configured issuer.
+#[derive(Debug, Default)]
+pub struct Issuers {
+    issuers: Vec<Arc<Issuer>>,
+}
+
+impl Issuers {
+    /// The issuers of `configs`, checked (see [`IssuerConfig::check`]).
+    pub fn new(configs: &[IssuerConfig]) -> Result<Self, IssuerError> {
+        let mut issuers: Vec<Arc<Issuer>> = Vec::with_capacity(configs.len());
+        for config in configs {
+            let settings = config.check()?;
+            if issuers
+                .iter()
+                .any(|other| other.settings.name == settings.name)
+            {
+                return Err(IssuerError(format!(
+                    "two [[auth.issuers]] are named `{}`",
+                    settings.name
+                )));
+            }
+            if issuers
+                .iter()
+                .any(|other| other.settings.issuer == settings.issuer)
+            {
+                return Err(IssuerError(format!(
+                    "two [[auth.issuers]] have the issuer {}",
+                    settings.issuer
+                )));
+            }
+            let keys = keys::KeySet::new(&settings)?;
+            let accepted = crate::metrics::token_verifications(&settings.name, "accepted");
+            issuers.push(Arc::new(Issuer {
+                settings,
+                keys,
+                accepted,
+            }));
+        }
+        Ok(Issuers { issuers })
+    }
+
+    /// Whether any issuer is configured.
+    pub fn enabled(&self) -> bool {
+        !self.issuers.is_empty()
+    }
+
+    /// Every configured issuer.
+    pub fn iter(&self) -> impl Iterator<Item = &Issuer> {
+        self.issuers.iter().map(AsRef::as_ref)
+    }
+
+    /// Decides `token` from what is cached now: accepted, refused, or waiting for its issuer's
+    /// key set ([`Issuers::check_fetching`]).
+    pub(crate) fn check(&self, token: &str) -> Verdict {
+        verify::check(&self.issuers, token, false)
+    }
+
+    /// Decides `token`, fetching its issuer's key set first when the cache does not know its key
+    /// (at most once per issuer every 30 s).
+    pub(crate) async fn check_fetching(&self, token: &str) -> Result<Principal, verify::Refused> {
+        verify::check_fetching(&self.issuers, token).await
+    }
+}

@@ -1,0 +1,414 @@
+//! Bearer tokens from a real identity provider (`tests/oidc/provider.mjs`, oidc-provider on
+//! 127.0.0.1): machine tokens signed RS256, PS256, ES256 and EdDSA call tools over REST and
+//! `/mcp` as `<issuer>:<sub>`; every forged, foreign, stale or misdirected token is `401` with
+//! `error="invalid_token"`; a rotated key is picked up, a flood of unknown `kid`s costs the
+//! provider at most one fetch, and a stopped provider leaves the cached keys working; grants give
+//! roles, and a caller's token never approves.
+
+mod common;
+
+use base64::Engine;
+use common::oidc::{Provider, RESOURCE};
+use common::{Api, Backend, Location, Site, TestServer, assert_error};
+use hmac::Mac;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use toolgate::http::auth::{ApiKey, Role, token_sha256};
+use toolgate::http::issuers::{IssuerConfig, Issuers};
+use toolgate::{ServerBuilder, ToolSet};
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// The issuer `name` trusting `provider`'s tokens for [`RESOURCE`]: `tools:call` makes a
+/// caller, the `finance` group an approver.
+fn issuer(name: &str, provider: &Provider) -> IssuerConfig {
+    let toml = format!(
+        "name = \"{name}\"\nissuer = \"{}\"\naudiences = [\"{RESOURCE}\"]\n\
+         [[grants]]\nwhen = {{ scope = \"tools:call\" }}\nrole = \"caller\"\n\
+         [[grants]]\nwhen = {{ claim = \"groups\", contains = \"finance\" }}\nrole = \"approver\"\n",
+        provider.issuer
+    );
+    toml::from_str(&toml).unwrap()
+}
+
+/// The admin API key's token, beside the issuer's tokens.
+const ADMIN: &str = "admin-token-identity";
+
+async fn server(location: &Location, issuer: IssuerConfig) -> TestServer {
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
+    let issuers = Issuers::new(&[issuer]).unwrap();
+    let admin = ApiKey {
+        name: "root".into(),
+        role: Role::Admin,
+        token_sha256: token_sha256(ADMIN),
+    };
+    TestServer::start_with(tools, location, |builder: ServerBuilder| {
+        builder.api_keys(vec![admin]).issuers(issuers)
+    })
+    .await
+}
+
+/// One request as `token`: the status, the `WWW-Authenticate` header, the body.
+async fn send(
+    api: &Api,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> (StatusCode, Option<String>, Value) {
+    let url = format!("{}{path}", api.base);
+    let mut request = match &body {
+        Some(body) => api.client.post(url).json(body),
+        None => api.client.get(url),
+    };
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (
+        status,
+        challenge,
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+async fn echo(api: &Api, token: &str) -> (StatusCode, Option<String>, Value) {
+    let input = json!({"input": {"text": "hi"}});
+    send(api, "/tools/echo/call", Some(input), Some(token)).await
+}
+
+/// Asserts `token` is refused with the invalid-token challenge; the message.
+async fn refused(api: &Api, token: &str, what: &str) -> String {
+    let (status, challenge, body) = echo(api, token).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {body}");
+    assert_eq!(
+        challenge.as_deref(),
+        Some("Bearer error=\"invalid_token\""),
+        "{what}"
+    );
+    assert_error(&body, "unauthorized");
+    body["error"]["message"].as_str().unwrap().to_owned()
+}
+
+/// A `tools/call` over `/mcp` as `token`.
+async fn mcp_call(api: &Api, token: &str) -> (StatusCode, Value) {
+    let response = api
+        .client
+        .post(format!("{}/mcp", api.base))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .bearer_auth(token)
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "echo", "arguments": {"text": "over mcp"}}}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn header_and_payload(token: &str) -> (Value, Value) {
+    let mut parts = token.split('.');
+    let mut next = || serde_json::from_slice(&B64.decode(parts.next().unwrap()).unwrap()).unwrap();
+    (next(), next())
+}
+
+fn unsigned(header: &Value, payload: &Value, signature: &str) -> String {
+    format!(
+        "{}.{}.{signature}",
+        B64.encode(header.to_string()),
+        B64.encode(payload.to_string())
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_tokens_of_every_algorithm_call_tools_over_rest_and_mcp() {
+    let provider = Provider::start(json!({}));
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location, issuer("corp", &provider)).await;
+    let api = &server.api;
+    for client in [
+        "machine-rs256",
+        "machine-ps256",
+        "machine-es256",
+        "machine-eddsa",
+    ] {
+        let token = provider.machine_token(client, "tools:call").await;
+        let (status, _, body) = echo(api, &token).await;
+        assert_eq!(status, StatusCode::OK, "{client}: {body}");
+        let call_id = body["call_id"].as_str().unwrap();
+        let (status, _, record) = send(api, &format!("/calls/{call_id}"), None, Some(&token)).await;
+        assert_eq!(status, StatusCode::OK, "{record}");
+        assert_eq!(record["caller"], format!("corp:{client}"));
+
+        let (status, body) = mcp_call(api, &token).await;
+        assert_eq!(status, StatusCode::OK, "{client} over /mcp: {body}");
+        assert_eq!(body["result"]["isError"], false, "{body}");
+    }
+    // No credentials: the challenge without an error (RFC 6750).
+    let (status, challenge, _) = send(api, "/tools", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(challenge.as_deref(), Some("Bearer"));
+    // A caller's token lists tools but never reaches the approvals.
+    let token = provider.machine_token("machine-es256", "tools:call").await;
+    let (status, _, _) = send(api, "/tools", None, Some(&token)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, body) = send(api, "/approvals", None, Some(&token)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_foreign_stale_and_misdirected_tokens_are_refused() {
+    let provider = Provider::start(json!({}));
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location, issuer("refusals", &provider)).await;
+    let api = &server.api;
+    let good = provider.machine_token("machine-rs256", "tools:call").await;
+    assert_eq!(echo(api, &good).await.0, StatusCode::OK);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+
+    let other = provider
+        .machine_token_for("machine-es256", "tools:call", "https://elsewhere.test/mcp")
+        .await;
+    let message = refused(api, &other, "another audience").await;
+    assert!(message.contains("aud"), "{message}");
+
+    let foreign = provider
+        .sign(
+            json!({"alg": "ES256", "claims": {"iss": "https://evil.test", "aud": RESOURCE,
+                     "sub": "x", "scope": "tools:call"}}),
+        )
+        .await;
+    refused(api, &foreign, "another issuer").await;
+
+    let expired = provider
+        .sign(
+            json!({"alg": "ES256", "claims": {"aud": RESOURCE, "sub": "x",
+                     "scope": "tools:call", "iat": now - 3600, "exp": now - 600}}),
+        )
+        .await;
+    let message = refused(api, &expired, "expired").await;
+    assert!(message.contains("expired"), "{message}");
+
+    let early = provider
+        .sign(
+            json!({"alg": "EdDSA", "claims": {"aud": RESOURCE, "sub": "x",
+                     "scope": "tools:call", "nbf": now + 600}}),
+        )
+        .await;
+    let message = refused(api, &early, "not yet valid").await;
+    assert!(message.contains("not valid yet"), "{message}");
+
+    // Within the leeway (60 s), an expiry just past is still accepted.
+    let lenient = provider
+        .sign(
+            json!({"alg": "ES256", "claims": {"aud": RESOURCE, "sub": "x",
+                     "scope": "tools:call", "exp": now - 10}}),
+        )
+        .await;
+    assert_eq!(echo(api, &lenient).await.0, StatusCode::OK);
+
+    let (header, payload) = header_and_payload(&good);
+    let none = unsigned(&json!({"alg": "none", "typ": "at+jwt"}), &payload, "");
+    refused(api, &none, "alg none").await;
+
+    // HS256 keyed with the issuer's public RSA key, as the classic confusion attack does.
+    let jwks: Value = reqwest::get(format!("{}/jwks", provider.issuer))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rsa = jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|key| key["kid"] == header["kid"])
+        .unwrap();
+    let hs_header = json!({"alg": "HS256", "typ": "at+jwt", "kid": header["kid"]});
+    let signing_input = format!(
+        "{}.{}",
+        B64.encode(hs_header.to_string()),
+        B64.encode(payload.to_string())
+    );
+    for secret in [rsa.to_string(), rsa["n"].as_str().unwrap().to_owned()] {
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(signing_input.as_bytes());
+        let forged = format!(
+            "{signing_input}.{}",
+            B64.encode(mac.finalize().into_bytes())
+        );
+        refused(api, &forged, "HS256 with the public key").await;
+    }
+
+    // The payload changed under a valid signature: more scope, another subject.
+    let signature = good.rsplit('.').next().unwrap();
+    let mut more = payload.clone();
+    more["sub"] = json!("machine-admin");
+    let tampered = unsigned(&header, &more, signature);
+    let message = refused(api, &tampered, "tampered").await;
+    assert!(message.contains("signature"), "{message}");
+
+    let typed = provider
+        .sign(json!({"alg": "ES256", "header": {"typ": "dpop+jwt"},
+                     "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}))
+        .await;
+    refused(api, &typed, "another typ").await;
+    refused(api, "not-a-token", "not a JWT").await;
+
+    // A valid token that no grant admits: 403, not 401.
+    let ungranted = provider.machine_token("machine-es256", "refunds").await;
+    let (status, _, body) = echo(api, &ungranted).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_error(&body, "forbidden");
+    // Only the two accepted tokens ran a tool.
+    assert_eq!(location.stored_calls().await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_key_is_picked_up_and_unknown_kids_cost_at_most_one_fetch() {
+    let mut provider = Provider::start(json!({}));
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location, issuer("rotation", &provider)).await;
+    let api = &server.api;
+    let first = provider.machine_token("machine-es256", "tools:call").await;
+    assert_eq!(echo(api, &first).await.0, StatusCode::OK);
+    assert_eq!(provider.counts().await["jwks"], 1);
+
+    // Made-up key ids, all at once: one fetch at most (here none: the set was fetched
+    // moments ago, and one fetch every 30 s is the most an issuer gets).
+    provider.reset_counts().await;
+    let mut flood = Vec::new();
+    for i in 0..100 {
+        let token = provider
+            .sign(
+                json!({"alg": "ES256", "header": {"kid": format!("made-up-{i}")},
+                         "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}),
+            )
+            .await;
+        let api = api.clone();
+        flood.push(tokio::spawn(async move { echo(&api, &token).await.0 }));
+    }
+    for answer in flood {
+        assert_eq!(answer.await.unwrap(), StatusCode::UNAUTHORIZED);
+    }
+    let fetched = provider.counts().await["jwks"].as_u64().unwrap();
+    assert!(fetched <= 1, "{fetched} fetches for 100 unknown kids");
+
+    // The provider rotates; once the 30 s are past, the first token signed with the new key
+    // fetches the set again and is accepted.
+    let kid = provider.rotate("ES256").await;
+    let rotated = provider.machine_token("machine-es256", "tools:call").await;
+    assert_eq!(header_and_payload(&rotated).0["kid"], kid.as_str());
+    tokio::time::sleep(std::time::Duration::from_secs(31)).await;
+    provider.reset_counts().await;
+    let (status, _, body) = echo(api, &rotated).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(provider.counts().await["jwks"], 1);
+
+    // With the provider gone, the cached keys keep working, and an unknown key fails closed.
+    let stranger = provider
+        .sign(json!({"alg": "ES256", "header": {"kid": "never-published"},
+                     "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}))
+        .await;
+    provider.stop();
+    assert_eq!(echo(api, &first).await.0, StatusCode::OK);
+    assert_eq!(echo(api, &rotated).await.0, StatusCode::OK);
+    refused(api, &stranger, "an unknown key, the provider down").await;
+
+    // The admin's API key still works beside the tokens, and sees what was checked.
+    let metrics = api
+        .client
+        .get(format!("{}/metrics", api.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = |line: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .unwrap_or_else(|| panic!("no {line} in\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        series("toolgate_token_verifications_total{issuer=\"rotation\",result=\"accepted\"}"),
+        4
+    );
+    assert_eq!(
+        series("toolgate_token_verifications_total{issuer=\"rotation\",result=\"unknown_key\"}"),
+        101
+    );
+    let fetched = series("toolgate_key_set_fetches_total{issuer=\"rotation\",result=\"fetched\"}");
+    assert_eq!(
+        fetched, 2,
+        "the first token, and the rotated key once the 30 s were past"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approvers_token_decides_and_a_callers_never_does() {
+    let provider = Provider::start(json!({"clients": [
+        {"client_id": "machine-rs256", "access_token_claims": {"groups": ["finance"]}}
+    ]}));
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location, issuer("grants", &provider)).await;
+    let api = &server.api;
+    let caller = provider.machine_token("machine-es256", "tools:call").await;
+    let approver = provider.machine_token("machine-rs256", "refunds").await;
+    let refund = json!({"input": {"order_id": "o-1", "amount_cents": 25_000, "reason": "damaged"}});
+    let (status, _, body) =
+        send(api, "/tools/issue_refund/call", Some(refund), Some(&caller)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let token = body["suspension"]["token"].as_str().unwrap().to_owned();
+
+    let approve = format!("/approvals/{token}/approve");
+    let answer = json!({"input": {"note": "ok"}});
+    let (status, _, body) = send(api, &approve, Some(answer.clone()), Some(&caller)).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a caller's token never approves: {body}"
+    );
+    let (status, _, body) = echo(api, &approver).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "an approver calls no tool: {body}"
+    );
+    let (status, _, body) = send(api, &approve, Some(answer), Some(&approver)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "completed", "{body}");
+    let call_id = body["call_id"].as_str().unwrap();
+    let (_, _, record) = send(api, &format!("/calls/{call_id}"), None, Some(&approver)).await;
+    let approved = record["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|event| event["kind"] == "approved")
+        .unwrap();
+    assert_eq!(approved["actor"], "grants:machine-rs256", "{record}");
+
+    // Both grants at once: whoever calls never decides, so no role at all.
+    let both = provider.machine_token("machine-rs256", "tools:call").await;
+    let (status, _, body) = echo(api, &both).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+}
