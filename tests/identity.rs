@@ -36,9 +36,12 @@ fn issuer(name: &str, provider: &Provider) -> IssuerConfig {
 const ADMIN: &str = "admin-token-identity";
 
 async fn server(location: &Location, issuer: IssuerConfig) -> TestServer {
+    server_of(location, Issuers::new(&[issuer]).unwrap()).await
+}
+
+async fn server_of(location: &Location, issuers: Issuers) -> TestServer {
     let mut tools = ToolSet::new();
     toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
-    let issuers = Issuers::new(&[issuer]).unwrap();
     let admin = ApiKey {
         name: "root".into(),
         role: Role::Admin,
@@ -411,4 +414,64 @@ async fn an_approvers_token_decides_and_a_callers_never_does() {
     let both = provider.machine_token("machine-rs256", "tools:call").await;
     let (status, _, body) = echo(api, &both).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opaque_token_is_introspected_once_and_an_inactive_one_refused() {
+    const SECRET_ENV: &str = "IDENTITY_TEST_INTROSPECTION_SECRET";
+    let provider = Provider::start(json!({}));
+    let mut config = issuer("opaque", &provider);
+    config.introspection_url = Some(format!("{}/token/introspection", provider.issuer));
+    config.introspection_client_id = Some("toolgate".into());
+    config.introspection_secret_env = Some(SECRET_ENV.into());
+    let secret =
+        |value: &'static str| move |name: &str| (name == SECRET_ENV).then(|| value.to_owned());
+
+    let missing = Issuers::with_env(std::slice::from_ref(&config), |_| None).unwrap_err();
+    assert!(missing.0.contains(SECRET_ENV), "{missing}");
+
+    let location = Location::new(Backend::Sqlite).await;
+    let issuers =
+        Issuers::with_env(std::slice::from_ref(&config), secret("toolgate-secret")).unwrap();
+    let server = server_of(&location, issuers).await;
+    let api = &server.api;
+    let opaque = provider.machine_token("machine-opaque", "tools:call").await;
+    assert!(!opaque.contains('.'), "an opaque token: {opaque}");
+    provider.reset_counts().await;
+    for _ in 0..3 {
+        let (status, _, body) = echo(api, &opaque).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    assert_eq!(
+        provider.counts().await["introspection"],
+        1,
+        "one introspection, then the cache"
+    );
+    let call_id = echo(api, &opaque).await.2["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, _, record) = send(api, &format!("/calls/{call_id}"), None, Some(&opaque)).await;
+    assert_eq!(record["caller"], "opaque:machine-opaque", "{record}");
+
+    // A token the provider does not know is refused, and asked about once.
+    provider.reset_counts().await;
+    for _ in 0..3 {
+        let message = refused(api, "made-up-opaque-token", "an inactive token").await;
+        assert!(message.contains("not active"), "{message}");
+    }
+    assert_eq!(provider.counts().await["introspection"], 1);
+    // Active, but for another server.
+    let elsewhere = provider
+        .machine_token_for("machine-opaque", "tools:call", "https://elsewhere.test/mcp")
+        .await;
+    let message = refused(api, &elsewhere, "another audience").await;
+    assert!(message.contains("aud"), "{message}");
+
+    // Introspection refused (a wrong secret): fails closed.
+    let location = Location::new(Backend::Sqlite).await;
+    let issuers = Issuers::with_env(&[config], secret("not-the-secret")).unwrap();
+    let wrong = server_of(&location, issuers).await;
+    let message = refused(&wrong.api, &opaque, "introspection refused").await;
+    assert!(message.contains("could not be checked"), "{message}");
 }

@@ -264,7 +264,7 @@ impl Config {
                 }
             })?;
         config.api_keys()?;
-        config.auth.issuers()?;
+        config.auth.check_issuers()?;
         config.check_numbers()?;
         config.check_approvals()?;
         config.check_quotas()?;

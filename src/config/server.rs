@@ -45,29 +45,39 @@ impl AuthConfig {
         QuotaSettings::new(defaults, own)
     }
 
-    /// The identity providers, checked. A key's name may not look like one of their
-    /// principals' (`<issuer>:…`): names decide whose calls a caller sees.
+    /// The identity providers, checked, their introspection secrets read from the
+    /// environment.
     pub fn issuers(&self) -> Result<Issuers, ConfigError> {
-        let issuers = Issuers::new(&self.issuers).map_err(|err| ConfigError::Invalid {
+        self.check_issuers()?;
+        Issuers::new(&self.issuers).map_err(|err| ConfigError::Invalid {
+            key: "auth.issuers".into(),
+            message: err.0,
+        })
+    }
+
+    /// Checks the identity providers without reading any secret. A key's name may not look
+    /// like one of their principals' (`<issuer>:…`): names decide whose calls a caller sees.
+    pub fn check_issuers(&self) -> Result<(), ConfigError> {
+        Issuers::validate(&self.issuers).map_err(|err| ConfigError::Invalid {
             key: "auth.issuers".into(),
             message: err.0,
         })?;
         for (index, key) in self.keys.iter().enumerate() {
-            if let Some(issuer) = issuers
+            if let Some(issuer) = self
+                .issuers
                 .iter()
-                .find(|issuer| key.name.starts_with(&format!("{}:", issuer.name())))
+                .find(|issuer| key.name.starts_with(&format!("{}:", issuer.name.trim())))
             {
                 return Err(ConfigError::Invalid {
                     key: format!("auth.keys[{index}].name"),
                     message: format!(
                         "`{}` would be taken for a principal of the issuer `{}`",
-                        key.name,
-                        issuer.name()
+                        key.name, issuer.name
                     ),
                 });
             }
         }
-        Ok(issuers)
+        Ok(())
     }
 
     /// The API keys, with their hashes decoded. Fails on a hash that is not 64 hex digits or a

@@ -19,14 +19,19 @@ pub struct Rate {
 const MINUTE_US: i64 = 60_000_000;
 
 impl Rate {
-    /// What one call costs: the emission interval, in microseconds.
+    /// What one call costs: the emission interval, in microseconds (at least one: past a
+    /// million calls a second, a rate is as good as none).
     pub fn interval_us(self) -> i64 {
-        MINUTE_US / i64::from(self.per_minute.max(1))
+        (MINUTE_US / i64::from(self.per_minute.max(1))).max(1)
     }
 
-    /// How far the TAT may run ahead of now: `burst` intervals, in microseconds.
+    /// How far the TAT may run ahead of now: `burst` intervals, in microseconds, computed
+    /// whole (a truncated interval times the burst would shrink it: at 100 million calls a
+    /// minute the interval is 0.6 µs, and a burst of a million would be 0 µs, refusing any
+    /// two calls whose clocks are read a microsecond apart).
     pub fn tolerance_us(self) -> i64 {
-        self.interval_us() * i64::from(self.burst.max(1))
+        let whole = MINUTE_US * i64::from(self.burst.max(1)) / i64::from(self.per_minute.max(1));
+        whole.max(self.interval_us())
     }
 
     /// The window `RateLimit-Policy` advertises with `q = burst`: the seconds an empty bucket
@@ -80,6 +85,27 @@ mod tests {
         let tat = spend(tat, later, rate).expect("refilled by one");
         assert!(spend(tat, later, rate).is_err());
         assert_eq!(rate.window_s(), 30);
+    }
+
+    #[test]
+    fn a_very_high_rate_keeps_its_whole_burst() {
+        let rate = Rate {
+            per_minute: 1_000_000_000,
+            burst: 1_000_000_000,
+        };
+        assert_eq!(rate.interval_us(), 1);
+        assert_eq!(rate.tolerance_us(), 60_000_000);
+        // Calls whose clocks were read in any order, microseconds apart, all pay.
+        let mut tat = 0;
+        for now in (0..10_000).rev() {
+            tat = spend(tat, 1_000 + now, rate).expect("far within the burst");
+        }
+        // 7 million a minute: a truncated interval (8 µs, not 8.57) must not shrink the burst.
+        let rate = Rate {
+            per_minute: 7_000_000,
+            burst: 7_000_000,
+        };
+        assert_eq!(rate.tolerance_us(), 60_000_000);
     }
 
     #[test]

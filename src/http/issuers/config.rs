@@ -39,6 +39,31 @@ pub struct IssuerConfig {
     /// What a token may do, by what it carries.
     #[serde(default)]
     pub grants: Vec<GrantConfig>,
+    /// The provider's introspection endpoint (RFC 7662), for tokens that are not JWTs.
+    #[serde(default)]
+    pub introspection_url: Option<String>,
+    /// The client toolgate authenticates as to the introspection endpoint.
+    #[serde(default)]
+    pub introspection_client_id: Option<String>,
+    /// The environment variable holding that client's secret.
+    #[serde(default)]
+    pub introspection_secret_env: Option<String>,
+    /// The longest an introspection answer is kept, in seconds (never past the token's `exp`).
+    #[serde(default = "default_introspection_cache_s")]
+    pub introspection_cache_s: u64,
+}
+
+fn default_introspection_cache_s() -> u64 {
+    60
+}
+
+/// Where and how opaque tokens are introspected.
+#[derive(Debug, Clone)]
+pub(super) struct Introspection {
+    pub(super) url: Url,
+    pub(super) client_id: String,
+    pub(super) secret_env: String,
+    pub(super) cache: Duration,
 }
 
 fn default_algorithms() -> Vec<String> {
@@ -58,6 +83,9 @@ fn default_name_claim() -> String {
 /// The most leeway accepted: past it a token's times say little.
 const MAX_LEEWAY_S: u64 = 600;
 
+/// The longest an introspection answer may be kept: a revoked token stays usable that long.
+const MAX_INTROSPECTION_CACHE_S: u64 = 3600;
+
 /// An issuer's checked settings.
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
@@ -70,6 +98,7 @@ pub(super) struct Settings {
     pub(super) leeway: Duration,
     pub(super) name_claim: String,
     pub(super) grants: Vec<Grant>,
+    pub(super) introspection: Option<Introspection>,
 }
 
 impl IssuerConfig {
@@ -125,6 +154,32 @@ impl IssuerConfig {
             .iter()
             .map(|grant| grant.check().map_err(|why| at(&why)))
             .collect::<Result<Vec<_>, _>>()?;
+        let introspection = match (
+            &self.introspection_url,
+            &self.introspection_client_id,
+            &self.introspection_secret_env,
+        ) {
+            (None, None, None) => None,
+            (Some(url), Some(client_id), Some(secret_env))
+                if !client_id.trim().is_empty() && !secret_env.trim().is_empty() =>
+            {
+                Some(Introspection {
+                    url: secure_url(url).map_err(|why| at(&format!("introspection_url {why}")))?,
+                    client_id: client_id.clone(),
+                    secret_env: secret_env.clone(),
+                    cache: Duration::from_secs(self.introspection_cache_s),
+                })
+            }
+            _ => {
+                return Err(at("`introspection_url`, `introspection_client_id` and \
+                     `introspection_secret_env` go together"));
+            }
+        };
+        if self.introspection_cache_s > MAX_INTROSPECTION_CACHE_S {
+            return Err(at(&format!(
+                "`introspection_cache_s` is at most {MAX_INTROSPECTION_CACHE_S}"
+            )));
+        }
         Ok(Settings {
             name: name.to_owned(),
             issuer: self.issuer.clone(),
@@ -135,6 +190,7 @@ impl IssuerConfig {
             leeway: Duration::from_secs(self.leeway_s),
             name_claim: self.name_claim.clone(),
             grants,
+            introspection,
         })
     }
 }

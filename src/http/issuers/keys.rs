@@ -191,7 +191,7 @@ impl KeySet {
         };
         let response = self.get(url.clone()).await?;
         let max_age = max_age(response.headers()).clamp(MIN_AGE, MAX_AGE);
-        let body = read_bounded(response).await?;
+        let body = read_bounded(response, MAX_BYTES).await?;
         let keys = parse_set(&body).map_err(|why| format!("the key set at {url}: {why}"))?;
         Ok(Cached {
             keys,
@@ -213,7 +213,7 @@ impl KeySet {
                 continue;
             };
             let document = match self.get(url).await {
-                Ok(response) => read_bounded(response).await?,
+                Ok(response) => read_bounded(response, MAX_BYTES).await?,
                 Err(why) => {
                     last_error = why;
                     continue;
@@ -268,18 +268,21 @@ fn max_age(headers: &reqwest::header::HeaderMap) -> Duration {
         .map_or(MIN_AGE, Duration::from_secs)
 }
 
-/// The body of `response`, refused past [`MAX_BYTES`].
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+/// The body of `response`, refused past `max_bytes`.
+pub(super) async fn read_bounded(
+    mut response: reqwest::Response,
+    max_bytes: usize,
+) -> Result<Vec<u8>, String> {
     if response
         .content_length()
-        .is_some_and(|length| length > MAX_BYTES as u64)
+        .is_some_and(|length| length > max_bytes as u64)
     {
-        return Err(format!("an answer larger than {MAX_BYTES} bytes"));
+        return Err(format!("an answer larger than {max_bytes} bytes"));
     }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|err| err.to_string())? {
-        if body.len() + chunk.len() > MAX_BYTES {
-            return Err(format!("an answer larger than {MAX_BYTES} bytes"));
+        if body.len() + chunk.len() > max_bytes {
+            return Err(format!("an answer larger than {max_bytes} bytes"));
         }
         body.extend_from_slice(&chunk);
     }

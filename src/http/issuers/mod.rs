@@ -12,13 +12,16 @@
 //!
 //! Most tokens are decided at once, from the cached key set ([`keys`]); a token whose `kid` the
 //! cache does not know waits for one fetch of the set (at most one per issuer every 30 s,
-//! whatever the load), after which an unknown key fails closed.
+//! whatever the load), after which an unknown key fails closed. A token that is no JWT is
+//! asked about at the introspection endpoint of each issuer that has one ([`introspect`]),
+//! whose answer is held to the same `iss`, `aud`, `exp`, `nbf` and grants.
 //!
 //! A token is never logged, and never passed on (upstream MCP servers keep their own
 //! credentials); of its claims only the principal's name appears anywhere.
 
 mod config;
 pub mod grants;
+mod introspect;
 mod keys;
 mod verify;
 
@@ -33,6 +36,7 @@ use crate::dispatch::who::Principal;
 pub struct Issuer {
     settings: config::Settings,
     keys: keys::KeySet,
+    introspector: Option<introspect::Introspector>,
     accepted: prometheus_client::metrics::counter::Counter,
 }
 
@@ -64,34 +68,65 @@ pub struct Issuers {
 }
 
 impl Issuers {
-    /// The issuers of `configs`, checked (see [`IssuerConfig::check`]).
+    /// The issuers of `configs`, checked, each introspection secret read from the process
+    /// environment.
     pub fn new(configs: &[IssuerConfig]) -> Result<Self, IssuerError> {
-        let mut issuers: Vec<Arc<Issuer>> = Vec::with_capacity(configs.len());
+        Issuers::with_env(configs, |name| std::env::var(name).ok())
+    }
+
+    /// Checks `configs` as [`Issuers::new`] does, reading no secret.
+    pub fn validate(configs: &[IssuerConfig]) -> Result<(), IssuerError> {
+        let mut seen: Vec<config::Settings> = Vec::with_capacity(configs.len());
         for config in configs {
             let settings = config.check()?;
-            if issuers
-                .iter()
-                .any(|other| other.settings.name == settings.name)
-            {
+            if seen.iter().any(|other| other.name == settings.name) {
                 return Err(IssuerError(format!(
                     "two [[auth.issuers]] are named `{}`",
                     settings.name
                 )));
             }
-            if issuers
-                .iter()
-                .any(|other| other.settings.issuer == settings.issuer)
-            {
+            if seen.iter().any(|other| other.issuer == settings.issuer) {
                 return Err(IssuerError(format!(
                     "two [[auth.issuers]] have the issuer {}",
                     settings.issuer
                 )));
             }
+            seen.push(settings);
+        }
+        Ok(())
+    }
+
+    /// The issuers of `configs`, each introspection secret read by `env` (a variable's value
+    /// by its name).
+    pub fn with_env(
+        configs: &[IssuerConfig],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, IssuerError> {
+        Issuers::validate(configs)?;
+        let mut issuers: Vec<Arc<Issuer>> = Vec::with_capacity(configs.len());
+        for config in configs {
+            let settings = config.check()?;
             let keys = keys::KeySet::new(&settings)?;
+            let introspector = match &settings.introspection {
+                Some(introspection) => {
+                    let secret = env(&introspection.secret_env)
+                        .filter(|secret| !secret.is_empty())
+                        .ok_or_else(|| {
+                            IssuerError(format!(
+                                "[[auth.issuers]] `{}`: the environment variable {} \
+                                 (introspection_secret_env) is not set",
+                                settings.name, introspection.secret_env
+                            ))
+                        })?;
+                    Some(introspect::Introspector::new(introspection, secret)?)
+                }
+                None => None,
+            };
             let accepted = crate::metrics::token_verifications(&settings.name, "accepted");
             issuers.push(Arc::new(Issuer {
                 settings,
                 keys,
+                introspector,
                 accepted,
             }));
         }

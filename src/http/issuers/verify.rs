@@ -101,6 +101,9 @@ fn parts(token: &str) -> Result<Parts, Refused> {
 /// Decides `token` with the keys cached now; `fetch` is whether they were just fetched (an
 /// unknown key then fails closed rather than asking again).
 pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verdict {
+    if !looks_like_jwt(token) && issuers.iter().any(|i| i.introspector.is_some()) {
+        return opaque_cached(issuers, token);
+    }
     let parts = match parts(token) {
         Ok(parts) => parts,
         Err(refused) => return Verdict::Refused(refused),
@@ -155,47 +158,187 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
         Ok(data) => data.claims,
         Err(err) => return refused(refusal(err.kind())),
     };
-    let Some(name) = claims
-        .get(&settings.name_claim)
-        .and_then(|value| match value {
+    match principal(issuer, &claims) {
+        Ok(principal) => Verdict::Accepted(principal),
+        Err(why) => refused(why),
+    }
+}
+
+/// The principal of an accepted token's `claims` under `issuer`'s grants (counted accepted).
+fn principal(issuer: &Issuer, claims: &Map<String, Value>) -> Result<Principal, Refused> {
+    let settings = &issuer.settings;
+    let named = |claim: &str| {
+        claims.get(claim).and_then(|value| match value {
             Value::String(text) if !text.is_empty() => Some(text.clone()),
             Value::Number(n) => Some(n.to_string()),
             _ => None,
         })
-    else {
-        return refused(Refused::new(
-            "claims",
-            format!(
-                "the token has no `{}` to name its principal",
-                settings.name_claim
-            ),
-        ));
     };
-    let role = match grants::role(&settings.grants, &claims) {
-        Ok(role) => role,
-        Err(why) => {
-            let message = match why {
-                NoRole::NoGrant => "the token matches no grant of its issuer",
-                NoRole::CallerAndApprover => {
-                    "the token matches a caller's grant and an approver's: whoever calls tools \
-                     never decides on them"
-                }
-            };
-            return refused(Refused {
-                result: "no_grant",
-                message: message.into(),
-                forbidden: true,
-            });
+    // A client's own token (client credentials) may name no subject; it is the client's.
+    let name = named(&settings.name_claim)
+        .or_else(|| {
+            (settings.name_claim == "sub")
+                .then(|| named("client_id"))
+                .flatten()
+        })
+        .ok_or_else(|| {
+            Refused::new(
+                "claims",
+                format!(
+                    "the token has no `{}` to name its principal",
+                    settings.name_claim
+                ),
+            )
+        })?;
+    let role = grants::role(&settings.grants, claims).map_err(|why| {
+        let message = match why {
+            NoRole::NoGrant => "the token matches no grant of its issuer",
+            NoRole::CallerAndApprover => {
+                "the token matches a caller's grant and an approver's: whoever calls tools \
+                 never decides on them"
+            }
+        };
+        Refused {
+            result: "no_grant",
+            message: message.into(),
+            forbidden: true,
         }
-    };
+    })?;
     issuer.accepted.inc();
-    Verdict::Accepted(Principal {
+    Ok(Principal {
         name: Some(format!("{}:{name}", settings.name)),
         role,
     })
 }
 
-/// Decides `token`, fetching its issuer's key set first when its key is not cached.
+/// Whether `token` has a JWS's three parts; anything else is an opaque token.
+fn looks_like_jwt(token: &str) -> bool {
+    token.bytes().filter(|b| *b == b'.').count() == 2
+}
+
+/// An opaque token decided from the introspection answers cached: active at an issuer
+/// (then held to that issuer's rules), inactive at every one that introspects, or unknown.
+fn opaque_cached(issuers: &[Arc<Issuer>], token: &str) -> Verdict {
+    let hash = crate::http::auth::token_sha256(token);
+    let mut unknown = false;
+    for issuer in issuers {
+        let Some(introspector) = &issuer.introspector else {
+            continue;
+        };
+        match introspector.cached(&hash) {
+            Some(Some(claims)) => return decide_introspected(issuer, &claims),
+            Some(None) => {}
+            None => unknown = true,
+        }
+    }
+    if unknown {
+        Verdict::Fetch
+    } else {
+        Verdict::Refused(Refused::new(
+            "inactive",
+            "the token is not active at its issuer",
+        ))
+    }
+}
+
+/// An active token's introspection answer, held to `issuer`'s `iss`, `aud`, `exp` and `nbf`.
+fn decide_introspected(issuer: &Issuer, claims: &Map<String, Value>) -> Verdict {
+    let settings = &issuer.settings;
+    let refused = |refused: Refused| {
+        crate::metrics::token_verified(&settings.name, refused.result);
+        Verdict::Refused(refused)
+    };
+    if claims
+        .get("iss")
+        .and_then(Value::as_str)
+        .is_some_and(|iss| iss != settings.issuer)
+    {
+        return refused(Refused::new(
+            "unknown_issuer",
+            "the token's issuer is wrong",
+        ));
+    }
+    let meant_here = match claims.get("aud") {
+        Some(Value::String(aud)) => settings.audiences.contains(aud),
+        Some(Value::Array(auds)) => auds
+            .iter()
+            .filter_map(Value::as_str)
+            .any(|aud| settings.audiences.iter().any(|a| a == aud)),
+        _ => false,
+    };
+    if !meant_here {
+        return refused(Refused::new(
+            "audience",
+            "the token is not meant for this server (`aud`)",
+        ));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let leeway = settings.leeway.as_secs();
+    if claims
+        .get("exp")
+        .and_then(Value::as_u64)
+        .is_some_and(|exp| exp + leeway < now)
+    {
+        return refused(Refused::new("expired", "the token has expired"));
+    }
+    if claims
+        .get("nbf")
+        .and_then(Value::as_u64)
+        .is_some_and(|nbf| nbf > now + leeway)
+    {
+        return refused(Refused::new("not_yet_valid", "the token is not valid yet"));
+    }
+    match principal(issuer, claims) {
+        Ok(principal) => Verdict::Accepted(principal),
+        Err(why) => refused(why),
+    }
+}
+
+/// Asks each introspecting issuer without an answer cached about the opaque `token`: the
+/// first that says it is active decides it.
+async fn introspect(issuers: &[Arc<Issuer>], token: &str) -> Result<Principal, Refused> {
+    let hash = crate::http::auth::token_sha256(token);
+    let mut failed = false;
+    for issuer in issuers {
+        let Some(introspector) = &issuer.introspector else {
+            continue;
+        };
+        let answer = match introspector.cached(&hash) {
+            Some(answer) => answer,
+            None => match introspector.introspect(token, hash).await {
+                Ok(answer) => answer,
+                Err(why) => {
+                    tracing::warn!(issuer = %issuer.settings.name, error = %why, "cannot introspect a token");
+                    crate::metrics::token_verified(&issuer.settings.name, "introspection_failed");
+                    failed = true;
+                    continue;
+                }
+            },
+        };
+        let Some(claims) = answer else {
+            crate::metrics::token_verified(&issuer.settings.name, "inactive");
+            continue;
+        };
+        return match decide_introspected(issuer, &claims) {
+            Verdict::Accepted(principal) => Ok(principal),
+            Verdict::Refused(refused) => Err(refused),
+            Verdict::Fetch => unreachable!("an answer is decided"),
+        };
+    }
+    Err(if failed {
+        Refused::new(
+            "introspection_failed",
+            "the token could not be checked at its issuer now",
+        )
+    } else {
+        Refused::new("inactive", "the token is not active at its issuer")
+    })
+}
+
+/// Decides `token`, fetching its issuer's key set first when its key is not cached, or
+/// introspecting it when it is opaque.
 pub(super) async fn check_fetching(
     issuers: &[Arc<Issuer>],
     token: &str,
@@ -204,6 +347,9 @@ pub(super) async fn check_fetching(
         Verdict::Accepted(principal) => return Ok(principal),
         Verdict::Refused(refused) => return Err(refused),
         Verdict::Fetch => {}
+    }
+    if !looks_like_jwt(token) {
+        return introspect(issuers, token).await;
     }
     // `check` found the issuer, so it is found again.
     if let Ok(parts) = parts(token)

@@ -1,0 +1,116 @@
+//! Opaque access tokens, through the issuer's introspection endpoint (RFC 7662): toolgate
+//! authenticates as its configured client and asks whether the token is active. Each answer is
+//! cached by the token's SHA-256 (never the token itself) until the token's `exp`, and at most
+//! `introspection_cache_s`; an inactive answer for that long too, so a token the provider
+//! refused costs it one request, not one per retry. The cache is bounded; past
+//! [`MAX_CACHED`] entries the expired go first, then everything.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+
+use super::IssuerError;
+use super::config::Introspection;
+
+/// The most answers kept per issuer.
+const MAX_CACHED: usize = 10_000;
+/// The longest an introspection may take, and the largest answer read.
+const TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_BYTES: usize = 64 * 1024;
+
+/// An answer: the active token's claims, or `None` for an inactive one.
+pub(super) type Answer = Option<Map<String, Value>>;
+
+struct Kept {
+    answer: Answer,
+    until: Instant,
+}
+
+/// One issuer's introspection client and its cache.
+pub(super) struct Introspector {
+    settings: Introspection,
+    secret: String,
+    client: reqwest::Client,
+    cache: Mutex<HashMap<[u8; 32], Kept>>,
+}
+
+impl Introspector {
+    pub(super) fn new(settings: &Introspection, secret: String) -> Result<Self, IssuerError> {
+        crate::feed::webhooks::install_crypto();
+        let client = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .connect_timeout(TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|err| IssuerError(format!("cannot build an HTTP client: {err}")))?;
+        Ok(Introspector {
+            settings: settings.clone(),
+            secret,
+            client,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The cached answer for the token hashing to `hash`, if any is still kept.
+    pub(super) fn cached(&self, hash: &[u8; 32]) -> Option<Answer> {
+        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache
+            .get(hash)
+            .filter(|kept| Instant::now() < kept.until)
+            .map(|kept| kept.answer.clone())
+    }
+
+    /// Asks the provider about `token` (hashing to `hash`), and keeps the answer.
+    pub(super) async fn introspect(&self, token: &str, hash: [u8; 32]) -> Result<Answer, String> {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("token", token)
+            .append_pair("token_type_hint", "access_token")
+            .finish();
+        let response = self
+            .client
+            .post(self.settings.url.clone())
+            .basic_auth(&self.settings.client_id, Some(&self.secret))
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .header(reqwest::header::ACCEPT, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|err| format!("introspection: {err}"))?;
+        if !response.status().is_success() {
+            return Err(format!("introspection: {}", response.status()));
+        }
+        let bytes = super::keys::read_bounded(response, MAX_BYTES).await?;
+        let answer: Map<String, Value> = serde_json::from_slice(&bytes)
+            .map_err(|err| format!("introspection answer is not a JSON object: {err}"))?;
+        let active = answer.get("active").and_then(Value::as_bool) == Some(true);
+        let mut keep_for = self.settings.cache;
+        if let Some(exp) = answer.get("exp").and_then(Value::as_u64) {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            keep_for = keep_for.min(Duration::from_secs(exp.saturating_sub(now)));
+        }
+        let answer = active.then_some(answer);
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= MAX_CACHED {
+            let now = Instant::now();
+            cache.retain(|_, kept| kept.until > now);
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+        }
+        cache.insert(
+            hash,
+            Kept {
+                answer: answer.clone(),
+                until: Instant::now() + keep_for,
+            },
+        );
+        Ok(answer)
+    }
+}
