@@ -227,7 +227,7 @@ impl ServerBuilder {
         mcp_options.allowed_hosts = hosts.clone();
         let gates = Gates::new(
             AllowedHosts::new(&hosts),
-            Arc::new(Keys::new(self.keys).with_issuers(self.issuers)),
+            Arc::new(Keys::new(self.keys).with_issuers(self.issuers.clone())),
             self.max_in_flight,
             self.max_body_bytes,
             self.body_timeout,
@@ -239,6 +239,15 @@ impl ServerBuilder {
             let door = crate::mcp::Door::new(dispatcher.clone());
             let mcp = crate::mcp::route(door, &mcp_options, self.max_body_bytes);
             router = router.route("/mcp", mcp.layer(gates.holding(Access::Tools)));
+        }
+        if let Some(resource) = self.issuers.resource() {
+            // RFC 9728's metadata: public, and served only once an identity provider is.
+            let document = axum::Json(resource.document.clone());
+            for path in &resource.paths {
+                let document = document.clone();
+                let get = axum::routing::get(move || async move { document });
+                router = router.route(path, get.layer(gates.route(Access::Discovery)));
+            }
         }
         if self.inbox.enabled {
             router = router.merge(crate::inbox::router(dispatcher.clone(), self.inbox, &gates));

@@ -475,3 +475,66 @@ async fn an_opaque_token_is_introspected_once_and_an_inactive_one_refused() {
     let message = refused(&wrong.api, &opaque, "introspection refused").await;
     assert!(message.contains("could not be checked"), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_points_at_the_protected_resource_metadata() {
+    let provider = Provider::start(json!({}));
+    let location = Location::new(Backend::Sqlite).await;
+    let issuers = Issuers::new(&[issuer("prm", &provider)])
+        .unwrap()
+        .for_resource(RESOURCE)
+        .unwrap();
+    let server = server_of(&location, issuers).await;
+    let api = &server.api;
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let (status, _, document) = send(api, path, None, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {document}");
+        assert_eq!(document["resource"], RESOURCE);
+        assert_eq!(document["authorization_servers"], json!([provider.issuer]));
+        assert_eq!(document["scopes_supported"], json!(["tools:call"]));
+        assert_eq!(document["bearer_methods_supported"], json!(["header"]));
+    }
+    let metadata = "resource_metadata=\"https://toolgate.test/.well-known/oauth-protected-resource/mcp\", scope=\"tools:call\"";
+    let response = api
+        .client
+        .post(format!("{}/mcp", api.base))
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        response.headers()["www-authenticate"],
+        format!("Bearer {metadata}").as_str()
+    );
+    let (status, challenge, _) = send(api, "/tools", None, Some("not-a-token")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        challenge.as_deref(),
+        Some(format!("Bearer error=\"invalid_token\", {metadata}").as_str())
+    );
+    // A valid token is let through; the admin's key still works.
+    let token = provider.machine_token("machine-es256", "tools:call").await;
+    assert_eq!(echo(api, &token).await.0, StatusCode::OK);
+    assert_eq!(
+        send(api, "/tools", None, Some(ADMIN)).await.0,
+        StatusCode::OK
+    );
+
+    // Without identity providers there is no such document: a client with a static key must
+    // not be sent off to sign in somewhere.
+    let location = Location::new(Backend::Sqlite).await;
+    let plain = TestServer::start(ToolSet::new(), &location).await;
+    let (status, _, _) = send(
+        &plain.api,
+        "/.well-known/oauth-protected-resource",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

@@ -18,6 +18,9 @@ pub struct AuthConfig {
     pub keys: Vec<KeyConfig>,
     /// `[[auth.issuers]]`: identity providers whose tokens are principals beside the keys.
     pub issuers: Vec<IssuerConfig>,
+    /// The canonical URL of this server's `/mcp`, as its tokens' `aud` names it: required once
+    /// an issuer is configured.
+    pub resource_url: Option<String>,
 }
 
 /// One `[[auth.keys]]` entry.
@@ -49,10 +52,19 @@ impl AuthConfig {
     /// environment.
     pub fn issuers(&self) -> Result<Issuers, ConfigError> {
         self.check_issuers()?;
-        Issuers::new(&self.issuers).map_err(|err| ConfigError::Invalid {
+        let issuers = Issuers::new(&self.issuers).map_err(|err| ConfigError::Invalid {
             key: "auth.issuers".into(),
             message: err.0,
-        })
+        })?;
+        match &self.resource_url {
+            Some(url) => issuers
+                .for_resource(url)
+                .map_err(|err| ConfigError::Invalid {
+                    key: "auth.resource_url".into(),
+                    message: err.0,
+                }),
+            None => Ok(issuers),
+        }
     }
 
     /// Checks the identity providers without reading any secret. A key's name may not look
@@ -62,6 +74,14 @@ impl AuthConfig {
             key: "auth.issuers".into(),
             message: err.0,
         })?;
+        if !self.issuers.is_empty() && self.resource_url.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "auth.resource_url".into(),
+                message: "required once [[auth.issuers]] is configured: the canonical URL of \
+                          this server's /mcp (https://<host>/mcp), as the tokens' `aud` names it"
+                    .into(),
+            });
+        }
         for (index, key) in self.keys.iter().enumerate() {
             if let Some(issuer) = self
                 .issuers

@@ -294,3 +294,28 @@ fn quotas_layer_from_file_env_and_keys_and_bad_ones_name_their_key() {
     let held = upstream.replace("calls_per_minute = 30", "max_held = 1");
     assert_eq!(key_of(&held), "upstreams[0].policies.w.quotas.max_held");
 }
+
+#[test]
+fn an_issuer_needs_the_resource_url_and_leaves_key_names_alone() {
+    let issuer = "[[auth.issuers]]\nname = \"corp\"\nissuer = \"https://id.example.com\"\n\
+                  audiences = [\"https://tools.example.com/mcp\"]\n\
+                  [[auth.issuers.grants]]\nwhen = { scope = \"tools:call\" }\nrole = \"caller\"\n";
+    let err = Config::from_toml(issuer).unwrap_err().to_string();
+    assert!(err.contains("auth.resource_url"), "{err}");
+    let with_resource = format!("[auth]\nresource_url = \"https://tools.example.com/mcp\"\n{issuer}");
+    let config = Config::from_toml(&with_resource).unwrap();
+    let issuers = config.auth.issuers().unwrap();
+    assert!(issuers.enabled());
+    // A key named like one of the issuer's principals would see that principal's calls.
+    let key = "[[auth.keys]]\nname = \"corp:alice\"\nrole = \"caller\"\ntoken_sha256 = \"".to_owned()
+        + &"ab".repeat(32)
+        + "\"\n";
+    let err = Config::from_toml(&(with_resource.clone() + &key)).unwrap_err().to_string();
+    assert!(err.contains("auth.keys[0].name"), "{err}");
+    let insecure = with_resource.replace("https://tools.example.com/mcp\"\n[[", "http://tools.example.com/mcp\"\n[[");
+    let err = Config::from_toml(&insecure)
+        .and_then(|config| config.auth.issuers().map(drop))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("resource_url"), "{err}");
+}

@@ -126,14 +126,19 @@ pub(crate) enum Access {
     /// `/inbox*`: anyone reaches the route; the inbox checks its session cookie itself (an
     /// approver or an admin signed in, or auth off).
     Inbox,
+    /// `/.well-known/oauth-protected-resource*`: anyone, without credentials (a client reads
+    /// it to learn where to get them).
+    Discovery,
 }
 
 /// Whether `role` may use a route giving `access`.
 fn permits(role: Role, access: Access) -> bool {
     match (role, access) {
-        (Role::Admin, _) | (_, Access::Document) | (_, Access::OwnCalls) | (_, Access::Inbox) => {
-            true
-        }
+        (Role::Admin, _)
+        | (_, Access::Document)
+        | (_, Access::OwnCalls)
+        | (_, Access::Inbox)
+        | (_, Access::Discovery) => true,
         (Role::Caller, Access::Tools) | (Role::Approver, Access::Approvals) => true,
         (Role::Caller, Access::Approvals) | (Role::Approver, Access::Tools) => false,
         (_, Access::Admin) => false,
@@ -163,7 +168,7 @@ impl Gate {
     /// here never takes a slot of `max_in_flight` (see [`super::shed`]).
     fn admit(&self, request: &mut Request) -> Result<Checked, ApiError> {
         self.hosts.check(request.uri(), request.headers())?;
-        if self.access == Access::Inbox {
+        if matches!(self.access, Access::Inbox | Access::Discovery) {
             return Ok(Checked::Admitted);
         }
         let principal = if self.keys.enabled() {
@@ -197,6 +202,27 @@ impl Gate {
         Ok(Checked::Admitted)
     }
 
+    /// The answer to a refused request: a `401` points at this resource's metadata when
+    /// identity providers are configured for it (RFC 9728), so a client finds where to sign in.
+    fn refusal(&self, refused: ApiError) -> Response {
+        let challenge = self
+            .keys
+            .issuers
+            .resource()
+            .and_then(|resource| match refused {
+                ApiError::Unauthorized => Some(resource.challenge.clone()),
+                ApiError::InvalidToken(_) => Some(resource.invalid.clone()),
+                _ => None,
+            });
+        let mut response = refused.into_response();
+        if let Some(challenge) = challenge {
+            response
+                .headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, challenge);
+        }
+        response
+    }
+
     fn permit(&self, principal: &Principal) -> Result<(), ApiError> {
         if permits(principal.role, self.access) {
             Ok(())
@@ -226,7 +252,7 @@ impl RoutePolicy for Gate {
     fn before(self: &Arc<Self>, request: &mut Request) -> Result<(), Refusal<()>> {
         match self.admit(request) {
             Ok(Checked::Admitted) => Ok(()),
-            Err(refused) => Err(Refusal::Now(refused.into_response())),
+            Err(refused) => Err(Refusal::Now(self.refusal(refused))),
             Ok(Checked::Fetch(token)) => {
                 let gate = self.clone();
                 Err(Refusal::Later(Box::pin(async move {

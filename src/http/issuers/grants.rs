@@ -135,6 +135,16 @@ fn words(value: Option<&Value>) -> Vec<&str> {
     }
 }
 
+impl Grant {
+    /// The scope this grant asks for, if its condition is a scope.
+    pub(crate) fn scope(&self) -> Option<&str> {
+        match &self.when {
+            Condition::Scope(scope) => Some(scope),
+            _ => None,
+        }
+    }
+}
+
 impl Condition {
     fn holds(&self, claims: &serde_json::Map<String, Value>) -> bool {
         match self {

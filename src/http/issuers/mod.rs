@@ -23,6 +23,7 @@ mod config;
 pub mod grants;
 mod introspect;
 mod keys;
+mod resource;
 mod verify;
 
 use std::sync::Arc;
@@ -61,10 +62,11 @@ impl Issuer {
     }
 }
 
-/// Every configured issuer.
+/// Every configured issuer, and the resource their tokens are for.
 #[derive(Debug, Default)]
 pub struct Issuers {
     issuers: Vec<Arc<Issuer>>,
+    resource: Option<resource::Resource>,
 }
 
 impl Issuers {
@@ -130,7 +132,29 @@ impl Issuers {
                 accepted,
             }));
         }
-        Ok(Issuers { issuers })
+        Ok(Issuers {
+            issuers,
+            resource: None,
+        })
+    }
+
+    /// The same issuers, for the resource at `url` (`[auth] resource_url`: the canonical URL of
+    /// this server's `/mcp`): its Protected Resource Metadata is served, and every `401` points
+    /// at it.
+    pub fn for_resource(mut self, url: &str) -> Result<Self, IssuerError> {
+        let servers = self.iter().map(|i| i.issuer().to_owned()).collect();
+        let scopes = self
+            .iter()
+            .flat_map(|issuer| issuer.settings.grants.iter())
+            .filter_map(|grant| grant.scope().map(str::to_owned))
+            .collect();
+        self.resource = Some(resource::Resource::new(url, servers, scopes)?);
+        Ok(self)
+    }
+
+    /// The resource, once [`Issuers::for_resource`] named it.
+    pub(crate) fn resource(&self) -> Option<&resource::Resource> {
+        self.resource.as_ref()
     }
 
     /// Whether any issuer is configured.
