@@ -270,6 +270,14 @@ async fn forged_foreign_stale_and_misdirected_tokens_are_refused() {
                      "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}))
         .await;
     refused(api, &typed, "another typ").await;
+    // An ID token is no access token, even with the right audience.
+    let id_token = provider
+        .sign(json!({"alg": "RS256", "header": {"typ": "JWT"},
+                     "claims": {"aud": RESOURCE, "sub": "dana", "scope": "tools:call",
+                                "nonce": "n-1"}}))
+        .await;
+    let message = refused(api, &id_token, "an ID token").await;
+    assert!(message.contains("ID token"), "{message}");
     refused(api, "not-a-token", "not a JWT").await;
 
     // A valid token that no grant admits: 403, not 401.
@@ -287,13 +295,10 @@ async fn a_rotated_key_is_picked_up_and_unknown_kids_cost_at_most_one_fetch() {
     let location = Location::new(Backend::Sqlite).await;
     let server = server(&location, issuer("rotation", &provider)).await;
     let api = &server.api;
-    let first = provider.machine_token("machine-es256", "tools:call").await;
-    assert_eq!(echo(api, &first).await.0, StatusCode::OK);
-    assert_eq!(provider.counts().await["jwks"], 1);
-
-    // Made-up key ids, all at once: one fetch at most (here none: the set was fetched
-    // moments ago, and one fetch every 30 s is the most an issuer gets).
     provider.reset_counts().await;
+
+    // Made-up key ids, all at once, before the set was ever fetched: they wait for one fetch
+    // together, and are refused by what it brings.
     let mut flood = Vec::new();
     for i in 0..100 {
         let token = provider
@@ -302,14 +307,31 @@ async fn a_rotated_key_is_picked_up_and_unknown_kids_cost_at_most_one_fetch() {
                          "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}),
             )
             .await;
-        let api = api.clone();
-        flood.push(tokio::spawn(async move { echo(&api, &token).await.0 }));
+        flood.push(token);
     }
-    for answer in flood {
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(flood.len()));
+    let answers: Vec<_> = flood
+        .into_iter()
+        .map(|token| {
+            let (api, start) = (api.clone(), start.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                echo(&api, &token).await.0
+            })
+        })
+        .collect();
+    for answer in answers {
         assert_eq!(answer.await.unwrap(), StatusCode::UNAUTHORIZED);
     }
-    let fetched = provider.counts().await["jwks"].as_u64().unwrap();
-    assert!(fetched <= 1, "{fetched} fetches for 100 unknown kids");
+    assert_eq!(
+        provider.counts().await["jwks"],
+        1,
+        "one fetch for 100 unknown kids"
+    );
+    // The set that fetch brought serves a real token without another.
+    let first = provider.machine_token("machine-es256", "tools:call").await;
+    assert_eq!(echo(api, &first).await.0, StatusCode::OK);
+    assert_eq!(provider.counts().await["jwks"], 1);
 
     // The provider rotates; once the 30 s are past, the first token signed with the new key
     // fetches the set again and is accepted.
@@ -317,20 +339,21 @@ async fn a_rotated_key_is_picked_up_and_unknown_kids_cost_at_most_one_fetch() {
     let rotated = provider.machine_token("machine-es256", "tools:call").await;
     assert_eq!(header_and_payload(&rotated).0["kid"], kid.as_str());
     tokio::time::sleep(std::time::Duration::from_secs(31)).await;
-    provider.reset_counts().await;
     let (status, _, body) = echo(api, &rotated).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!(provider.counts().await["jwks"], 1);
+    assert_eq!(provider.counts().await["jwks"], 2);
 
-    // With the provider gone, the cached keys keep working, and an unknown key fails closed.
+    // With the provider gone (and the 30 s past again, so a fetch is tried and fails), the
+    // cached keys keep working and an unknown key fails closed.
     let stranger = provider
         .sign(json!({"alg": "ES256", "header": {"kid": "never-published"},
                      "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}))
         .await;
     provider.stop();
+    tokio::time::sleep(std::time::Duration::from_secs(31)).await;
+    refused(api, &stranger, "an unknown key, the provider down").await;
     assert_eq!(echo(api, &first).await.0, StatusCode::OK);
     assert_eq!(echo(api, &rotated).await.0, StatusCode::OK);
-    refused(api, &stranger, "an unknown key, the provider down").await;
 
     // The admin's API key still works beside the tokens, and sees what was checked.
     let metrics = api
@@ -512,6 +535,17 @@ async fn a_refusal_points_at_the_protected_resource_metadata() {
         format!("Bearer {metadata}").as_str()
     );
     let (status, challenge, _) = send(api, "/tools", None, Some("not-a-token")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        challenge.as_deref(),
+        Some(format!("Bearer error=\"invalid_token\", {metadata}").as_str())
+    );
+    // A refusal decided after a fetch of the key set carries it too.
+    let unknown = provider
+        .sign(json!({"alg": "ES256", "header": {"kid": "not-in-the-set"},
+                     "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}))
+        .await;
+    let (status, challenge, _) = send(api, "/tools", None, Some(&unknown)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(
         challenge.as_deref(),

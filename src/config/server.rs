@@ -74,6 +74,14 @@ impl AuthConfig {
             key: "auth.issuers".into(),
             message: err.0,
         })?;
+        if self.issuers.is_empty() && self.resource_url.is_some() {
+            return Err(ConfigError::Invalid {
+                key: "auth.resource_url".into(),
+                message: "only with [[auth.issuers]]: without one, no client may be sent to \
+                          sign in anywhere"
+                    .into(),
+            });
+        }
         if !self.issuers.is_empty() && self.resource_url.is_none() {
             return Err(ConfigError::Invalid {
                 key: "auth.resource_url".into(),

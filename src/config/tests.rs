@@ -302,17 +302,29 @@ fn an_issuer_needs_the_resource_url_and_leaves_key_names_alone() {
                   [[auth.issuers.grants]]\nwhen = { scope = \"tools:call\" }\nrole = \"caller\"\n";
     let err = Config::from_toml(issuer).unwrap_err().to_string();
     assert!(err.contains("auth.resource_url"), "{err}");
-    let with_resource = format!("[auth]\nresource_url = \"https://tools.example.com/mcp\"\n{issuer}");
+    // And no resource without an issuer: a client with a static key is never sent to sign in.
+    let err = Config::from_toml("[auth]\nresource_url = \"https://tools.example.com/mcp\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("only with [[auth.issuers]]"), "{err}");
+    let with_resource =
+        format!("[auth]\nresource_url = \"https://tools.example.com/mcp\"\n{issuer}");
     let config = Config::from_toml(&with_resource).unwrap();
     let issuers = config.auth.issuers().unwrap();
     assert!(issuers.enabled());
     // A key named like one of the issuer's principals would see that principal's calls.
-    let key = "[[auth.keys]]\nname = \"corp:alice\"\nrole = \"caller\"\ntoken_sha256 = \"".to_owned()
+    let key = "[[auth.keys]]\nname = \"corp:alice\"\nrole = \"caller\"\ntoken_sha256 = \""
+        .to_owned()
         + &"ab".repeat(32)
         + "\"\n";
-    let err = Config::from_toml(&(with_resource.clone() + &key)).unwrap_err().to_string();
+    let err = Config::from_toml(&(with_resource.clone() + &key))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("auth.keys[0].name"), "{err}");
-    let insecure = with_resource.replace("https://tools.example.com/mcp\"\n[[", "http://tools.example.com/mcp\"\n[[");
+    let insecure = with_resource.replace(
+        "https://tools.example.com/mcp\"\n[[",
+        "http://tools.example.com/mcp\"\n[[",
+    );
     let err = Config::from_toml(&insecure)
         .and_then(|config| config.auth.issuers().map(drop))
         .unwrap_err()

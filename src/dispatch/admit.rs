@@ -319,13 +319,13 @@ impl Dispatcher {
             CallStatus::Interrupted => {
                 // Claim it; of two requests racing to re-run it, one wins and the other is told
                 // it is in progress.
-                self.unsettled.check(&existing.call_id)?;
-                let Some(rerun) = self
-                    .store
-                    .rerun_interrupted(&existing.call_id)
-                    .await
-                    .map_err(|err| self.claim_failed(&existing.call_id, err))?
-                else {
+                let claiming = self.unsettled.begin(&existing.call_id).await?;
+                let claimed = match self.store.rerun_interrupted(&existing.call_id).await {
+                    Ok(claimed) => claimed,
+                    Err(err) => return Err(self.claim_failed(claiming, err)),
+                };
+                drop(claiming);
+                let Some(rerun) = claimed else {
                     return Err(DispatchError::CallInProgress {
                         call_id: existing.call_id,
                     });

@@ -230,7 +230,6 @@ impl Dispatcher {
             }
             other => other?,
         };
-        self.unsettled.check(&approval.call_id)?;
         resume_violations(&approval.input_schema, &resume_input)?;
         let entry = self.entry(&approval.tool)?;
         let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
@@ -250,11 +249,12 @@ impl Dispatcher {
             resume_input: resume_input.clone(),
         };
         let asked = Timestamp::now();
-        let resolved = self
-            .store
-            .resolve(token, resolution, actor)
-            .await
-            .map_err(|err| self.claim_failed(&approval.call_id, err))?;
+        let claiming = self.unsettled.begin(&approval.call_id).await?;
+        let resolved = match self.store.resolve(token, resolution, actor).await {
+            Ok(resolved) => resolved,
+            Err(err) => return Err(self.claim_failed(claiming, err)),
+        };
+        drop(claiming);
         self.count_resolution(&resolved, asked);
         let call = match resolved {
             Resolved::Approved(call) => call,
@@ -278,12 +278,13 @@ impl Dispatcher {
                 tool: call.tool.clone(),
                 retry_after: unready.retry_after,
             })?;
-        let Some(rerun) = self
-            .store
-            .rerun_interrupted(&call.call_id)
-            .await
-            .map_err(|err| self.claim_failed(&call.call_id, err))?
-        else {
+        let claiming = self.unsettled.begin(&call.call_id).await?;
+        let claimed = match self.store.rerun_interrupted(&call.call_id).await {
+            Ok(claimed) => claimed,
+            Err(err) => return Err(self.claim_failed(claiming, err)),
+        };
+        drop(claiming);
+        let Some(rerun) = claimed else {
             return Err(DispatchError::CallInProgress {
                 call_id: call.call_id,
             });

@@ -261,9 +261,9 @@ impl RoutePolicy for Gate {
                         .issuers
                         .check_fetching(&token)
                         .await
-                        .map_err(|refused| token_refusal(refused).into_response())?;
+                        .map_err(|refused| gate.refusal(token_refusal(refused)))?;
                     gate.permit(&principal)
-                        .map_err(IntoResponse::into_response)?;
+                        .map_err(|refused| gate.refusal(refused))?;
                     let mut found = axum::http::Extensions::new();
                     found.insert(principal);
                     Ok(((), found))

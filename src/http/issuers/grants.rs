@@ -136,6 +136,11 @@ fn words(value: Option<&Value>) -> Vec<&str> {
 }
 
 impl Grant {
+    /// The role it gives.
+    pub(crate) fn role(&self) -> Role {
+        self.role
+    }
+
     /// The scope this grant asks for, if its condition is a scope.
     pub(crate) fn scope(&self) -> Option<&str> {
         match &self.when {

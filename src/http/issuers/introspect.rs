@@ -2,8 +2,11 @@
 //! authenticates as its configured client and asks whether the token is active. Each answer is
 //! cached by the token's SHA-256 (never the token itself) until the token's `exp`, and at most
 //! `introspection_cache_s`; an inactive answer for that long too, so a token the provider
-//! refused costs it one request, not one per retry. The cache is bounded; past
-//! [`MAX_CACHED`] entries the expired go first, then everything.
+//! refused costs it one request, not one per retry. Active and inactive answers are kept apart,
+//! each bounded (past [`MAX_CACHED`] entries the expired go first, then the rest of that kind):
+//! a flood of made-up tokens cannot push out the answers for real ones. At most
+//! [`MAX_ASKING`] introspections are under way at once; a request waiting for one looks at the
+//! cache again first, so many requests with one new token cost the provider one request.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -14,8 +17,10 @@ use serde_json::{Map, Value};
 use super::IssuerError;
 use super::config::Introspection;
 
-/// The most answers kept per issuer.
+/// The most answers of each kind kept per issuer.
 const MAX_CACHED: usize = 10_000;
+/// The most introspections under way at once, per issuer.
+const MAX_ASKING: usize = 16;
 /// The longest an introspection may take, and the largest answer read.
 const TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_BYTES: usize = 64 * 1024;
@@ -33,7 +38,10 @@ pub(super) struct Introspector {
     settings: Introspection,
     secret: String,
     client: reqwest::Client,
-    cache: Mutex<HashMap<[u8; 32], Kept>>,
+    /// Active answers, and inactive ones, apart.
+    active: Mutex<HashMap<[u8; 32], Kept>>,
+    inactive: Mutex<HashMap<[u8; 32], Kept>>,
+    asking: tokio::sync::Semaphore,
 }
 
 impl Introspector {
@@ -49,21 +57,36 @@ impl Introspector {
             settings: settings.clone(),
             secret,
             client,
-            cache: Mutex::new(HashMap::new()),
+            active: Mutex::new(HashMap::new()),
+            inactive: Mutex::new(HashMap::new()),
+            asking: tokio::sync::Semaphore::new(MAX_ASKING),
         })
     }
 
     /// The cached answer for the token hashing to `hash`, if any is still kept.
     pub(super) fn cached(&self, hash: &[u8; 32]) -> Option<Answer> {
-        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache
-            .get(hash)
-            .filter(|kept| Instant::now() < kept.until)
-            .map(|kept| kept.answer.clone())
+        let now = Instant::now();
+        let found = |cache: &Mutex<HashMap<[u8; 32], Kept>>| {
+            let cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
+            cache
+                .get(hash)
+                .filter(|kept| now < kept.until)
+                .map(|kept| kept.answer.clone())
+        };
+        found(&self.active).or_else(|| found(&self.inactive))
     }
 
     /// Asks the provider about `token` (hashing to `hash`), and keeps the answer.
     pub(super) async fn introspect(&self, token: &str, hash: [u8; 32]) -> Result<Answer, String> {
+        let _asking = self
+            .asking
+            .acquire()
+            .await
+            .map_err(|_| "introspection is shut".to_owned())?;
+        // Another request may have asked about the same token meanwhile.
+        if let Some(answer) = self.cached(&hash) {
+            return Ok(answer);
+        }
         let body = url::form_urlencoded::Serializer::new(String::new())
             .append_pair("token", token)
             .append_pair("token_type_hint", "access_token")
@@ -96,7 +119,8 @@ impl Introspector {
             keep_for = keep_for.min(Duration::from_secs(exp.saturating_sub(now)));
         }
         let answer = active.then_some(answer);
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        let cache = if active { &self.active } else { &self.inactive };
+        let mut cache = cache.lock().unwrap_or_else(PoisonError::into_inner);
         if cache.len() >= MAX_CACHED {
             let now = Instant::now();
             cache.retain(|_, kept| kept.until > now);

@@ -120,7 +120,8 @@ impl KeySet {
         let client = reqwest::Client::builder()
             .timeout(FETCH_TIMEOUT)
             .connect_timeout(FETCH_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::limited(3))
+            // A redirect could lead off https; the configured or discovered URL is the one.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|err| IssuerError(format!("cannot build an HTTP client: {err}")))?;
         Ok(KeySet {

@@ -95,6 +95,15 @@ impl Issuers {
             }
             seen.push(settings);
         }
+        // An opaque token says nothing of its issuer: with two that introspect, each would be
+        // shown the other's tokens.
+        if seen.iter().filter(|s| s.introspection.is_some()).count() > 1 {
+            return Err(IssuerError(
+                "only one [[auth.issuers]] may set introspection_url: an opaque token names no \
+                 issuer, and would be sent to each"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 
@@ -142,13 +151,23 @@ impl Issuers {
     /// this server's `/mcp`): its Protected Resource Metadata is served, and every `401` points
     /// at it.
     pub fn for_resource(mut self, url: &str) -> Result<Self, IssuerError> {
+        if self.issuers.is_empty() {
+            return Err(IssuerError(
+                "a resource needs an issuer: without one, no client may be sent to sign in".into(),
+            ));
+        }
         let servers = self.iter().map(|i| i.issuer().to_owned()).collect();
-        let scopes = self
-            .iter()
-            .flat_map(|issuer| issuer.settings.grants.iter())
+        let grants = || self.iter().flat_map(|issuer| issuer.settings.grants.iter());
+        let scopes = grants()
             .filter_map(|grant| grant.scope().map(str::to_owned))
             .collect();
-        self.resource = Some(resource::Resource::new(url, servers, scopes)?);
+        // What a client asks for after a 401 is what calling tools takes: never an approver's
+        // or an admin's scope, which would make its token decide on its own calls.
+        let asked = grants()
+            .filter(|grant| grant.role() == crate::dispatch::who::Role::Caller)
+            .filter_map(|grant| grant.scope().map(str::to_owned))
+            .collect();
+        self.resource = Some(resource::Resource::new(url, servers, scopes, asked)?);
         Ok(self)
     }
 

@@ -24,11 +24,13 @@ pub(crate) struct Resource {
 }
 
 impl Resource {
-    /// The resource at `url`, whose tokens `authorization_servers` issue with `scopes`.
+    /// The resource at `url`, whose tokens `authorization_servers` issue with `scopes`; a `401`
+    /// asks for `asked` (the scopes that make a caller).
     pub(crate) fn new(
         url: &str,
         authorization_servers: Vec<String>,
         mut scopes: Vec<String>,
+        mut asked: Vec<String>,
     ) -> Result<Resource, IssuerError> {
         let parsed: Url =
             secure_url(url).map_err(|why| IssuerError(format!("[auth] resource_url {why}")))?;
@@ -38,9 +40,11 @@ impl Resource {
             ));
         }
         // Never offered: a refresh token is the client's business with its provider.
-        scopes.retain(|scope| scope != "offline_access");
-        scopes.sort();
-        scopes.dedup();
+        for scopes in [&mut scopes, &mut asked] {
+            scopes.retain(|scope| scope != "offline_access");
+            scopes.sort();
+            scopes.dedup();
+        }
         let path = parsed.path().trim_end_matches('/');
         let well_known = "/.well-known/oauth-protected-resource";
         let mut paths = vec![format!("{well_known}{path}")];
@@ -57,7 +61,7 @@ impl Resource {
             "bearer_methods_supported": ["header"],
             "resource_name": "toolgate",
         });
-        let scope = scopes.join(" ");
+        let scope = asked.join(" ");
         let params = if scope.is_empty() {
             format!("resource_metadata=\"{metadata_url}\"")
         } else {
@@ -92,6 +96,7 @@ mod tests {
                 "tools:call".into(),
                 "refunds".into(),
             ],
+            vec!["tools:call".into()],
         )
         .unwrap();
         assert_eq!(
@@ -107,7 +112,7 @@ mod tests {
         );
         assert_eq!(
             resource.challenge,
-            "Bearer resource_metadata=\"https://tools.example.com/.well-known/oauth-protected-resource/mcp\", scope=\"refunds tools:call\""
+            "Bearer resource_metadata=\"https://tools.example.com/.well-known/oauth-protected-resource/mcp\", scope=\"tools:call\""
         );
         assert!(
             resource
@@ -116,7 +121,9 @@ mod tests {
                 .unwrap()
                 .starts_with("Bearer error=\"invalid_token\", resource_metadata=")
         );
-        assert!(Resource::new("http://tools.example.com/mcp", vec![], vec![]).is_err());
-        assert!(Resource::new("https://tools.example.com/mcp?x=1", vec![], vec![]).is_err());
+        assert!(Resource::new("http://tools.example.com/mcp", vec![], vec![], vec![]).is_err());
+        assert!(
+            Resource::new("https://tools.example.com/mcp?x=1", vec![], vec![], vec![]).is_err()
+        );
     }
 }

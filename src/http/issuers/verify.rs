@@ -104,12 +104,17 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
     if !looks_like_jwt(token) && issuers.iter().any(|i| i.introspector.is_some()) {
         return opaque_cached(issuers, token);
     }
+    // Refused before its issuer is known: counted under no issuer's name.
+    let unattributed = |refused: Refused| {
+        crate::metrics::token_verified("", refused.result);
+        Verdict::Refused(refused)
+    };
     let parts = match parts(token) {
         Ok(parts) => parts,
-        Err(refused) => return Verdict::Refused(refused),
+        Err(refused) => return unattributed(refused),
     };
     let Some(issuer) = issuers.iter().find(|i| i.settings.issuer == parts.iss) else {
-        return Verdict::Refused(Refused::new(
+        return unattributed(Refused::new(
             "unknown_issuer",
             "the token's issuer is not one this server trusts",
         ));
@@ -158,6 +163,14 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
         Ok(data) => data.claims,
         Err(err) => return refused(refusal(err.kind())),
     };
+    // An ID token (typ JWT too, same issuer and keys, and an `aud` that may be a client id
+    // listed in `audiences`) says who signed in somewhere, not what they may do here.
+    if ["nonce", "at_hash", "c_hash"]
+        .iter()
+        .any(|claim| claims.contains_key(*claim))
+    {
+        return refused(Refused::new("type", "an ID token is no access token"));
+    }
     match principal(issuer, &claims) {
         Ok(principal) => Verdict::Accepted(principal),
         Err(why) => refused(why),
@@ -277,16 +290,25 @@ fn decide_introspected(issuer: &Issuer, claims: &Map<String, Value>) -> Verdict 
         .map_or(0, |d| d.as_secs());
     let leeway = settings.leeway.as_secs();
     if claims
+        .get("token_type")
+        .and_then(Value::as_str)
+        .is_some_and(|kind| {
+            !["bearer", "access_token", "dpop"].contains(&kind.to_ascii_lowercase().as_str())
+        })
+    {
+        return refused(Refused::new("type", "the token is no access token"));
+    }
+    if claims
         .get("exp")
         .and_then(Value::as_u64)
-        .is_some_and(|exp| exp + leeway < now)
+        .is_some_and(|exp| exp.saturating_add(leeway) < now)
     {
         return refused(Refused::new("expired", "the token has expired"));
     }
     if claims
         .get("nbf")
         .and_then(Value::as_u64)
-        .is_some_and(|nbf| nbf > now + leeway)
+        .is_some_and(|nbf| nbf > now.saturating_add(leeway))
     {
         return refused(Refused::new("not_yet_valid", "the token is not valid yet"));
     }
@@ -355,7 +377,10 @@ pub(super) async fn check_fetching(
     if let Ok(parts) = parts(token)
         && let Some(issuer) = issuers.iter().find(|i| i.settings.issuer == parts.iss)
     {
-        issuer.keys.refetch().await;
+        // In a task of its own: a client that hangs up must not abandon a fetch that has
+        // already taken the issuer's 30 s window.
+        let issuer = issuer.clone();
+        let _ = tokio::spawn(async move { drop(issuer.keys.refetch().await) }).await;
     }
     match check(issuers, token, true) {
         Verdict::Accepted(principal) => Ok(principal),
