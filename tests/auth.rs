@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Api, Backend, Location, Site, TestServer, assert_error, open_store, temp_dir};
+use common::{Api, Backend, Location, Site, TestServer, assert_error, open_store, send, temp_dir};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -38,32 +38,6 @@ async fn server(location: &Location) -> TestServer {
         key("root", Role::Admin, ADMIN),
     ];
     TestServer::start_with(tools, location, |builder| builder.api_keys(keys)).await
-}
-
-/// Sends one request as `token` (none when `None`); returns the status, the
-/// `WWW-Authenticate` header and the JSON body.
-async fn send(
-    api: &Api,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-    token: Option<&str>,
-) -> (StatusCode, Option<String>, Value) {
-    let mut request = api.client.request(method, format!("{}{path}", api.base));
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    let challenge = response
-        .headers()
-        .get("www-authenticate")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let body = response.json().await.unwrap_or(Value::Null);
-    (status, challenge, body)
 }
 
 /// `POST /approvals/{token}/approve` with an empty answer, as the approver.

@@ -11,7 +11,7 @@ use base64::Engine;
 use common::oidc::{Provider, RESOURCE};
 use common::{Api, Backend, Location, Site, TestServer, assert_error};
 use hmac::Mac;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use toolgate::http::auth::{ApiKey, Role, token_sha256};
@@ -53,32 +53,19 @@ async fn server_of(location: &Location, issuers: Issuers) -> TestServer {
     .await
 }
 
-/// One request as `token`: the status, the `WWW-Authenticate` header, the body.
+/// One request as `token`: a POST of `body`, or a GET without one.
 async fn send(
     api: &Api,
     path: &str,
     body: Option<Value>,
     token: Option<&str>,
 ) -> (StatusCode, Option<String>, Value) {
-    let url = format!("{}{path}", api.base);
-    let mut request = match &body {
-        Some(body) => api.client.post(url).json(body),
-        None => api.client.get(url),
+    let method = if body.is_some() {
+        Method::POST
+    } else {
+        Method::GET
     };
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    let response = request.send().await.unwrap();
-    let status = response.status();
-    let challenge = response
-        .headers()
-        .get("www-authenticate")
-        .map(|v| v.to_str().unwrap().to_owned());
-    (
-        status,
-        challenge,
-        response.json().await.unwrap_or(Value::Null),
-    )
+    common::send(api, method, path, body, token).await
 }
 
 async fn echo(api: &Api, token: &str) -> (StatusCode, Option<String>, Value) {

@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use toolgate::config::ExamplesConfig;
 use toolgate::store::{PostgresStore, SqliteStore, Store};
@@ -372,6 +372,32 @@ async fn read(response: reqwest::Response) -> (StatusCode, Value) {
     );
     let body = serde_json::from_slice(&bytes).expect("body is JSON");
     (status, body)
+}
+
+/// Sends one request as `token` (none when `None`); returns the status, the
+/// `WWW-Authenticate` header and the JSON body.
+pub async fn send(
+    api: &Api,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    token: Option<&str>,
+) -> (StatusCode, Option<String>, Value) {
+    let mut request = api.client.request(method, format!("{}{path}", api.base));
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status();
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, challenge, body)
 }
 
 /// Asserts `body` is the error envelope with `code`, and returns its `details`.

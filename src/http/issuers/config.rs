@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use jsonwebtoken::Algorithm;
+use jsonwebtoken::{Algorithm, Validation};
 use serde::Deserialize;
 use url::Url;
 
@@ -94,11 +94,21 @@ pub(super) struct Settings {
     pub(super) issuer_url: Url,
     pub(super) audiences: Vec<String>,
     pub(super) jwks_url: Option<Url>,
-    pub(super) algorithms: Vec<Algorithm>,
     pub(super) leeway: Duration,
     pub(super) name_claim: String,
     pub(super) grants: Vec<Grant>,
     pub(super) introspection: Option<Introspection>,
+    /// What a JWT signed with each of `algorithms` is checked for, made once.
+    validations: Vec<(Algorithm, Validation)>,
+}
+
+impl Settings {
+    /// The checks of a JWT signed with `alg`, if the issuer accepts it.
+    pub(super) fn validation(&self, alg: Algorithm) -> Option<&Validation> {
+        self.validations
+            .iter()
+            .find_map(|(a, validation)| (*a == alg).then_some(validation))
+    }
 }
 
 impl IssuerConfig {
@@ -180,13 +190,25 @@ impl IssuerConfig {
                 "`introspection_cache_s` is at most {MAX_INTROSPECTION_CACHE_S}"
             )));
         }
+        let validations = algorithms
+            .iter()
+            .map(|alg| {
+                let mut validation = Validation::new(*alg);
+                validation.leeway = self.leeway_s;
+                validation.validate_nbf = true;
+                validation.set_audience(&self.audiences);
+                validation.set_issuer(&[&self.issuer]);
+                validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+                (*alg, validation)
+            })
+            .collect();
         Ok(Settings {
+            validations,
             name: name.to_owned(),
             issuer: self.issuer.clone(),
             issuer_url,
             audiences: self.audiences.clone(),
             jwks_url,
-            algorithms,
             leeway: Duration::from_secs(self.leeway_s),
             name_claim: self.name_claim.clone(),
             grants,
@@ -250,7 +272,7 @@ mod tests {
     #[test]
     fn an_issuer_needs_an_audience_a_secure_url_and_asymmetric_algorithms() {
         let settings = config(BASE).check().unwrap();
-        assert_eq!(settings.algorithms.len(), 4);
+        assert_eq!(settings.validations.len(), 4);
         assert_eq!(settings.leeway, Duration::from_secs(60));
         assert_eq!(settings.name_claim, "sub");
 

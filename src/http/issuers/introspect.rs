@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
@@ -46,13 +46,7 @@ pub(super) struct Introspector {
 
 impl Introspector {
     pub(super) fn new(settings: &Introspection, secret: String) -> Result<Self, IssuerError> {
-        crate::feed::webhooks::install_crypto();
-        let client = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .connect_timeout(TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|err| IssuerError(format!("cannot build an HTTP client: {err}")))?;
+        let client = super::provider_client(TIMEOUT)?;
         Ok(Introspector {
             settings: settings.clone(),
             secret,
@@ -113,10 +107,8 @@ impl Introspector {
         let active = answer.get("active").and_then(Value::as_bool) == Some(true);
         let mut keep_for = self.settings.cache;
         if let Some(exp) = answer.get("exp").and_then(Value::as_u64) {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            keep_for = keep_for.min(Duration::from_secs(exp.saturating_sub(now)));
+            let left = exp.saturating_sub(super::unix_now());
+            keep_for = keep_for.min(Duration::from_secs(left));
         }
         let answer = active.then_some(answer);
         let cache = if active { &self.active } else { &self.inactive };

@@ -116,14 +116,7 @@ pub(super) struct KeySet {
 
 impl KeySet {
     pub(super) fn new(settings: &Settings) -> Result<Self, IssuerError> {
-        crate::feed::webhooks::install_crypto();
-        let client = reqwest::Client::builder()
-            .timeout(FETCH_TIMEOUT)
-            .connect_timeout(FETCH_TIMEOUT)
-            // A redirect could lead off https; the configured or discovered URL is the one.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|err| IssuerError(format!("cannot build an HTTP client: {err}")))?;
+        let client = super::provider_client(FETCH_TIMEOUT)?;
         Ok(KeySet {
             name: settings.name.clone(),
             issuer: settings.issuer.clone(),

@@ -33,6 +33,23 @@ pub(crate) use verify::{Refused, Verdict};
 
 use crate::dispatch::who::Principal;
 
+/// The HTTP client every request to a provider goes through: bounded in time, and following
+/// no redirect (one could lead off https; the configured or discovered URL is the one).
+fn provider_client(timeout: std::time::Duration) -> Result<reqwest::Client, IssuerError> {
+    crate::feed::webhooks::install_crypto();
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|err| IssuerError(format!("cannot build an HTTP client: {err}")))
+}
+
+/// The time now, in whole seconds since the Unix epoch, as tokens write it.
+fn unix_now() -> u64 {
+    u64::try_from(crate::store::Timestamp::now().0 / 1000).unwrap_or(0)
+}
+
 /// One configured issuer, ready to verify its tokens.
 pub struct Issuer {
     settings: config::Settings,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
-use jsonwebtoken::{Algorithm, Validation};
+use jsonwebtoken::Algorithm;
 use serde_json::{Map, Value};
 
 use super::Issuer;
@@ -123,7 +123,7 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
         crate::metrics::token_verified(&issuer.settings.name, refused.result);
         Verdict::Refused(refused)
     };
-    if !issuer.settings.algorithms.contains(&parts.alg) {
+    let Some(validation) = issuer.settings.validation(parts.alg) else {
         return refused(Refused::new(
             "algorithm",
             format!(
@@ -131,18 +131,15 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
                 parts.alg
             ),
         ));
-    }
+    };
     let keys = issuer.keys.current();
-    if keys.stale()
-        && !fetched
-        && keys.find(parts.kid.as_deref(), parts.alg).is_some()
-        && issuer.keys.refresh_due()
-    {
+    let key = keys.find(parts.kid.as_deref(), parts.alg);
+    if key.is_some() && keys.stale() && !fetched && issuer.keys.refresh_due() {
         // Still usable while a fresh copy is fetched behind this request.
         let issuer = issuer.clone();
         tokio::spawn(async move { drop(issuer.keys.refetch().await) });
     }
-    let Some(key) = keys.find(parts.kid.as_deref(), parts.alg) else {
+    let Some(key) = key else {
         if fetched {
             return refused(Refused::new(
                 "unknown_key",
@@ -151,14 +148,7 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
         }
         return Verdict::Fetch;
     };
-    let settings = &issuer.settings;
-    let mut validation = Validation::new(parts.alg);
-    validation.leeway = settings.leeway.as_secs();
-    validation.validate_nbf = true;
-    validation.set_audience(&settings.audiences);
-    validation.set_issuer(&[&settings.issuer]);
-    validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-    let claims = match jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation)
+    let claims = match jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, validation)
     {
         Ok(data) => data.claims,
         Err(err) => return refused(refusal(err.kind())),
@@ -285,9 +275,7 @@ fn decide_introspected(issuer: &Issuer, claims: &Map<String, Value>) -> Verdict 
             "the token is not meant for this server (`aud`)",
         ));
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = super::unix_now();
     let leeway = settings.leeway.as_secs();
     if claims
         .get("token_type")
