@@ -42,6 +42,8 @@ pub(super) struct Introspector {
     active: Mutex<HashMap<[u8; 32], Kept>>,
     inactive: Mutex<HashMap<[u8; 32], Kept>>,
     asking: tokio::sync::Semaphore,
+    /// When a failure was last logged.
+    logged: Mutex<Option<Instant>>,
 }
 
 impl Introspector {
@@ -54,7 +56,18 @@ impl Introspector {
             active: Mutex::new(HashMap::new()),
             inactive: Mutex::new(HashMap::new()),
             asking: tokio::sync::Semaphore::new(MAX_ASKING),
+            logged: Mutex::new(None),
         })
+    }
+
+    /// Whether a failure may be logged now: once every 10 s at most.
+    pub(super) fn may_log(&self) -> bool {
+        let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
+        let due = logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(10));
+        if due {
+            *logged = Some(Instant::now());
+        }
+        due
     }
 
     /// The cached answer for the token hashing to `hash`, if any is still kept.
@@ -88,7 +101,11 @@ impl Introspector {
         let response = self
             .client
             .post(self.settings.url.clone())
-            .basic_auth(&self.settings.client_id, Some(&self.secret))
+            // RFC 6749 §2.3.1: the id and secret are form-encoded before they are joined.
+            .basic_auth(
+                form_encoded(&self.settings.client_id),
+                Some(form_encoded(&self.secret)),
+            )
             .header(
                 reqwest::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
@@ -128,5 +145,19 @@ impl Introspector {
             },
         );
         Ok(answer)
+    }
+}
+
+/// `value` as `application/x-www-form-urlencoded` writes it.
+fn form_encoded(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_are_form_encoded_for_basic_auth() {
+        assert_eq!(super::form_encoded("toolgate"), "toolgate");
+        assert_eq!(super::form_encoded("a b:c%d+e"), "a+b%3Ac%25d%2Be");
     }
 }

@@ -202,32 +202,33 @@ impl KeySet {
         let path = oauth.path().trim_end_matches('/').to_owned();
         oauth.set_path(&format!("/.well-known/oauth-authorization-server{path}"));
         let mut last_error = String::new();
+        // Each well-known place in turn: one that is missing, unreadable or about another
+        // issuer leaves the next to try.
         for candidate in [oidc, oauth.to_string()] {
             let Ok(url) = Url::parse(&candidate) else {
                 continue;
             };
-            let document = match self.get(url).await {
-                Ok(response) => read_bounded(response, MAX_BYTES).await?,
-                Err(why) => {
-                    last_error = why;
-                    continue;
-                }
-            };
-            let document: Value = serde_json::from_slice(&document).map_err(|err| {
-                format!("the discovery document at {candidate} is not JSON: {err}")
-            })?;
-            if document.get("issuer").and_then(Value::as_str) != Some(self.issuer.as_str()) {
-                return Err(format!(
-                    "the discovery document at {candidate} names another issuer"
-                ));
+            match self.discovered(url).await {
+                Ok(jwks) => return Ok(jwks),
+                Err(why) => last_error = format!("{candidate}: {why}"),
             }
-            let jwks = document
-                .get("jwks_uri")
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("the discovery document at {candidate} has no jwks_uri"))?;
-            return secure_url(jwks);
         }
         Err(format!("no discovery document: {last_error}"))
+    }
+
+    /// The key set's URL in the discovery document at `url`.
+    async fn discovered(&self, url: Url) -> Result<Url, String> {
+        let document = read_bounded(self.get(url).await?, MAX_BYTES).await?;
+        let document: Value =
+            serde_json::from_slice(&document).map_err(|err| format!("not JSON: {err}"))?;
+        if document.get("issuer").and_then(Value::as_str) != Some(self.issuer.as_str()) {
+            return Err("it names another issuer".into());
+        }
+        let jwks = document
+            .get("jwks_uri")
+            .and_then(Value::as_str)
+            .ok_or("it has no jwks_uri")?;
+        secure_url(jwks)
     }
 
     async fn get(&self, url: Url) -> Result<reqwest::Response, String> {

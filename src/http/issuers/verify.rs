@@ -320,7 +320,10 @@ async fn introspect(issuers: &[Arc<Issuer>], token: &str) -> Result<Principal, R
             None => match introspector.introspect(token, hash).await {
                 Ok(answer) => answer,
                 Err(why) => {
-                    tracing::warn!(issuer = %issuer.settings.name, error = %why, "cannot introspect a token");
+                    // At most one line every 10 s: any client can make introspection fail.
+                    if introspector.may_log() {
+                        tracing::warn!(issuer = %issuer.settings.name, error = %why, "cannot introspect a token");
+                    }
                     crate::metrics::token_verified(&issuer.settings.name, "introspection_failed");
                     failed = true;
                     continue;
