@@ -434,10 +434,21 @@ impl TestServer {
         at: &(impl Site + ?Sized),
         configure: impl FnOnce(ServerBuilder) -> ServerBuilder,
     ) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, tools, at, configure).await
+    }
+
+    /// As [`TestServer::start_with`], on a listener already bound: for settings that name the
+    /// server's own URL (`[auth] resource_url`), which is known only once the port is.
+    pub async fn start_on(
+        listener: tokio::net::TcpListener,
+        tools: ToolSet,
+        at: &(impl Site + ?Sized),
+        configure: impl FnOnce(ServerBuilder) -> ServerBuilder,
+    ) -> Self {
         let store = open_store(at).await;
         let builder = configure(ServerBuilder::with_shared_store(tools, store.clone()));
         let (router, running) = builder.build_with_running();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (shutdown, signal) = tokio::sync::oneshot::channel();
         let releaser = running.clone();
