@@ -157,7 +157,7 @@ fn init_tracing(configured: &str) {
 
 async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std::error::Error>> {
     let keys = config.api_keys()?;
-    let issuers = config.auth.issuers()?;
+    let issuers = config.issuers()?;
     if keys.is_empty() && !issuers.enabled() {
         if !config.bind.ip().is_loopback() && !insecure_no_auth {
             return Err(format!(
@@ -209,6 +209,10 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .initialize(store.as_ref())
         .await
         .map_err(|e| format!("cannot start the webhooks' outbox: {e}"))?;
+    let inbox = config
+        .inbox
+        .options_with(&issuers, |name| std::env::var(name).ok())
+        .map_err(|err| format!("config key `inbox.oidc`: {}", err.0))?;
     let tool_count = tools.len() + upstreams.tool_count();
     let serving = ServerBuilder::with_shared_store(tools, store)
         .max_body_bytes(config.max_body_bytes)
@@ -221,7 +225,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .dispatch_config(config.dispatch_config())
         .webhooks(webhooks)
         .mcp(config.mcp.options(config.bind.ip()))
-        .inbox(config.inbox.options())
+        .inbox(inbox)
         .upstreams(upstreams)
         .feed_retention(std::time::Duration::from_secs(config.feed.retention_s))
         .serve();

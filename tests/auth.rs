@@ -21,11 +21,7 @@ const APPROVER: &str = "approver-token-77d0";
 const ADMIN: &str = "admin-token-c3e1";
 
 fn key(name: &str, role: Role, token: &str) -> ApiKey {
-    ApiKey {
-        name: name.into(),
-        role,
-        token_sha256: token_sha256(token),
-    }
+    ApiKey::new(name, role, token_sha256(token))
 }
 
 async fn server(location: &Location) -> TestServer {

@@ -42,11 +42,7 @@ async fn server(location: &Location, issuer: IssuerConfig) -> TestServer {
 async fn server_of(location: &Location, issuers: Issuers) -> TestServer {
     let mut tools = ToolSet::new();
     toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
-    let admin = ApiKey {
-        name: "root".into(),
-        role: Role::Admin,
-        token_sha256: token_sha256(ADMIN),
-    };
+    let admin = ApiKey::new("root", Role::Admin, token_sha256(ADMIN));
     TestServer::start_with(tools, location, |builder: ServerBuilder| {
         builder.api_keys(vec![admin]).issuers(issuers)
     })
@@ -88,23 +84,9 @@ async fn refused(api: &Api, token: &str, what: &str) -> String {
 
 /// A `tools/call` over `/mcp` as `token`.
 async fn mcp_call(api: &Api, token: &str) -> (StatusCode, Value) {
-    let response = api
-        .client
-        .post(format!("{}/mcp", api.base))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .bearer_auth(token)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "echo", "arguments": {"text": "over mcp"}}}))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status();
-    let text = response.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    let params = json!({"name": "echo", "arguments": {"text": "over mcp"}});
+    let (status, _, body) = common::mcp_request(api, token, "tools/call", params).await;
+    (status, body)
 }
 
 fn header_and_payload(token: &str) -> (Value, Value) {
@@ -492,7 +474,7 @@ async fn a_refusal_points_at_the_protected_resource_metadata() {
     let location = Location::new(Backend::Sqlite).await;
     let issuers = Issuers::new(&[issuer("prm", &provider)])
         .unwrap()
-        .for_resource(RESOURCE)
+        .for_resource(RESOURCE, &[])
         .unwrap();
     let server = server_of(&location, issuers).await;
     let api = &server.api;

@@ -73,21 +73,9 @@ async fn start(at: &(impl Site + ?Sized)) -> TestServer {
     toolgate::examples::register(&mut tools, &Default::default(), at.data_dir()).unwrap();
     tools.register(PackOrder).unwrap();
     let keys = vec![
-        ApiKey {
-            name: "finance-ops".into(),
-            role: Role::Approver,
-            token_sha256: token_sha256(APPROVER),
-        },
-        ApiKey {
-            name: "on-call".into(),
-            role: Role::Approver,
-            token_sha256: token_sha256(OTHER_APPROVER),
-        },
-        ApiKey {
-            name: "orchestrator".into(),
-            role: Role::Caller,
-            token_sha256: token_sha256(CALLER),
-        },
+        ApiKey::new("finance-ops", Role::Approver, token_sha256(APPROVER)),
+        ApiKey::new("on-call", Role::Approver, token_sha256(OTHER_APPROVER)),
+        ApiKey::new("orchestrator", Role::Caller, token_sha256(CALLER)),
     ];
     TestServer::start_with(tools, at, |builder| builder.api_keys(keys)).await
 }
@@ -259,5 +247,111 @@ async fn a_page_on_a_foreign_name_can_neither_read_nor_change_anything() {
         common::outbox(&at).is_empty(),
         "no email was sent from the foreign page"
     );
+    server.stop().await;
+}
+
+/// Single sign-on: a person signs in through the identity provider's own login page in
+/// Chromium (`[inbox.oidc]`, with the key form turned off), is refused when their grants make
+/// no approver, and otherwise decides what their grants let them, recorded under their name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_with_the_identity_provider_and_the_history_names_them() {
+    use common::oidc::Provider;
+    let provider = Provider::start(serde_json::json!({}));
+    let at = Location::new(Backend::Sqlite).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    provider
+        .client(serde_json::json!({
+            "client_id": "inbox",
+            "redirect_uris": [format!("{base}/inbox/oidc/callback")],
+        }))
+        .await;
+    let issuer: toolgate::http::issuers::IssuerConfig = toml::from_str(&format!(
+        "name = \"corp\"\nissuer = \"{}\"\naudiences = [\"https://toolgate.test/mcp\"]\n\
+         [[grants]]\nwhen = {{ claim = \"groups\", contains = \"finance\" }}\n\
+         role = \"approver\"\ndecides = [\"issue_refund\"]\n",
+        provider.issuer
+    ))
+    .unwrap();
+    let issuers = toolgate::http::issuers::Issuers::new(&[issuer]).unwrap();
+    let inbox: toolgate::inbox::config::InboxConfig = toml::from_str(
+        "key_sign_in = false\n[oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\n\
+         client_secret_env = \"INBOX_SECRET\"\n",
+    )
+    .unwrap();
+    let options = inbox
+        .options_with(&issuers, |name| {
+            (name == "INBOX_SECRET").then(|| "inbox-secret".to_owned())
+        })
+        .unwrap();
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), at.data_dir()).unwrap();
+    let keys = vec![ApiKey::new(
+        "orchestrator",
+        Role::Caller,
+        token_sha256(CALLER),
+    )];
+    let server = TestServer::start_on(listener, tools, &at, |builder| {
+        builder.api_keys(keys).issuers(issuers).inbox(options)
+    })
+    .await;
+    assert_eq!(server.api.base, base);
+
+    let node_dir = repo_root().join(".ci/node");
+    let script = std::fs::read_to_string(repo_root().join("tests/inbox_browser/sso.mjs")).unwrap();
+    let mut command = Command::new("node");
+    command
+        .current_dir(&node_dir)
+        .args(["--input-type=module", "-e", &script])
+        .env("SSO_BASE", &base)
+        .env("SSO_CALLER", CALLER);
+    let seen = summary(command).await;
+    assert_eq!(
+        seen["steps"],
+        serde_json::json!([
+            "no grant refused",
+            "signed in as a person",
+            "approved, history names her",
+            "signed out",
+            "done"
+        ]),
+        "{seen}"
+    );
+    // The record says who, and the name shown for them.
+    let refund = seen["refund"].as_str().unwrap();
+    let call = server.store.call(refund).await.unwrap().unwrap();
+    assert_eq!(call.status, toolgate::store::CallStatus::Completed);
+    let approved = call.events.iter().find(|e| e.kind == "approved").unwrap();
+    assert_eq!(approved.actor.as_deref(), Some("corp:dana"));
+    assert_eq!(approved.actor_name.as_deref(), Some("Dana Reyes"));
+    // A key posted to the form anyway (with the form's own double-submit token) is refused.
+    let page = server
+        .api
+        .client
+        .get(format!("{base}/inbox"))
+        .send()
+        .await
+        .unwrap();
+    let token = page
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| v.strip_prefix("toolgate_inbox_sign_in="))
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .to_owned();
+    let response = server
+        .api
+        .client
+        .post(format!("{base}/inbox/sign-in"))
+        .header("cookie", format!("toolgate_inbox_sign_in={token}"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("key={CALLER}&csrf={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::FORBIDDEN);
+    assert!(response.text().await.unwrap().contains("turned off"));
     server.stop().await;
 }

@@ -79,7 +79,7 @@ async fn the_python_sdk_signs_in_from_the_401_alone_and_calls_a_tool() {
     .unwrap();
     let issuers = Issuers::new(&[issuer])
         .unwrap()
-        .for_resource(&mcp_url)
+        .for_resource(&mcp_url, &[])
         .unwrap();
     let admin = api_keys(&[("root", Role::Admin, ADMIN)]);
     let server = TestServer::start_on(listener, example_tools(&location), &location, |builder| {

@@ -144,11 +144,11 @@ async fn keyed_document() -> Value {
     let dir = temp_dir();
     let mut tools = ToolSet::new();
     toolgate::examples::register(&mut tools, &Default::default(), dir.path()).unwrap();
-    let key = toolgate::http::auth::ApiKey {
-        name: "root".into(),
-        role: toolgate::http::auth::Role::Admin,
-        token_sha256: toolgate::http::auth::token_sha256("openapi-test-token"),
-    };
+    let key = toolgate::http::auth::ApiKey::new(
+        "root",
+        toolgate::http::auth::Role::Admin,
+        toolgate::http::auth::token_sha256("openapi-test-token"),
+    );
     let server = TestServer::start_with(tools, dir.path(), |b| b.api_keys(vec![key])).await;
     let response = server
         .api

@@ -6,7 +6,7 @@
 
 use super::invalid::Invalid;
 use super::{Config, ConfigError};
-use crate::dispatch::config::check_approval_schema;
+use crate::dispatch::config::{check_approval_schema, check_required_scopes};
 
 impl Config {
     /// Each count, size and duration is at least 1, and a lease outlasts its heartbeat.
@@ -82,9 +82,41 @@ impl Config {
         Ok(())
     }
 
-    /// Each `approval_schema` compiles, and is only set where approval is required.
+    /// `[inbox]`'s sign-in: some way left to sign in, and `[inbox.oidc]` naming an issuer.
+    pub(super) fn check_inbox(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| ConfigError::Invalid {
+            key: key.into(),
+            message,
+        };
+        self.inbox.check().map_err(|err| invalid("inbox", err.0))?;
+        if let Some(oidc) = &self.inbox.oidc
+            && !self
+                .auth
+                .issuers
+                .iter()
+                .any(|issuer| issuer.name == oidc.issuer)
+        {
+            return Err(invalid(
+                "inbox.oidc.issuer",
+                format!(
+                    "`{}` is not the name of an [[auth.issuers]] entry",
+                    oidc.issuer
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each `approval_schema` compiles, and is only set where approval is required; each
+    /// `required_scopes` lists scopes.
     pub(super) fn check_approvals(&self) -> Result<(), ConfigError> {
         for (name, tool) in &self.tools {
+            if let Some(scopes) = &tool.required_scopes {
+                check_required_scopes(scopes).map_err(|message| ConfigError::Invalid {
+                    key: format!("tools.{name}.required_scopes"),
+                    message,
+                })?;
+            }
             if let Some(schema) = &tool.approval_schema {
                 check_approval_schema(schema, tool.require_approval).map_err(|message| {
                     ConfigError::Invalid {

@@ -265,6 +265,7 @@ impl Config {
             })?;
         config.api_keys()?;
         config.auth.check_issuers()?;
+        config.check_inbox()?;
         config.check_numbers()?;
         config.check_approvals()?;
         config.check_quotas()?;
@@ -301,6 +302,20 @@ impl Config {
     /// name used twice.
     pub fn api_keys(&self) -> Result<Vec<ApiKey>, ConfigError> {
         self.auth.api_keys()
+    }
+
+    /// The identity providers (see [`AuthConfig::issuers`]), the scopes the tools require
+    /// offered in the resource's metadata.
+    pub fn issuers(&self) -> Result<crate::http::issuers::Issuers, ConfigError> {
+        let mut required: Vec<String> = self
+            .dispatch_config()
+            .tools
+            .values()
+            .flat_map(|tool| tool.required_scopes.iter().cloned())
+            .collect();
+        required.sort();
+        required.dedup();
+        self.auth.issuers(&required)
     }
 
     /// The webhooks, checked: each URL, each secret (from the file or the environment), each

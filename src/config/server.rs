@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use super::ConfigError;
 use crate::dispatch::quota::{QuotaConfig, QuotaSettings};
-use crate::http::auth::{ApiKey, Role};
+use crate::http::auth::{ApiKey, Reach, Role};
 use crate::http::issuers::{IssuerConfig, Issuers};
 
 /// `[auth]`.
@@ -36,6 +36,12 @@ pub struct KeyConfig {
     /// The key's own quotas, each key set here over `[quotas]`.
     #[serde(default)]
     pub quotas: Option<QuotaConfig>,
+    /// Globs of the tools it may list and call (default `["*"]`).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// Globs of the tools whose approvals it may see and decide (default `["*"]`).
+    #[serde(default)]
+    pub decides: Option<Vec<String>>,
 }
 
 impl AuthConfig {
@@ -49,20 +55,22 @@ impl AuthConfig {
     }
 
     /// The identity providers, checked, their introspection secrets read from the
-    /// environment.
-    pub fn issuers(&self) -> Result<Issuers, ConfigError> {
+    /// environment; the tools' `required_scopes` are offered in the resource's metadata.
+    pub fn issuers(&self, required_scopes: &[String]) -> Result<Issuers, ConfigError> {
         self.check_issuers()?;
         let issuers = Issuers::new(&self.issuers).map_err(|err| ConfigError::Invalid {
             key: "auth.issuers".into(),
             message: err.0,
         })?;
         match &self.resource_url {
-            Some(url) => issuers
-                .for_resource(url)
-                .map_err(|err| ConfigError::Invalid {
-                    key: "auth.resource_url".into(),
-                    message: err.0,
-                }),
+            Some(url) => {
+                issuers
+                    .for_resource(url, required_scopes)
+                    .map_err(|err| ConfigError::Invalid {
+                        key: "auth.resource_url".into(),
+                        message: err.0,
+                    })
+            }
             None => Ok(issuers),
         }
     }
@@ -127,10 +135,24 @@ impl AuthConfig {
                     message: format!("`{}` is empty or used by another key", key.name),
                 });
             }
+            let invalid = |field: &str, message: String| ConfigError::Invalid {
+                key: format!("auth.keys[{index}].{field}"),
+                message,
+            };
+            if let Some((field, why)) = key
+                .role
+                .idle_reach(key.tools.is_some(), key.decides.is_some())
+            {
+                return Err(invalid(field, why.into()));
+            }
+            let reach = |globs: &Option<Vec<String>>, field: &str| match globs {
+                None => Ok(Reach::all()),
+                Some(globs) => Reach::of(globs).map_err(|message| invalid(field, message)),
+            };
             keys.push(ApiKey {
-                name: key.name.clone(),
-                role: key.role,
-                token_sha256: hash,
+                tools: reach(&key.tools, "tools")?,
+                decides: reach(&key.decides, "decides")?,
+                ..ApiKey::new(key.name.clone(), key.role, hash)
             });
         }
         Ok(keys)

@@ -310,7 +310,7 @@ fn an_issuer_needs_the_resource_url_and_leaves_key_names_alone() {
     let with_resource =
         format!("[auth]\nresource_url = \"https://tools.example.com/mcp\"\n{issuer}");
     let config = Config::from_toml(&with_resource).unwrap();
-    let issuers = config.auth.issuers().unwrap();
+    let issuers = config.issuers().unwrap();
     assert!(issuers.enabled());
     // A key named like one of the issuer's principals would see that principal's calls.
     let key = "[[auth.keys]]\nname = \"corp:alice\"\nrole = \"caller\"\ntoken_sha256 = \""
@@ -326,7 +326,7 @@ fn an_issuer_needs_the_resource_url_and_leaves_key_names_alone() {
         "http://tools.example.com/mcp\"\n[[",
     );
     let err = Config::from_toml(&insecure)
-        .and_then(|config| config.auth.issuers().map(drop))
+        .and_then(|config| config.issuers().map(drop))
         .unwrap_err()
         .to_string();
     assert!(err.contains("resource_url"), "{err}");

@@ -226,6 +226,18 @@ impl ToolSet {
         (next, errors)
     }
 
+    /// The tools whose names `keep` says to keep (shared, not copied).
+    pub(crate) fn only(&self, keep: impl Fn(&str) -> bool) -> ToolSet {
+        ToolSet {
+            tools: self
+                .tools
+                .iter()
+                .filter(|(name, _)| keep(name))
+                .map(|(name, tool)| (name.clone(), tool.clone()))
+                .collect(),
+        }
+    }
+
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<&dyn DynTool> {
         self.tools.get(name).map(|r| r.tool.as_ref())

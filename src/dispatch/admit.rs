@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::live::{Entry, ToolPolicy};
 use super::record::Ran;
+use super::who::Principal;
 use super::{CallOptions, CallOutcome, CallResult, DispatchError, Dispatcher, detached};
 use crate::contract::meta::Effect;
 use crate::contract::registry::Registered;
@@ -112,6 +113,29 @@ impl Dispatcher {
         }
         Ok(())
     }
+    /// Whether `principal` may call `tool`, as a door asks before it reads a call's input: a
+    /// tool outside the principal's `tools` does not exist for it (`UnknownTool`), and one
+    /// whose `required_scopes` its token lacks is `InsufficientScope`.
+    pub fn may_call(&self, principal: &Principal, tool: &str) -> Result<(), DispatchError> {
+        self.entry_for(principal, tool).map(drop)
+    }
+
+    /// The tool `tool` as `principal` may call it (see [`Dispatcher::may_call`]).
+    fn entry_for(&self, principal: &Principal, tool: &str) -> Result<Entry, DispatchError> {
+        if !principal.tools.allows(tool) {
+            return Err(DispatchError::UnknownTool(tool.to_owned()));
+        }
+        let entry = self.entry(tool)?;
+        let required = &entry.policy.settings.required_scopes;
+        if !required.is_empty() && !principal.missing_scopes(required).is_empty() {
+            return Err(DispatchError::InsufficientScope {
+                tool: tool.to_owned(),
+                scopes: required.clone(),
+            });
+        }
+        Ok(entry)
+    }
+
     /// Calls the tool `tool` with `input`, for `options.principal`.
     ///
     /// A call with effects (or an idempotency key) runs to its recorded outcome even if the
@@ -124,9 +148,9 @@ impl Dispatcher {
         options: CallOptions,
     ) -> Result<CallResult, DispatchError> {
         self.check_depth(&input)?;
+        let entry = self.entry_for(&options.principal, tool)?;
         // Input that does not fit never reaches the tool, nor the store; a `null` that stands
         // for a property left out is taken out first, and what is left is the call's input.
-        let entry = self.entry(tool)?;
         let declared = entry.registered.admit(&mut input).map_err(|violations| {
             DispatchError::InvalidInput {
                 tool: tool.to_owned(),

@@ -91,6 +91,7 @@ impl ToolConfig {
                     .unwrap_or_default()
             }),
             quotas: tool.quotas.unwrap_or_default(),
+            required_scopes: tool.required_scopes.clone().unwrap_or_default(),
         }
     }
 }
@@ -113,6 +114,25 @@ pub struct ToolOverride {
     /// The tool's own quota, for each principal calling it: `calls_per_minute`, `burst`,
     /// `max_running`.
     pub quotas: Option<QuotaConfig>,
+    /// The scopes a token must carry to call the tool (a broader scope of the same hierarchy
+    /// will do: `refunds` for `refunds:write`); API keys are not asked for any.
+    pub required_scopes: Option<Vec<String>>,
+}
+
+/// What is wrong with a `required_scopes` key, if anything: each is a scope token of RFC 6749
+/// (printable ASCII but space, `"` and `\\`), and the list is not empty.
+pub fn check_required_scopes(scopes: &[String]) -> Result<(), String> {
+    if scopes.is_empty() {
+        return Err("lists no scope: leave it out instead".into());
+    }
+    for scope in scopes {
+        let token_char =
+            |b: u8| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b);
+        if scope.is_empty() || scope.len() > 256 || !scope.bytes().all(token_char) {
+            return Err(format!("`{scope}` is not a scope (RFC 6749 3.3)"));
+        }
+    }
+    Ok(())
 }
 
 /// What is wrong with an `approval_schema` key, if anything: it must compile, and is only set

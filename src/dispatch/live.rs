@@ -17,6 +17,7 @@ use crate::contract::retry::RetryPolicy;
 use crate::metrics::ToolMetrics;
 use crate::slots::Slots;
 
+use super::who::Reach;
 use super::{DispatchConfig, ToolSettings};
 
 /// One tool's settings, with its retry policy adjusted to its effect, its concurrency gate, and
@@ -100,6 +101,14 @@ impl Live {
         live
     }
 
+    /// Whether any tool's settings name `required_scopes`.
+    pub(crate) fn requires_scopes(&self) -> bool {
+        self.config
+            .tools
+            .values()
+            .any(|tool| !tool.required_scopes.is_empty())
+    }
+
     /// The generation serving now.
     pub(crate) fn current(&self) -> Arc<Generation> {
         self.current
@@ -178,19 +187,56 @@ impl Live {
 /// asked for after the generation changed.
 pub(crate) struct Derived<T> {
     built: RwLock<Arc<(u64, T)>>,
-    build: Box<dyn Fn(&Generation) -> T + Send + Sync>,
+    /// Built from the tools a principal's [`Reach`] keeps, one per reach asked for (the
+    /// grants and keys configured say how many there can be; past [`MAX_VIEWS`] the oldest
+    /// generation's are dropped first, then all).
+    views: Mutex<HashMap<Reach, Arc<(u64, T)>>>,
+    build: Box<dyn Fn(&ToolSet) -> T + Send + Sync>,
 }
+
+/// The most views of one derived value kept at once.
+const MAX_VIEWS: usize = 64;
 
 impl<T> Derived<T> {
     /// Builds from `generation` now, and from each later one with `build`.
     pub(crate) fn new(
         generation: &Generation,
-        build: impl Fn(&Generation) -> T + Send + Sync + 'static,
+        build: impl Fn(&ToolSet) -> T + Send + Sync + 'static,
     ) -> Self {
         Derived {
-            built: RwLock::new(Arc::new((generation.number, build(generation)))),
+            built: RwLock::new(Arc::new((generation.number, build(&generation.tools)))),
+            views: Mutex::new(HashMap::new()),
             build: Box::new(build),
         }
+    }
+
+    /// The value for `generation` as a principal reaching `reach` sees it: built from only the
+    /// tools it reaches (the whole value when it reaches every one), once per generation.
+    pub(crate) fn view(&self, generation: &Generation, reach: &Reach) -> Arc<(u64, T)> {
+        if reach.is_all() {
+            return self.get(generation);
+        }
+        let cached = self
+            .views
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(reach)
+            .filter(|view| view.0 == generation.number)
+            .cloned();
+        if let Some(view) = cached {
+            return view;
+        }
+        let kept = generation.tools.only(|name| reach.allows(name));
+        let fresh = Arc::new((generation.number, (self.build)(&kept)));
+        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        if views.len() >= MAX_VIEWS {
+            views.retain(|_, view| view.0 == generation.number);
+            if views.len() >= MAX_VIEWS {
+                views.clear();
+            }
+        }
+        views.insert(reach.clone(), fresh.clone());
+        fresh
     }
 
     /// The value for `generation`. Two requests that find it stale at once may both build it;
@@ -204,7 +250,7 @@ impl<T> Derived<T> {
         if built.0 == generation.number {
             return built;
         }
-        let fresh = Arc::new((generation.number, (self.build)(generation)));
+        let fresh = Arc::new((generation.number, (self.build)(&generation.tools)));
         let mut slot = self.built.write().unwrap_or_else(PoisonError::into_inner);
         // A build from a newer generation that landed meanwhile stays.
         if slot.0 < fresh.0 {
@@ -312,14 +358,24 @@ mod tests {
         // What is derived follows, built once per generation.
         let builds = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = builds.clone();
-        let derived = Derived::new(&third, move |g: &Generation| {
+        let derived = Derived::new(&third, move |tools: &ToolSet| {
             counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            g.len()
+            tools
+                .iter()
+                .map(|t| t.name().to_owned())
+                .collect::<Vec<_>>()
         });
-        assert_eq!(derived.get(&third).1, 2);
-        assert_eq!(derived.get(&third).1, 2);
-        live.replace_source("files", Vec::new());
-        assert_eq!(derived.get(&live.current()).1, 1);
+        assert_eq!(derived.get(&third).1, ["echo", "files__a"]);
+        assert_eq!(derived.get(&third).1, ["echo", "files__a"]);
+        // A principal's view holds only the tools it reaches, built once per generation.
+        let files = Reach::of(&["files__*".into()]).unwrap();
+        assert_eq!(derived.view(&third, &files).1, ["files__a"]);
+        assert_eq!(derived.view(&third, &files).1, ["files__a"]);
+        assert_eq!(derived.view(&third, &Reach::all()).1, ["echo", "files__a"]);
         assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 2);
+        live.replace_source("files", Vec::new());
+        assert_eq!(derived.get(&live.current()).1, ["echo"]);
+        assert!(derived.view(&live.current(), &files).1.is_empty());
+        assert_eq!(builds.load(std::sync::atomic::Ordering::Relaxed), 4);
     }
 }

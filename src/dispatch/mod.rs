@@ -44,6 +44,7 @@ mod resolve;
 mod running;
 mod settings;
 mod unsettled;
+mod visible;
 pub mod wait;
 pub mod who;
 
@@ -143,6 +144,12 @@ impl Dispatcher {
     /// The tools dispatched to now (a snapshot: upstream servers may change the set later).
     pub fn tools(&self) -> Arc<Generation> {
         self.live.current()
+    }
+
+    /// Whether any tool is configured with `required_scopes` (known at start: they are
+    /// configuration, an upstream tool's in its policy).
+    pub fn requires_scopes(&self) -> bool {
+        self.live.requires_scopes()
     }
 
     /// Replaces the tools proxied from the upstream `source` with `tools`; each that cannot be

@@ -200,9 +200,18 @@ impl Failure {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DispatchError {
-    /// No tool has this name.
+    /// No tool has this name (or none the principal may call).
     #[error("no tool is named `{0}`")]
     UnknownTool(String),
+    /// The principal's token lacks a scope the tool requires (`required_scopes`): every scope
+    /// the call needs, for the challenge.
+    #[error("the token lacks a scope tool `{tool}` requires")]
+    InsufficientScope {
+        /// The tool.
+        tool: String,
+        /// Every scope a call of it needs.
+        scopes: Vec<String>,
+    },
     /// The input does not fit the tool's input schema.
     #[error("the input does not fit tool `{tool}`")]
     InvalidInput {

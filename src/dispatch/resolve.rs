@@ -8,11 +8,12 @@
 
 use serde_json::Value;
 
+use super::who::Principal;
 use super::{CallOutcome, CallResult, DispatchError, Dispatcher, detached};
 use crate::contract::registry::{compile_schema, violations};
 use crate::store::{
-    Approval, ApprovalState, CallRecord, CallStatus, Reconciled, Resolution, Resolved, Settlement,
-    StoreError, Timestamp,
+    Actor, Approval, ApprovalState, CallRecord, CallStatus, Reconciled, Resolution, Resolved,
+    Settlement, StoreError, Timestamp,
 };
 
 /// The longest text a person or a tool writes on a call, in characters: a rejection's reason,
@@ -70,19 +71,22 @@ impl Dispatcher {
     /// Approves the suspension `token` with the approver's `resume_input` and runs the call's
     /// tool again with it. Its result is the call's new outcome. Like [`Dispatcher::call`], it
     /// runs to the end even if the caller stops waiting.
+    ///
+    /// Every decision is `principal`'s, recorded under its name; a suspension of a tool outside
+    /// its `decides` is `UnknownToken` to it.
     pub async fn approve(
         &self,
         token: &str,
         resume_input: Value,
-        actor: Option<&str>,
+        principal: &Principal,
     ) -> Result<CallResult, DispatchError> {
         self.check_depth(&resume_input)?;
+        self.check_decides(principal, token).await?;
         let this = self.clone();
         let token = token.to_owned();
-        let actor = actor.map(str::to_owned);
+        let actor = principal.actor();
         detached(&self.running, async move {
-            this.run_approval(&token, resume_input, actor.as_deref())
-                .await
+            this.run_approval(&token, resume_input, &actor).await
         })
         .await
     }
@@ -93,13 +97,15 @@ impl Dispatcher {
         &self,
         token: &str,
         reason: Option<String>,
-        actor: Option<&str>,
+        principal: &Principal,
     ) -> Result<CallRecord, DispatchError> {
         let reason = rejection_reason(reason)?;
+        self.check_decides(principal, token).await?;
         let asked = Timestamp::now();
+        let actor = principal.actor();
         let resolved = self
             .store
-            .resolve(token, Resolution::Reject { reason }, actor)
+            .resolve_by(token, Resolution::Reject { reason }, &actor)
             .await?;
         self.count_resolution(&resolved, asked);
         match resolved {
@@ -118,9 +124,11 @@ impl Dispatcher {
         &self,
         token: &str,
         output: Value,
-        actor: Option<&str>,
+        principal: &Principal,
     ) -> Result<CallResult, DispatchError> {
         self.check_depth(&output)?;
+        self.check_decides(principal, token).await?;
+        let actor = principal.actor();
         let approval = self.pending(token).await?;
         let entry = self.entry(&approval.tool)?;
         let registered = &entry.registered;
@@ -133,12 +141,12 @@ impl Dispatcher {
         let asked = Timestamp::now();
         let resolved = self
             .store
-            .resolve(
+            .resolve_by(
                 token,
                 Resolution::Complete {
                     output: output.clone(),
                 },
-                actor,
+                &actor,
             )
             .await?;
         self.count_resolution(&resolved, asked);
@@ -155,12 +163,18 @@ impl Dispatcher {
 
     /// Settles a call that needs reconciliation: its effect happened (`output`, checked against
     /// the tool's output schema when it declares one) or it did not (`error`).
+    ///
+    /// A call of a tool outside `principal`'s `decides` is `UnknownCall` to it.
     pub async fn reconcile(
         &self,
         call_id: &str,
         settlement: Settlement,
-        actor: Option<&str>,
+        principal: &Principal,
     ) -> Result<CallRecord, DispatchError> {
+        if !principal.decides.is_all() {
+            self.visible_call(principal, call_id).await?;
+        }
+        let actor = principal.actor();
         let settlement = match settlement {
             Settlement::Error(error) => Settlement::Error(settlement_error(error)?),
             output @ Settlement::Output(_) => output,
@@ -178,7 +192,7 @@ impl Dispatcher {
                     .map_err(DispatchError::OutputSchemaViolation)?;
             }
         }
-        match self.store.reconcile(call_id, settlement, actor).await? {
+        match self.store.reconcile_by(call_id, settlement, &actor).await? {
             Reconciled::Settled(call) => {
                 self.counted(&call.tool, call.status);
                 Ok(call)
@@ -215,7 +229,7 @@ impl Dispatcher {
         &self,
         token: &str,
         resume_input: Value,
-        actor: Option<&str>,
+        actor: &Actor,
     ) -> Result<CallResult, DispatchError> {
         let approval = match self.pending(token).await {
             Err(DispatchError::AlreadyResolved(call)) => {
@@ -250,7 +264,7 @@ impl Dispatcher {
         };
         let asked = Timestamp::now();
         let claiming = self.unsettled.begin(&approval.call_id).await?;
-        let resolved = match self.store.resolve(token, resolution, actor).await {
+        let resolved = match self.store.resolve_by(token, resolution, actor).await {
             Ok(resolved) => resolved,
             Err(err) => return Err(self.claim_failed(claiming, err)),
         };

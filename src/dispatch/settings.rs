@@ -24,6 +24,9 @@ pub struct ToolSettings {
     pub approval: Option<ApprovalGate>,
     /// The tool's own quota, for each principal calling it (`max_held` is never a tool's).
     pub quotas: QuotaConfig,
+    /// The scopes a token must carry (each, or a broader one of its hierarchy) to call the
+    /// tool; an API key is not asked for any.
+    pub required_scopes: Vec<String>,
 }
 
 /// A tool that needs a person's approval for each call, by configuration: the call suspends
@@ -70,6 +73,7 @@ impl Default for ToolSettings {
             approval_ttl: None,
             approval: None,
             quotas: QuotaConfig::default(),
+            required_scopes: Vec::new(),
         }
     }
 }

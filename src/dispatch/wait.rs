@@ -35,20 +35,6 @@ enum Waited<T> {
 }
 
 impl Dispatcher {
-    /// The call `call_id` as `principal` may see it (a caller, only its own: another's is
-    /// `UnknownCall`, as if it did not exist).
-    pub async fn visible_call(
-        &self,
-        principal: &Principal,
-        call_id: &str,
-    ) -> Result<CallRecord, DispatchError> {
-        self.store
-            .call(call_id)
-            .await?
-            .filter(|call| principal.may_see(&call.caller))
-            .ok_or_else(|| DispatchError::UnknownCall(call_id.to_owned()))
-    }
-
     /// The call `call_id` as `principal` may see it; with `hold`, a call `running` or
     /// `suspended` is held until its status changes (or the time is up), then read as it is.
     pub async fn watch_call(
@@ -109,12 +95,16 @@ impl Dispatcher {
                     CallStatus::NeedsReconciliation => {
                         Some(Err(DispatchError::NeedsReconciliation {
                             call_id: call.call_id.clone(),
-                            call: principal.may_see(&call.caller).then(|| Box::new(call)),
+                            call: principal
+                                .may_see(&call.caller, &call.tool)
+                                .then(|| Box::new(call)),
                         }))
                     }
                     _ => CallOutcome::from_record(&call).map(|outcome| {
                         let outcome = match outcome {
-                            CallOutcome::Suspended { .. } if !principal.may_see(&call.caller) => {
+                            CallOutcome::Suspended { .. }
+                                if !principal.may_see(&call.caller, &call.tool) =>
+                            {
                                 CallOutcome::Withheld
                             }
                             outcome => outcome,
@@ -135,15 +125,19 @@ impl Dispatcher {
         }
     }
 
-    /// A page of pending approvals after `after`; with `hold`, an empty page is held until a
-    /// suspension arrives (or the time is up), then read again.
+    /// A page of the pending approvals `principal` may decide after `after` (of `tool`, or
+    /// all); with `hold`, an empty page is held until a suspension arrives (or the time is up),
+    /// then read again.
     pub async fn pending_approvals(
         &self,
+        principal: &Principal,
+        tool: Option<&str>,
         after: Option<i64>,
         limit: u32,
         hold: Option<&mut dyn Hold>,
     ) -> Result<ApprovalPage, DispatchError> {
-        let mut page = self.store.pending_approvals(after, limit).await?;
+        let read = || self.decidable_approvals(principal, tool, after, limit);
+        let mut page = read().await?;
         let Some(hold) = hold.filter(|_| page.approvals.is_empty()) else {
             return Ok(page);
         };
@@ -152,13 +146,13 @@ impl Dispatcher {
         let deadline = tokio::time::Instant::now() + hold.limit();
         let mut arrivals = self.feed.watch_suspensions().await;
         loop {
-            page = self.store.pending_approvals(after, limit).await?;
+            page = read().await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if !page.approvals.is_empty() || left.is_zero() {
                 return Ok(page);
             }
             if arrivals.wait(left).await != Woken::Changed {
-                return Ok(self.store.pending_approvals(after, limit).await?);
+                return read().await;
             }
         }
     }

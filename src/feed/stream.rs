@@ -12,6 +12,7 @@ use std::time::Duration;
 use futures_util::Stream;
 use tokio::sync::watch;
 
+use crate::dispatch::who::Principal;
 use crate::store::{FeedCursor, FeedEntry, Store, StoreError};
 
 /// How soon a stream reads again when newer entries are not final yet.
@@ -21,16 +22,29 @@ const SETTLING: Duration = Duration::from_millis(20);
 const PAGE: u32 = 100;
 
 /// Which entries a stream shows, and how.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Audience {
-    /// Only the calls of this caller (a caller's own); `None`: every call.
-    pub only: Option<Option<String>>,
-    /// Whether suspensions carry their token (only for those who may approve).
+    /// Who reads: entries of the calls it may see (a caller's own; an approver's, of the tools
+    /// it decides).
+    pub viewer: Principal,
+    /// Whether suspensions carry their token (only ever for those who may approve).
     pub tokens: bool,
     /// Only these types of entry.
     pub types: Option<HashSet<String>>,
     /// Only calls of this tool.
     pub tool: Option<String>,
+}
+
+impl Audience {
+    /// Every entry `viewer` may see, without suspension tokens.
+    pub fn of(viewer: Principal) -> Audience {
+        Audience {
+            viewer,
+            tokens: false,
+            types: None,
+            tool: None,
+        }
+    }
 }
 
 /// One entry as a stream shows it.
@@ -131,10 +145,9 @@ impl Follow {
     /// The entry as this stream shows it, if it may and wants to.
     fn event(&self, entry: FeedEntry) -> Option<FeedEvent> {
         let audience = &self.audience;
-        if audience
-            .only
-            .as_ref()
-            .is_some_and(|own| *own != entry.call.caller)
+        if !audience
+            .viewer
+            .may_see(&entry.call.caller, &entry.call.tool)
         {
             return None;
         }
@@ -152,7 +165,8 @@ impl Follow {
         {
             return None;
         }
-        let data = serde_json::to_string(&super::entry_data(&entry, audience.tokens)).ok()?;
+        let tokens = audience.tokens && audience.viewer.sees_all_calls();
+        let data = serde_json::to_string(&super::entry_data(&entry, tokens)).ok()?;
         Some(FeedEvent {
             kind: entry.kind,
             id: entry.cursor.0,

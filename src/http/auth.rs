@@ -21,11 +21,11 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::error::ApiError;
+use super::error::{ApiError, ScopeChallenge};
 use super::hosts::AllowedHosts;
 use super::issuers::{Issuers, Verdict};
 use super::layer::{PolicyLayer, Refusal, RoutePolicy};
-pub use crate::dispatch::who::{Principal, Role};
+pub use crate::dispatch::who::{Principal, Reach, Role};
 
 /// One API key: a name (recorded as the actor of what it does), a role, and its token's hash.
 #[derive(Clone)]
@@ -36,6 +36,33 @@ pub struct ApiKey {
     pub role: Role,
     /// SHA-256 of the token.
     pub token_sha256: [u8; 32],
+    /// The tools it may list and call (`tools`; default every one).
+    pub tools: Reach,
+    /// The tools whose approvals it may see and decide (`decides`; default every one).
+    pub decides: Reach,
+}
+
+impl ApiKey {
+    /// A key named `name` with `role`, whose token hashes to `token_sha256`, reaching every
+    /// tool.
+    pub fn new(name: impl Into<String>, role: Role, token_sha256: [u8; 32]) -> Self {
+        ApiKey {
+            name: name.into(),
+            role,
+            token_sha256,
+            tools: Reach::all(),
+            decides: Reach::all(),
+        }
+    }
+
+    /// The principal this key is.
+    pub fn principal(&self) -> Principal {
+        Principal {
+            tools: self.tools.clone(),
+            decides: self.decides.clone(),
+            ..Principal::new(Some(self.name.clone()), self.role)
+        }
+    }
 }
 
 impl std::fmt::Debug for ApiKey {
@@ -44,6 +71,8 @@ impl std::fmt::Debug for ApiKey {
         f.debug_struct("ApiKey")
             .field("name", &self.name)
             .field("role", &self.role)
+            .field("tools", &self.tools)
+            .field("decides", &self.decides)
             .finish_non_exhaustive()
     }
 }
@@ -183,10 +212,7 @@ impl Gate {
                 .filter(|token| !token.is_empty())
                 .ok_or(ApiError::Unauthorized)?;
             match self.keys.find(token) {
-                Some(key) => Principal {
-                    name: Some(key.name.clone()),
-                    role: key.role,
-                },
+                Some(key) => key.principal(),
                 None if self.keys.issuers.enabled() => match self.keys.issuers.check(token) {
                     Verdict::Accepted(principal) => principal,
                     Verdict::Refused(refused) => return Err(token_refusal(refused)),
@@ -247,11 +273,14 @@ fn token_refusal(refused: super::issuers::Refused) -> ApiError {
 pub(crate) type GateLayer = PolicyLayer<Gate>;
 
 impl RoutePolicy for Gate {
-    type Kept = ();
+    /// With identity providers for a resource: the gate, to complete an `insufficient_scope`
+    /// challenge with the resource's metadata; else nothing (no cost on the call path).
+    type Kept = Option<Arc<Gate>>;
 
-    fn before(self: &Arc<Self>, request: &mut Request) -> Result<(), Refusal<()>> {
+    fn before(self: &Arc<Self>, request: &mut Request) -> Result<Self::Kept, Refusal<Self::Kept>> {
+        let kept = || self.keys.issuers.resource().map(|_| self.clone());
         match self.admit(request) {
-            Ok(Checked::Admitted) => Ok(()),
+            Ok(Checked::Admitted) => Ok(kept()),
             Err(refused) => Err(Refusal::Now(self.refusal(refused))),
             Ok(Checked::Fetch(token)) => {
                 let gate = self.clone();
@@ -266,13 +295,27 @@ impl RoutePolicy for Gate {
                         .map_err(|refused| gate.refusal(refused))?;
                     let mut found = axum::http::Extensions::new();
                     found.insert(principal);
-                    Ok(((), found))
+                    let kept = gate.keys.issuers.resource().map(|_| gate.clone());
+                    Ok((kept, found))
                 })))
             }
         }
     }
 
-    fn after((): (), _: &Response) {}
+    fn after(kept: Self::Kept, answer: &mut Response) {
+        let Some(gate) = kept else { return };
+        let (Some(resource), Some(ScopeChallenge(scopes))) = (
+            gate.keys.issuers.resource(),
+            answer.extensions_mut().remove::<ScopeChallenge>(),
+        ) else {
+            return;
+        };
+        if let Some(challenge) = resource.insufficient(&scopes) {
+            answer
+                .headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, challenge);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -282,16 +325,8 @@ mod tests {
     #[test]
     fn keys_are_found_by_token_only() {
         let keys = Keys::new(vec![
-            ApiKey {
-                name: "agent".into(),
-                role: Role::Caller,
-                token_sha256: token_sha256("caller-token"),
-            },
-            ApiKey {
-                name: "ops".into(),
-                role: Role::Approver,
-                token_sha256: token_sha256("approver-token"),
-            },
+            ApiKey::new("agent", Role::Caller, token_sha256("caller-token")),
+            ApiKey::new("ops", Role::Approver, token_sha256("approver-token")),
         ]);
         assert_eq!(
             keys.find("caller-token").map(|k| k.name.as_str()),

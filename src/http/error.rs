@@ -77,6 +77,14 @@ pub enum ApiError {
     Forbidden,
     /// A valid token of an identity provider that gives no role here, and why.
     TokenForbidden(String),
+    /// A valid token that lacks a scope the tool requires: the tool, and every scope a call of
+    /// it needs (`WWW-Authenticate: Bearer error="insufficient_scope"`, RFC 6750).
+    InsufficientScope {
+        /// The tool.
+        tool: String,
+        /// Every scope the call needs.
+        scopes: Vec<String>,
+    },
     /// The server does not accept this `Host` (the host name, as compared), against DNS
     /// rebinding.
     HostNotAllowed(String),
@@ -159,6 +167,7 @@ impl ApiError {
             ApiError::Unauthorized | ApiError::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden
             | ApiError::TokenForbidden(_)
+            | ApiError::InsufficientScope { .. }
             | ApiError::HostNotAllowed(_)
             | ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
             ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
@@ -194,6 +203,7 @@ impl ApiError {
             | ApiError::TokenForbidden(_)
             | ApiError::HostNotAllowed(_)
             | ApiError::OriginNotAllowed(_) => "forbidden",
+            ApiError::InsufficientScope { .. } => "insufficient_scope",
             ApiError::Overloaded(_) => "overloaded",
             ApiError::RateLimited(_) => "rate_limited",
             ApiError::IdempotencyKeyReused(_) => "idempotency_key_reused",
@@ -261,6 +271,14 @@ impl ApiError {
             ApiError::TokenForbidden(why) => {
                 (format!("The bearer token gives no access: {why}."), None)
             }
+            ApiError::InsufficientScope { tool, scopes } => (
+                format!(
+                    "Calling tool `{tool}` takes a token with the scopes {}: ask the \
+                     authorization server for them.",
+                    scopes.join(" ")
+                ),
+                Some(json!({ "tool": tool, "scopes": scopes })),
+            ),
             ApiError::HostNotAllowed(host) => (
                 format!(
                     "Host `{host}` is not allowed (a defence against DNS rebinding): if clients \
@@ -380,6 +398,11 @@ impl ApiError {
     }
 }
 
+/// On a `403 insufficient_scope` answer: every scope the refused call needs, for the gate to
+/// complete the challenge with the resource's metadata.
+#[derive(Debug, Clone)]
+pub(crate) struct ScopeChallenge(pub(crate) Vec<String>);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorEnvelope {
@@ -397,6 +420,18 @@ impl IntoResponse for ApiError {
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Bearer error=\"invalid_token\""),
                 );
+            }
+            // The gate adds `resource_metadata` (it knows the resource), see
+            // `crate::http::auth`; a scope is a header-safe token (checked at start).
+            ApiError::InsufficientScope { scopes, .. } => {
+                let challenge = format!(
+                    "Bearer error=\"insufficient_scope\", scope=\"{}\"",
+                    scopes.join(" ")
+                );
+                if let Ok(value) = HeaderValue::try_from(challenge) {
+                    headers.insert(header::WWW_AUTHENTICATE, value);
+                }
+                response.extensions_mut().insert(ScopeChallenge(scopes));
             }
             ApiError::Overloaded(_) | ApiError::CallInProgress(_) | ApiError::StoreUnavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -473,6 +508,9 @@ impl From<DispatchError> for ApiError {
     fn from(err: DispatchError) -> Self {
         match err {
             DispatchError::UnknownTool(name) => ApiError::UnknownTool(name),
+            DispatchError::InsufficientScope { tool, scopes } => {
+                ApiError::InsufficientScope { tool, scopes }
+            }
             DispatchError::InvalidInput { tool, violations } => {
                 ApiError::InvalidInput { tool, violations }
             }

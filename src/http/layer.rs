@@ -51,9 +51,9 @@ pub(crate) trait RoutePolicy: Send + Sync + 'static {
     )]
     fn before(self: &Arc<Self>, request: &mut Request) -> Result<Self::Kept, Refusal<Self::Kept>>;
 
-    /// After the route: its answer, with what was kept. Not called when the request is dropped
-    /// unanswered; what was kept is dropped then.
-    fn after(kept: Self::Kept, answer: &Response);
+    /// After the route: its answer (which it may amend), with what was kept. Not called when
+    /// the request is dropped unanswered; what was kept is dropped then.
+    fn after(kept: Self::Kept, answer: &mut Response);
 }
 
 /// Puts the policy `P` on a route.
@@ -170,9 +170,9 @@ where
         loop {
             match self.as_mut().project() {
                 PolicyProjection::Admitted { future, kept } => {
-                    let Ok(answer) = std::task::ready!(future.poll(cx));
+                    let Ok(mut answer) = std::task::ready!(future.poll(cx));
                     if let Some(kept) = kept.take() {
-                        P::after(kept, &answer);
+                        P::after(kept, &mut answer);
                     }
                     return Poll::Ready(Ok(answer));
                 }

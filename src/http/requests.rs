@@ -27,7 +27,7 @@ impl RoutePolicy for RouteRequests {
         Ok(route.map(|route| (route, self.clone())))
     }
 
-    fn after(kept: Self::Kept, answer: &Response) {
+    fn after(kept: Self::Kept, answer: &mut Response) {
         if let Some((route, counts)) = kept {
             counts.count(route.as_str(), answer.status().as_u16());
         }

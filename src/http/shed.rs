@@ -60,7 +60,7 @@ impl RoutePolicy for Shed {
         }
     }
 
-    fn after(kept: Admitted, _: &Response) {
+    fn after(kept: Admitted, _: &mut Response) {
         match kept {
             Admitted::Nothing => {}
             Admitted::Slot(slot) => drop(slot),

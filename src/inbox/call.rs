@@ -17,6 +17,7 @@ use super::session::{Signed, Visit};
 use super::views::{Answer, Expiry, Moment, Nav, PageError, ago};
 use crate::Effect;
 use crate::contract::error::InputViolation;
+use crate::dispatch::who::Principal;
 use crate::store::{CallRecord, CallStatus, Timestamp};
 
 /// What was just decided on a call's page: the `?done=` of the page a decision redirects to.
@@ -73,12 +74,10 @@ pub(crate) async fn call(
     };
     let call = visit
         .dispatcher()
-        .store()
-        .call(&call_id)
-        .await?
-        .ok_or(PageError::UnknownCall(call_id))?;
+        .visible_call(&signed.principal, &call_id)
+        .await?;
     let banner = match query.done {
-        Some(done) => banner(&visit, &call, done).await?,
+        Some(done) => banner(&visit, &signed.principal, &call, done).await?,
         None => None,
     };
     let typed = Typed {
@@ -91,7 +90,12 @@ pub(crate) async fn call(
 /// The banner after `done` on `call`, with the way on; none when the call's history does not
 /// record that decision last (a link followed from elsewhere, say), so a banner never claims
 /// what did not happen.
-async fn banner(visit: &Visit, call: &CallRecord, done: Done) -> Result<Option<Banner>, PageError> {
+async fn banner(
+    visit: &Visit,
+    principal: &Principal,
+    call: &CallRecord,
+    done: Done,
+) -> Result<Option<Banner>, PageError> {
     let last = call.events.iter().rev().find(|event| {
         matches!(
             event.kind.as_str(),
@@ -125,8 +129,7 @@ async fn banner(visit: &Visit, call: &CallRecord, done: Done) -> Result<Option<B
     // The oldest approval waiting, other than this call (which may ask again).
     let waiting = visit
         .dispatcher()
-        .store()
-        .pending_approvals_of(None, None, 2)
+        .pending_approvals(principal, None, None, 2, None)
         .await?;
     let next = waiting
         .approvals

@@ -23,6 +23,7 @@ use super::session::{Signed, Visit};
 use super::views::{Answer, PageError, see_other};
 use crate::Effect;
 use crate::contract::error::InputViolation;
+use crate::dispatch::who::Principal;
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::dispatch::{MAX_REASON_CHARS, settlement_error};
 use crate::store::{CallRecord, CallStatus, Settlement};
@@ -79,10 +80,8 @@ impl Decision {
         signed.check_csrf(field(&pairs, "csrf"))?;
         let call = visit
             .dispatcher()
-            .store()
-            .call(call_id)
-            .await?
-            .ok_or_else(|| PageError::UnknownCall(call_id.to_owned()))?;
+            .visible_call(&signed.principal, call_id)
+            .await?;
         Ok(Decision {
             visit,
             signed,
@@ -100,8 +99,9 @@ impl Decision {
         self.visit.dispatcher()
     }
 
-    fn actor(&self) -> Option<&str> {
-        self.signed.principal.name.as_deref()
+    /// Who decides: the signed-in person.
+    fn principal(&self) -> &Principal {
+        &self.signed.principal
     }
 
     /// The pending suspension's token, looked up from the call: URLs never carry it.
@@ -267,8 +267,11 @@ pub(crate) async fn approve(decision: Decision) -> Answer {
         return decision.to_confirm(schema);
     }
     let approve = async |input| {
-        let actor = decision.actor();
-        decision.dispatcher().approve(&token, input, actor).await
+        let principal = decision.principal();
+        decision
+            .dispatcher()
+            .approve(&token, input, principal)
+            .await
     };
     decision
         .with_answer(Done::Approved, schema, Typed::approving, approve)
@@ -299,7 +302,7 @@ pub(crate) async fn reject(decision: Decision) -> Answer {
     }
     let rejected = decision
         .dispatcher()
-        .reject(&token, Some(reason), decision.actor())
+        .reject(&token, Some(reason), decision.principal())
         .await;
     decision
         .outcome(Done::Rejected, rejected, |_| Typed::default())
@@ -321,8 +324,11 @@ pub(crate) async fn complete(decision: Decision) -> Answer {
             .await;
     };
     let complete = async |output| {
-        let actor = decision.actor();
-        decision.dispatcher().complete(&token, output, actor).await
+        let principal = decision.principal();
+        decision
+            .dispatcher()
+            .complete(&token, output, principal)
+            .await
     };
     decision
         .with_answer(Done::Completed, &schema, Typed::completing, complete)
@@ -333,10 +339,10 @@ pub(crate) async fn complete(decision: Decision) -> Answer {
 /// (`settle=output`, with the output form) or not done (`settle=error`, with a reason).
 pub(crate) async fn resolve(decision: Decision) -> Answer {
     let settle = async |settlement| {
-        let (call_id, actor) = (&decision.call.call_id, decision.actor());
+        let (call_id, principal) = (&decision.call.call_id, decision.principal());
         decision
             .dispatcher()
-            .reconcile(call_id, settlement, actor)
+            .reconcile(call_id, settlement, principal)
             .await
     };
     match decision.field("settle") {

@@ -68,9 +68,10 @@ fn ending(event: &CallEvent) -> Option<String> {
 }
 
 fn sentence(event: &CallEvent) -> String {
-    let by = |verb: &str| match &event.actor {
-        Some(actor) => format!("{verb} by {actor}"),
-        None => format!("{verb} (auth off)"),
+    let by = |verb: &str| match (&event.actor_name, &event.actor) {
+        (Some(name), Some(actor)) => format!("{verb} by {name} ({actor})"),
+        (None, Some(actor)) => format!("{verb} by {actor}"),
+        (_, None) => format!("{verb} (auth off)"),
     };
     match event.kind.as_str() {
         "created" => format!("{}.", by("Created")),
@@ -168,6 +169,7 @@ mod tests {
             at: Timestamp(1_000_000_000_000),
             kind: kind.into(),
             actor: actor.map(str::to_owned),
+            actor_name: None,
             details,
         }
     }
@@ -200,6 +202,10 @@ mod tests {
                 Some(json!({"answer": {"boxes": []}})),
             ),
             event("approved", Some("on-call"), None),
+            CallEvent {
+                actor_name: Some("Dana Reyes".into()),
+                ..event("approved", Some("corp:dana"), None)
+            },
         ];
         assert_eq!(
             sentences(&events),
@@ -210,6 +216,7 @@ mod tests {
                 "Ran again with the approval and completed.".to_owned(),
                 "Approved by on-call.".to_owned(),
                 "Approved by on-call.".to_owned(),
+                "Approved by Dana Reyes (corp:dana).".to_owned(),
             ]
         );
     }

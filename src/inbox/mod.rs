@@ -15,7 +15,10 @@
 //!   every request. Every state-changing form carries a CSRF token derived from the session id.
 //!   Attempts are rate-limited per client address (`limit.rs`). With auth off (no keys), no
 //!   sign-in is needed: the page acts as the anonymous admin, as every REST request then does,
-//!   in a session of its own so that its forms are still bound to a CSRF token.
+//!   in a session of its own so that its forms are still bound to a CSRF token. With
+//!   `[inbox.oidc]`, a person signs in with the identity provider instead (`oidc.rs`), as
+//!   `<issuer>:<subject>` with the rights its grants give; `key_sign_in = false` turns the key
+//!   form off.
 //! - The pages: the queue (live, over the same event stream as `GET /events`) and the calls to
 //!   reconcile (`pages.rs`); one call (`call.rs`): what is asked, what approving does, its input
 //!   as a readable list, its history in sentences (`history.rs`).
@@ -32,6 +35,7 @@ mod decide;
 mod form;
 mod history;
 mod limit;
+mod oidc;
 mod pages;
 mod prose;
 mod session;
@@ -52,7 +56,7 @@ use crate::slots::Slots;
 pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(43_200);
 
 /// How the inbox is served (`[inbox]` in the configuration).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct InboxOptions {
     /// Whether `/inbox` is served at all.
     pub enabled: bool,
@@ -61,6 +65,20 @@ pub struct InboxOptions {
     /// Whether the cookies are `Secure` (sent over HTTPS only) even on a request that did not
     /// say it came over TLS (`X-Forwarded-Proto: https`).
     pub secure_cookies: bool,
+    /// Whether a person may sign in by pasting an API key (`[inbox] key_sign_in`).
+    pub key_sign_in: bool,
+    /// Single sign-on with an identity provider (`[inbox.oidc]`).
+    pub oidc: Option<InboxOidc>,
+}
+
+/// "Sign in with <issuer>": the sign-in, and where the issuer sends the browser back.
+#[derive(Debug, Clone)]
+pub struct InboxOidc {
+    /// The issuer and this server's client of it.
+    pub sign_in: Arc<crate::http::issuers::SignIn>,
+    /// The callback's absolute URL as registered with the issuer; `None`: this inbox's
+    /// `/oidc/callback` at the origin each request came to.
+    pub redirect_url: Option<String>,
 }
 
 impl Default for InboxOptions {
@@ -69,6 +87,8 @@ impl Default for InboxOptions {
             enabled: true,
             session_ttl: DEFAULT_SESSION_TTL,
             secure_cookies: false,
+            key_sign_in: true,
+            oidc: None,
         }
     }
 }
@@ -119,6 +139,8 @@ pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gate
         .route("/inbox/calls/{call_id}/resolve", post(decide::resolve))
         .route("/inbox/sign-in", post(session::sign_in))
         .route("/inbox/sign-out", post(session::sign_out))
+        .route("/inbox/oidc/start", get(oidc::start))
+        .route("/inbox/oidc/callback", get(oidc::callback))
         .route("/inbox/assets/{file}", get(assets::serve))
         .route_layer(gates.route(Access::Inbox))
         .with_state(state)

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use super::session::{Visit, sign_in_page};
 use super::views::{Answer, Expiry, Moment, Nav, PageError, ago, secure};
+use crate::dispatch::who::Principal;
 use crate::feed::stream::{Audience, follow};
 use crate::http::error::ApiError;
 use crate::http::sse::{resume_point, sse, start_cursor};
@@ -93,12 +94,15 @@ struct QueuePage {
     list: QueueList,
 }
 
-async fn queue_list(visit: &Visit, query: &QueueQuery) -> Result<QueueList, PageError> {
+async fn queue_list(
+    visit: &Visit,
+    principal: &Principal,
+    query: &QueueQuery,
+) -> Result<QueueList, PageError> {
     let tool = query.tool();
     let page = visit
         .dispatcher()
-        .store()
-        .pending_approvals_of(tool, query.after(), PAGE)
+        .pending_approvals(principal, tool, query.after(), PAGE, None)
         .await?;
     let now = Timestamp::now();
     let items = page
@@ -131,12 +135,13 @@ pub(crate) async fn queue(visit: Visit, Query(query): Query<QueueQuery>) -> Answ
     let Some(signed) = visit.signed().await? else {
         return Ok(sign_in_page(&visit, StatusCode::OK, None));
     };
-    let list = queue_list(&visit, &query).await?;
+    let list = queue_list(&visit, &signed.principal, &query).await?;
     let chosen = query.tool();
     let tools = visit
         .dispatcher()
         .tools()
         .iter()
+        .filter(|tool| signed.principal.may_decide(tool.name()))
         .map(|tool| (tool.name().to_owned(), Some(tool.name()) == chosen))
         .collect();
     let view = QueuePage {
@@ -157,7 +162,7 @@ pub(crate) async fn queue(visit: Visit, Query(query): Query<QueueQuery>) -> Answ
 /// `GET /inbox/queue`: the queue's list alone, for the page's script to swap in.
 pub(crate) async fn queue_fragment(visit: Visit, Query(query): Query<QueueQuery>) -> Answer {
     let signed = visit.require().await?;
-    let list = queue_list(&visit, &query).await?;
+    let list = queue_list(&visit, &signed.principal, &query).await?;
     Ok(signed.show(StatusCode::OK, &QueueFragment { list }))
 }
 
@@ -182,10 +187,7 @@ pub(crate) async fn events(visit: Visit) -> Answer {
         }
         Err(err) => return Err(err.into()),
     };
-    let audience = Audience {
-        only: signed.principal.only_own(),
-        ..Audience::default()
-    };
+    let audience = Audience::of(signed.principal.clone());
     let released = visit.dispatcher().running().released();
     let ended = signed.ended(store.clone());
     // A stream holds no slot of `max_in_flight` (it is held, not handled).
@@ -230,8 +232,7 @@ pub(crate) async fn reconcile(visit: Visit, Query(query): Query<QueueQuery>) -> 
     };
     let page_of = visit
         .dispatcher()
-        .store()
-        .list_calls(filter, query.after(), PAGE)
+        .visible_calls(&signed.principal, filter, query.after(), PAGE)
         .await?;
     let now = Timestamp::now();
     let view = ReconcilePage {

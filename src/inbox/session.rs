@@ -29,7 +29,8 @@ use subtle::ConstantTimeEq;
 use super::InboxState;
 use super::views::{Answer, Base, Nav, PageError, page, see_other};
 use crate::dispatch::Dispatcher;
-use crate::http::auth::{ApiKey, Principal, Role};
+use crate::http::auth::{ApiKey, Principal, Reach, Role};
+use crate::http::issuers::Person;
 use crate::slots::Slot;
 use crate::store::{InboxSession, Store, Timestamp};
 
@@ -66,8 +67,11 @@ impl FromRequestParts<InboxState> for Visit {
 /// A signed-in person, as a page sees them.
 #[derive(Debug, Clone)]
 pub(crate) struct Signed {
-    /// Who acts: the key's name (recorded as the actor of every decision) and role.
+    /// Who acts: the key's name, or `<issuer>:<subject>` for a person signed in with an
+    /// identity provider (recorded as the actor of every decision), and their rights.
     pub(crate) principal: Principal,
+    /// The name to show for a person signed in with an identity provider.
+    pub(crate) display: Option<String>,
     /// The CSRF token every form of this session carries.
     pub(crate) csrf: String,
     /// A cookie to set with the answer: a session just made (auth off makes one by itself).
@@ -84,12 +88,13 @@ pub(crate) struct Signed {
 impl Signed {
     /// The page header's facts.
     pub(crate) fn nav(&self) -> Nav {
+        let name = self.principal.name.as_deref();
         Nav {
-            who: self
-                .principal
-                .name
-                .clone()
-                .unwrap_or_else(|| "auth off (admin)".into()),
+            who: match (&self.display, name) {
+                (Some(display), Some(name)) => format!("{display} ({name})"),
+                (None, Some(name)) => name.to_owned(),
+                (_, None) => "auth off (admin)".into(),
+            },
             csrf: self.csrf.clone(),
         }
     }
@@ -156,7 +161,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
 }
 
 /// The value of the cookie `name` in the request, if it sent one.
-fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -192,7 +197,7 @@ fn fingerprint(key: &ApiKey) -> String {
 }
 
 /// 256 random bits, URL-safe.
-fn random_id() -> Result<String, PageError> {
+pub(crate) fn random_id() -> Result<String, PageError> {
     use base64::Engine as _;
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|err| {
@@ -204,7 +209,7 @@ fn random_id() -> Result<String, PageError> {
 
 /// Whether cookies are `Secure`: configured so, or the request came over TLS (as a reverse
 /// proxy in front says with `X-Forwarded-Proto`).
-fn secure_cookies(visit: &Visit) -> bool {
+pub(crate) fn secure_cookies(visit: &Visit) -> bool {
     visit.app.options.secure_cookies
         || visit
             .headers
@@ -232,10 +237,7 @@ impl Visit {
         if !keys.enabled() {
             // Auth off: everyone is the anonymous admin, as on every REST request, and nothing
             // is stored: the session is the cookie alone, there to bind the forms' CSRF token.
-            let principal = Principal {
-                name: None,
-                role: Role::Admin,
-            };
+            let principal = Principal::anonymous();
             let (id, set_cookie) = match cookie(&self.headers, SESSION_COOKIE) {
                 Some(id) if looks_like_id(id) => (id.to_owned(), None),
                 _ => {
@@ -248,6 +250,7 @@ impl Visit {
             };
             return Ok(Some(Signed {
                 principal,
+                display: None,
                 csrf: csrf_token(&id),
                 set_cookie,
                 _slot: Some(self.slot()?),
@@ -262,6 +265,14 @@ impl Visit {
         let Some(session) = store.session(&hash, Timestamp::now()).await? else {
             return Ok(None);
         };
+        if let Some(issuer) = session
+            .key_fingerprint
+            .as_deref()
+            .and_then(|marker| marker.strip_prefix(PERSON_MARKER))
+        {
+            let issuer = issuer.to_owned();
+            return self.person(session, &issuer, id, hash).await;
+        }
         // The key must still be configured, the same key, and still an approver's.
         let key = keys.iter().find(|key| {
             session.key_name.as_deref() == Some(key.name.as_str())
@@ -269,10 +280,8 @@ impl Visit {
         });
         match key {
             Some(key) if key.role != Role::Caller => Ok(Some(Signed {
-                principal: Principal {
-                    name: Some(key.name.clone()),
-                    role: key.role,
-                },
+                principal: key.principal(),
+                display: None,
                 csrf: csrf_token(id),
                 set_cookie: None,
                 _slot: Some(self.slot()?),
@@ -285,9 +294,53 @@ impl Visit {
         }
     }
 
+    /// The person of a session opened through the identity provider `issuer`: signed in while
+    /// that provider is still the inbox's, with the role and reach they signed in with.
+    async fn person(
+        &self,
+        session: InboxSession,
+        issuer: &str,
+        id: &str,
+        hash: String,
+    ) -> Result<Option<Signed>, PageError> {
+        let still = self
+            .app
+            .options
+            .oidc
+            .as_ref()
+            .is_some_and(|oidc| oidc.sign_in.issuer_name() == issuer);
+        let role = match session.role.as_str() {
+            "admin" => Some(Role::Admin),
+            "approver" => Some(Role::Approver),
+            _ => None,
+        };
+        let decides = match session.decides.as_deref() {
+            None => Some(Reach::all()),
+            Some(json) => serde_json::from_str::<Vec<String>>(json)
+                .ok()
+                .and_then(|globs| Reach::of(&globs).ok()),
+        };
+        let (true, Some(role), Some(decides)) = (still, role, decides) else {
+            self.app.dispatcher.store().delete_session(&hash).await?;
+            return Ok(None);
+        };
+        Ok(Some(Signed {
+            principal: Principal {
+                decides,
+                display: session.display_name.clone(),
+                ..Principal::new(session.key_name, role)
+            },
+            display: session.display_name,
+            csrf: csrf_token(id),
+            set_cookie: None,
+            _slot: Some(self.slot()?),
+            stored: Some(hash),
+        }))
+    }
+
     /// A slot of the server's `max_in_flight`, for a request now known to come from a person
     /// signed in (or about to be); none left is the page that says to retry.
-    fn slot(&self) -> Result<Arc<Slot>, PageError> {
+    pub(crate) fn slot(&self) -> Result<Arc<Slot>, PageError> {
         self.app
             .in_flight
             .try_take()
@@ -311,8 +364,40 @@ impl Visit {
     }
 }
 
+/// What marks the session of a person signed in with an identity provider, in place of a key's
+/// fingerprint: this, then the issuer's name.
+const PERSON_MARKER: &str = "issuer:";
+
 /// Makes a session for `principal`, signed in with `key`.
 async fn start(visit: &Visit, principal: Principal, key: &ApiKey) -> Result<Signed, PageError> {
+    open(visit, principal, Some(fingerprint(key)), None).await
+}
+
+/// Makes a session for `person`, signed in with the identity provider `issuer`.
+pub(crate) async fn start_person(
+    visit: &Visit,
+    person: &Person,
+    issuer: &str,
+) -> Result<Signed, PageError> {
+    let mut signed = open(
+        visit,
+        person.principal.clone(),
+        Some(format!("{PERSON_MARKER}{issuer}")),
+        person.display.clone(),
+    )
+    .await?;
+    signed.display = person.display.clone();
+    Ok(signed)
+}
+
+/// Stores a new session for `principal` (`marker`: its key's fingerprint, or which identity
+/// provider it came through) and makes its cookie.
+async fn open(
+    visit: &Visit,
+    principal: Principal,
+    marker: Option<String>,
+    display_name: Option<String>,
+) -> Result<Signed, PageError> {
     let id = random_id()?;
     let now = Timestamp::now();
     let ttl = visit.app.options.session_ttl;
@@ -332,9 +417,14 @@ async fn start(visit: &Visit, principal: Principal, key: &ApiKey) -> Result<Sign
                 Role::Caller => "caller",
             }
             .into(),
-            key_fingerprint: Some(fingerprint(key)),
+            key_fingerprint: marker,
             created_at: now,
             expires_at: Timestamp(now.0.saturating_add(ttl_ms)),
+            display_name,
+            decides: principal
+                .decides
+                .globs()
+                .and_then(|globs| serde_json::to_string(globs).ok()),
         })
         .await?;
     let cookie = set_cookie(
@@ -346,6 +436,7 @@ async fn start(visit: &Visit, principal: Principal, key: &ApiKey) -> Result<Sign
     );
     Ok(Signed {
         principal,
+        display: None,
         csrf: csrf_token(&id),
         set_cookie: Some(cookie),
         _slot: None,
@@ -371,6 +462,10 @@ struct SignInPage {
     title: &'static str,
     csrf: String,
     message: Option<String>,
+    /// The identity provider people sign in with, if any.
+    sso: Option<String>,
+    /// Whether the key form is offered.
+    keys: bool,
 }
 
 /// The sign-in page, with a fresh double-submit token (`message`: why the last attempt failed).
@@ -389,6 +484,13 @@ pub(crate) fn sign_in_page(visit: &Visit, status: StatusCode, message: Option<St
             title: "Sign in",
             csrf: token.clone(),
             message,
+            sso: visit
+                .app
+                .options
+                .oidc
+                .as_ref()
+                .map(|oidc| oidc.sign_in.issuer_name().to_owned()),
+            keys: visit.app.options.key_sign_in,
         },
     );
     let cookie = set_cookie(
@@ -431,6 +533,13 @@ pub(crate) async fn sign_in(
         // Nothing to sign in with: the inbox is open (auth off).
         return Ok(visit.home());
     }
+    if !app.options.key_sign_in {
+        return Ok(sign_in_page(
+            &visit,
+            StatusCode::FORBIDDEN,
+            Some("Signing in with a key is turned off here: use the identity provider.".into()),
+        ));
+    }
     let typed = form.key.as_deref().map(str::trim).unwrap_or_default();
     let refused =
         |status, message: &str| Ok(sign_in_page(&visit, status, Some(message.to_owned())));
@@ -450,10 +559,7 @@ pub(crate) async fn sign_in(
              or admin key.",
         );
     }
-    let principal = Principal {
-        name: Some(key.name.clone()),
-        role: key.role,
-    };
+    let principal = key.principal();
     let key = key.clone();
     let signed = start(&visit, principal, &key).await?;
     tracing::info!(key = %key.name, "signed in to the inbox");

@@ -215,6 +215,12 @@ impl From<StoreError> for PageError {
     }
 }
 
+impl From<crate::dispatch::DispatchError> for PageError {
+    fn from(err: crate::dispatch::DispatchError) -> Self {
+        ApiError::from(err).into()
+    }
+}
+
 impl From<ApiError> for PageError {
     fn from(err: ApiError) -> Self {
         match err {

@@ -24,6 +24,7 @@ pub(crate) mod catalog;
 pub mod config;
 #[cfg(test)]
 mod rebinding;
+mod scopes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,12 +94,22 @@ pub(crate) fn route(
     options: &McpOptions,
     max_body_bytes: usize,
 ) -> axum::routing::MethodRouter {
+    let dispatcher = door.0.dispatcher.clone();
     let transport = StreamableHttpService::new(
         move || Ok(door.clone()),
         Arc::new(NeverSessionManager::default()),
         transport_config(&options.allowed_hosts, max_body_bytes),
     );
-    axum::routing::any_service(transport)
+    let route = axum::routing::any_service(transport);
+    // Only a server whose tools require scopes reads a `tools/call` before the SDK does.
+    if dispatcher.requires_scopes() {
+        route.layer(axum::middleware::from_fn_with_state(
+            (dispatcher, max_body_bytes),
+            scopes::check,
+        ))
+    } else {
+        route
+    }
 }
 
 /// The SDK transport's settings. Its own Host and Origin check is given the same list as
@@ -137,16 +148,19 @@ struct Shared {
 impl Door {
     /// The door over `dispatcher`'s tools.
     pub(crate) fn new(dispatcher: Dispatcher) -> Self {
-        let catalog = Derived::new(&dispatcher.tools(), |tools| McpCatalog::new(tools));
+        let catalog = Derived::new(&dispatcher.tools(), McpCatalog::new);
         Door(Arc::new(Shared {
             dispatcher,
             catalog,
         }))
     }
 
-    /// What `tools/list` answers for the tool list as it stands.
-    fn catalog(&self) -> Arc<(u64, McpCatalog)> {
-        self.0.catalog.get(&self.0.dispatcher.tools())
+    /// What `tools/list` answers for the tool list as it stands, as `principal` sees it: only
+    /// the tools it may call.
+    fn catalog(&self, principal: &Principal) -> Arc<(u64, McpCatalog)> {
+        self.0
+            .catalog
+            .view(&self.0.dispatcher.tools(), &principal.tools)
     }
 }
 
@@ -275,7 +289,7 @@ impl ServerHandler for Door {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let catalog = self.catalog();
+        let catalog = self.catalog(&principal(&context)?);
         let tools = if is_modern(&context) {
             &catalog.1.tools
         } else {
@@ -284,8 +298,11 @@ impl ServerHandler for Door {
         Ok(ListToolsResult::with_all_items(tools.to_vec()))
     }
 
+    /// Asked by the SDK without the request (for the `Mcp-Param-*` headers' schema check): the
+    /// whole catalog. A tool the principal may not call is refused by `call_tool` all the same.
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.catalog().1.get(name).cloned()
+        let catalog = self.0.catalog.get(&self.0.dispatcher.tools());
+        catalog.1.get(name).cloned()
     }
 
     async fn call_tool(
@@ -305,13 +322,13 @@ impl ServerHandler for Door {
                 .await
                 .map(Into::into);
         }
-        if self.catalog().1.get(&request.name).is_none() {
+        let principal = principal(&context)?;
+        if self.catalog(&principal).1.get(&request.name).is_none() {
             return Err(McpError::invalid_params(
                 format!("No tool is named `{}`.", request.name),
                 None,
             ));
         }
-        let principal = principal(&context)?;
         let options = CallOptions {
             principal,
             idempotency_key: idempotency_key(&context)?,

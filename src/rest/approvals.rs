@@ -138,12 +138,16 @@ pub(super) fn page(
 )]
 pub(super) async fn list(
     State(app): State<RestState>,
+    Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<ApprovalsQuery>,
     Wait(mut held): Wait,
 ) -> Result<Json<ApprovalList>, ApiError> {
     let (limit, after) = page(query.limit, query.cursor.as_deref())?;
     let hold = Held::hold(&mut held);
-    let page = app.dispatcher.pending_approvals(after, limit, hold).await?;
+    let page = app
+        .dispatcher
+        .pending_approvals(&principal, None, after, limit, hold)
+        .await?;
     Ok(Json(ApprovalList {
         approvals: page.approvals,
         next_cursor: page.next_cursor.map(|seq| seq.to_string()),
@@ -165,9 +169,14 @@ pub(super) async fn list(
 )]
 pub(super) async fn get(
     State(app): State<RestState>,
+    Extension(principal): Extension<Principal>,
     PathParam(token): PathParam,
 ) -> Result<Json<Approval>, ApiError> {
-    match app.dispatcher.store().approval(&token).await? {
+    match app
+        .dispatcher
+        .decidable_approval(&principal, &token)
+        .await?
+    {
         Some(ApprovalState::Pending(approval)) => Ok(Json(approval)),
         Some(ApprovalState::Resolved(call)) => Err(ApiError::AlreadyResolved(Box::new(call))),
         Some(ApprovalState::Expired(call)) => Err(ApiError::SuspensionExpired(Box::new(call))),
@@ -203,7 +212,7 @@ pub(super) async fn approve(
 ) -> Result<Response, ApiError> {
     let result = app
         .dispatcher
-        .approve(&token, request.input, principal.name.as_deref())
+        .approve(&token, request.input, &principal)
         .await?;
     Ok(call_response(result))
 }
@@ -232,7 +241,7 @@ pub(super) async fn reject(
 ) -> Result<Json<CallRecord>, ApiError> {
     let call = app
         .dispatcher
-        .reject(&token, request.reason, principal.name.as_deref())
+        .reject(&token, request.reason, &principal)
         .await?;
     Ok(Json(call))
 }
@@ -263,7 +272,7 @@ pub(super) async fn complete(
 ) -> Result<Response, ApiError> {
     let result = app
         .dispatcher
-        .complete(&token, request.output, principal.name.as_deref())
+        .complete(&token, request.output, &principal)
         .await?;
     Ok(call_response(result))
 }

@@ -82,6 +82,7 @@ pub struct ResolveRequest {
 )]
 pub(super) async fn list(
     State(app): State<RestState>,
+    Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<CallsQuery>,
 ) -> Result<Json<CallList>, ApiError> {
     let (limit, after) = page(query.limit, query.cursor.as_deref())?;
@@ -91,8 +92,7 @@ pub(super) async fn list(
     };
     let page = app
         .dispatcher
-        .store()
-        .list_calls(filter, after, limit)
+        .visible_calls(&principal, filter, after, limit)
         .await?;
     Ok(Json(CallList {
         calls: page.calls,
@@ -171,7 +171,7 @@ pub(super) async fn resolve(
     };
     let call = app
         .dispatcher
-        .reconcile(&call_id, settlement, principal.name.as_deref())
+        .reconcile(&call_id, settlement, &principal)
         .await?;
     Ok(Json(call))
 }

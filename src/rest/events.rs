@@ -97,7 +97,7 @@ pub(super) async fn events(
     }
     let audience = Audience {
         tokens: principal.sees_all_calls(),
-        only: principal.only_own(),
+        viewer: principal,
         types,
         tool: query.tool,
     };

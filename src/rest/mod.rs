@@ -22,6 +22,7 @@ use axum::Router;
 
 use crate::dispatch::Dispatcher;
 use crate::dispatch::live::Derived;
+use crate::http::auth::Principal;
 use crate::http::gate::Gates;
 use catalog::Catalog;
 
@@ -38,8 +39,10 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The serialized answers of the tool list as it stands.
-    fn catalog(&self) -> Arc<(u64, Catalog)> {
-        self.catalog.get(&self.dispatcher.tools())
+    /// The catalog as `principal` sees it: only the tools it may call.
+    fn catalog(&self, principal: &Principal) -> Arc<(u64, Catalog)> {
+        self.catalog
+            .view(&self.dispatcher.tools(), &principal.tools)
     }
 }
 

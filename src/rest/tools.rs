@@ -117,10 +117,12 @@ pub struct CallRequest {
 )]
 pub(super) async fn list(
     State(app): State<RestState>,
+    Extension(principal): Extension<Principal>,
     QueryParams(query): QueryParams<ToolsQuery>,
 ) -> Result<Response, ApiError> {
+    let catalog = app.catalog(&principal);
     let Some(name) = query.format else {
-        return Ok(json_response(&app.catalog().1.tools_json));
+        return Ok(json_response(&catalog.1.tools_json));
     };
     let format = Format::from_name(&name).ok_or_else(|| {
         let known: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
@@ -129,7 +131,7 @@ pub(super) async fn list(
             known.join(", ")
         ))
     })?;
-    Ok(json_response(app.catalog().1.provider_tools(format)))
+    Ok(json_response(catalog.1.provider_tools(format)))
 }
 
 /// One tool's descriptor.
@@ -144,9 +146,10 @@ pub(super) async fn list(
 )]
 pub(super) async fn get(
     State(app): State<RestState>,
+    Extension(principal): Extension<Principal>,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
-    app.catalog()
+    app.catalog(&principal)
         .1
         .descriptor_json
         .get(&name)

@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::queue::{Job, Msg, Reply, WriteOp};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
+    Actor, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
     DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, FeedStore, InboxSession,
     Inserted, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend, Reconciled, Rerun,
     Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts, StoreError, Timestamp,
@@ -297,21 +297,21 @@ impl<B: Backend> CallStore for B {
         self.read_approval(token).await
     }
 
-    async fn resolve(
+    async fn resolve_by(
         &self,
         token: &str,
         resolution: Resolution,
-        actor: Option<&str>,
+        actor: &Actor,
     ) -> Result<Resolved, StoreError> {
         let op = WriteOp::resolve(token, resolution, actor);
         self.write(op).await?.resolved()
     }
 
-    async fn reconcile(
+    async fn reconcile_by(
         &self,
         call_id: &str,
         settlement: Settlement,
-        actor: Option<&str>,
+        actor: &Actor,
     ) -> Result<Reconciled, StoreError> {
         let op = WriteOp::reconcile(call_id, settlement, actor);
         self.write(op).await?.reconciled()

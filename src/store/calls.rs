@@ -91,6 +91,26 @@ impl CallError {
     }
 }
 
+/// Who did something to a call: the name recorded as an event's `actor`, and for a person
+/// signed in with an identity provider, the name shown for them (`actor_name`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Actor {
+    /// The principal's name (`None`: auth off).
+    pub name: Option<String>,
+    /// The person's display name, when known.
+    pub display: Option<String>,
+}
+
+impl Actor {
+    /// The actor `name`, without a display name.
+    pub fn named(name: Option<&str>) -> Actor {
+        Actor {
+            name: name.map(str::to_owned),
+            display: None,
+        }
+    }
+}
+
 /// One entry of a call's append-only history.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct CallEvent {
@@ -103,9 +123,14 @@ pub struct CallEvent {
     /// included) and, when it failed, the error (`tool_timeout` for a timeout); `approved`
     /// carries the approver's `answer`, `rejected` the `reason` when there is one.
     pub kind: String,
-    /// The API key name of whoever caused it, when a client or a person did.
+    /// The principal name (a key's, or `<issuer>:<subject>`) of whoever caused it, when a
+    /// client or a person did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
+    /// The name shown for that person, when they signed in with an identity provider (its
+    /// `name` or `email` then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor_name: Option<String>,
     /// Evidence, such as an error or the number of attempts.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]

@@ -100,8 +100,8 @@ mod timestamp;
 use async_trait::async_trait;
 
 pub use calls::{
-    CallError, CallEvent, CallFilter, CallPage, CallRecord, CallStatus, CallSummary, Inserted,
-    NewCall, Outcome, Reconciled, Rerun, Settlement,
+    Actor, CallError, CallEvent, CallFilter, CallPage, CallRecord, CallStatus, CallSummary,
+    Inserted, NewCall, Outcome, Reconciled, Rerun, Settlement,
 };
 pub use error::StoreError;
 pub use feed::{FEED_TYPES, FeedCursor, FeedEntry, FeedPage};
@@ -265,12 +265,24 @@ pub trait CallStore: Send + Sync {
     /// What `token` stands for, if it ever existed.
     async fn approval(&self, token: &str) -> Result<Option<ApprovalState>, StoreError>;
 
-    /// Resolves the suspension `token`, if it is still pending and unexpired.
+    /// Resolves the suspension `token`, if it is still pending and unexpired, as `actor` (a
+    /// name).
     async fn resolve(
         &self,
         token: &str,
         resolution: Resolution,
         actor: Option<&str>,
+    ) -> Result<Resolved, StoreError> {
+        self.resolve_by(token, resolution, &Actor::named(actor))
+            .await
+    }
+
+    /// [`CallStore::resolve`], by `actor`, its display name recorded with its name.
+    async fn resolve_by(
+        &self,
+        token: &str,
+        resolution: Resolution,
+        actor: &Actor,
     ) -> Result<Resolved, StoreError>;
 
     /// Settles a call that needs reconciliation (or an interrupted one). Settling it as failed
@@ -280,6 +292,17 @@ pub trait CallStore: Send + Sync {
         call_id: &str,
         settlement: Settlement,
         actor: Option<&str>,
+    ) -> Result<Reconciled, StoreError> {
+        self.reconcile_by(call_id, settlement, &Actor::named(actor))
+            .await
+    }
+
+    /// [`CallStore::reconcile`], by `actor`, its display name recorded with its name.
+    async fn reconcile_by(
+        &self,
+        call_id: &str,
+        settlement: Settlement,
+        actor: &Actor,
     ) -> Result<Reconciled, StoreError>;
 }
 

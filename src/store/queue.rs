@@ -12,8 +12,8 @@ use tokio::sync::oneshot;
 
 use super::record::{Prepared, PreparedCall};
 use super::{
-    Delivery, DeliveryResult, FeedCursor, InboxSession, Inserted, NewCall, NewDelivery, Outcome,
-    Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
+    Actor, Delivery, DeliveryResult, FeedCursor, InboxSession, Inserted, NewCall, NewDelivery,
+    Outcome, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
 };
 
 /// How long records written behind the answer wait for company before the writer commits them
@@ -146,8 +146,8 @@ pub(crate) enum WriteOp {
         outcome: Prepared,
     },
     Rerun(String),
-    Resolve(String, Resolution, Option<String>),
-    Reconcile(String, Settlement, Option<String>),
+    Resolve(String, Resolution, Actor),
+    Reconcile(String, Settlement, Actor),
     /// Drops the feed entries older than this time (Unix ms).
     PruneFeed(i64),
     /// Creates deliveries and moves the webhook outbox's cursor, if it is still `from`.
@@ -237,13 +237,13 @@ impl WriteOp {
     }
 
     /// Resolving the suspension `token`.
-    pub(crate) fn resolve(token: &str, resolution: Resolution, actor: Option<&str>) -> Self {
-        WriteOp::Resolve(token.to_owned(), resolution, actor.map(str::to_owned))
+    pub(crate) fn resolve(token: &str, resolution: Resolution, actor: &Actor) -> Self {
+        WriteOp::Resolve(token.to_owned(), resolution, actor.clone())
     }
 
     /// Settling the call `call_id`.
-    pub(crate) fn reconcile(call_id: &str, settlement: Settlement, actor: Option<&str>) -> Self {
-        WriteOp::Reconcile(call_id.to_owned(), settlement, actor.map(str::to_owned))
+    pub(crate) fn reconcile(call_id: &str, settlement: Settlement, actor: &Actor) -> Self {
+        WriteOp::Reconcile(call_id.to_owned(), settlement, actor.clone())
     }
 
     /// Creating `deliveries` and moving the webhook outbox's cursor from `from` to `to`.

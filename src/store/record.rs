@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use super::{CallError, CallStatus, NewCall, Outcome, Settlement, StoreError, Timestamp};
+use super::{Actor, CallError, CallStatus, NewCall, Outcome, Settlement, StoreError, Timestamp};
 
 /// A new call with its JSON already serialized: that work is done by the caller's task, not by
 /// the store's writer (in SQLite, the one writer thread everyone waits for).
@@ -200,6 +200,33 @@ pub(crate) fn event_json<D>(at: i64, kind: &str, actor: Option<&str>, details: O
 where
     D: serde::Serialize + ?Sized,
 {
+    event_json_by(at, kind, actor, None, details)
+}
+
+/// One event caused by `actor`, as stored: its name, and the name shown for it.
+pub(crate) fn actor_event_json<D>(at: i64, kind: &str, actor: &Actor, details: Option<&D>) -> String
+where
+    D: serde::Serialize + ?Sized,
+{
+    event_json_by(
+        at,
+        kind,
+        actor.name.as_deref(),
+        actor.display.as_deref(),
+        details,
+    )
+}
+
+fn event_json_by<D>(
+    at: i64,
+    kind: &str,
+    actor: Option<&str>,
+    actor_name: Option<&str>,
+    details: Option<&D>,
+) -> String
+where
+    D: serde::Serialize + ?Sized,
+{
     use std::io::Write;
     // Written straight out: one allocation, no JSON tree built only to be printed.
     let mut event = Vec::with_capacity(96);
@@ -210,6 +237,13 @@ where
         Some(actor) => {
             event.extend_from_slice(b",\"actor\":");
             serde_json::to_writer(&mut event, actor)
+        }
+        None => Ok(()),
+    });
+    let written = written.and_then(|()| match actor_name {
+        Some(name) => {
+            event.extend_from_slice(b",\"actor_name\":");
+            serde_json::to_writer(&mut event, name)
         }
         None => Ok(()),
     });

@@ -113,6 +113,7 @@ impl RawCall {
                     at: Timestamp(e.at),
                     kind: e.kind,
                     actor: e.actor,
+                    actor_name: e.actor_name,
                     details: e.details,
                 })
                 .collect()
@@ -153,12 +154,14 @@ fn derived_events(raw: &RawCall) -> Vec<CallEvent> {
             at: Timestamp(raw.created_at),
             kind: "created".to_owned(),
             actor: raw.caller.clone(),
+            actor_name: None,
             details: None,
         },
         CallEvent {
             at: Timestamp(raw.updated_at),
             kind: CallStatus::Completed.as_str().to_owned(),
             actor: None,
+            actor_name: None,
             details: Some(json!({ "attempts": raw.attempts })),
         },
     ]
@@ -171,6 +174,8 @@ struct StoredEvent {
     kind: String,
     #[serde(default)]
     actor: Option<String>,
+    #[serde(default)]
+    actor_name: Option<String>,
     #[serde(default)]
     details: Option<Value>,
 }
@@ -354,5 +359,7 @@ pub(crate) fn read_session<R: Columns>(row: &R) -> Result<InboxSession, R::Error
         key_fingerprint: row.text_or_null(3)?,
         created_at: Timestamp(row.bigint(4)?),
         expires_at: Timestamp(row.bigint(5)?),
+        display_name: row.text_or_null(6)?,
+        decides: row.text_or_null(7)?,
     })
 }

@@ -21,4 +21,10 @@ pub struct InboxSession {
     pub created_at: Timestamp,
     /// When the session ends by itself.
     pub expires_at: Timestamp,
+    /// The name shown for a person signed in with an identity provider (`name` or `email`).
+    pub display_name: Option<String>,
+    /// For a person signed in with an identity provider: the globs of the tools whose
+    /// approvals they may decide, as a JSON array; `None`: every tool (and every key's session,
+    /// whose rights are the key's).
+    pub decides: Option<String>,
 }

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::contract::meta::Effect;
-use crate::dispatch::config::{ToolOverride, check_approval_schema};
+use crate::dispatch::config::{ToolOverride, check_approval_schema, check_required_scopes};
 use crate::dispatch::quota::QuotaConfig;
 
 /// The separator between an upstream's name and its tool's: `files__write_file`.
@@ -97,6 +97,8 @@ pub struct UpstreamPolicy {
     pub approval_schema: Option<Value>,
     /// The tool's own quota, for each principal calling it (as `[tools.<name>] quotas`).
     pub quotas: Option<QuotaConfig>,
+    /// The scopes a token must carry to call the tool (as `[tools.<name>] required_scopes`).
+    pub required_scopes: Option<Vec<String>>,
 }
 
 /// How an upstream is reached, with every `${NAME}` expanded.
@@ -255,6 +257,10 @@ impl UpstreamConfig {
                 check_approval_schema(schema, policy.require_approval)
                     .map_err(|message| invalid(key("approval_schema"), message))?;
             }
+            if let Some(scopes) = &policy.required_scopes {
+                check_required_scopes(scopes)
+                    .map_err(|message| invalid(key("required_scopes"), message))?;
+            }
             if let Some(quotas) = &policy.quotas {
                 quotas.check(true).map_err(|(field, message)| {
                     invalid(key(&format!("quotas.{field}")), message)
@@ -280,6 +286,7 @@ impl UpstreamConfig {
                 require_approval: policy.require_approval,
                 approval_schema: policy.approval_schema.clone(),
                 quotas: policy.quotas,
+                required_scopes: policy.required_scopes.clone(),
             };
             (self.served_name(tool), settings)
         })

@@ -400,6 +400,34 @@ pub async fn send(
     (status, challenge, body)
 }
 
+/// One JSON-RPC request to `/mcp` as `token` (2025-11-25, answered in JSON): the HTTP status,
+/// `WWW-Authenticate`, and the body (JSON, or the text as a string).
+pub async fn mcp_request(
+    api: &Api,
+    token: &str,
+    method: &str,
+    params: Value,
+) -> (StatusCode, Option<String>, Value) {
+    let response = api
+        .client
+        .post(format!("{}/mcp", api.base))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .bearer_auth(token)
+        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let text = response.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, challenge, body)
+}
+
 /// Asserts `body` is the error envelope with `code`, and returns its `details`.
 #[track_caller]
 pub fn assert_error(body: &Value, code: &str) -> Value {
@@ -637,10 +665,8 @@ pub fn api_keys(
     keys: &[(&str, toolgate::http::auth::Role, &str)],
 ) -> Vec<toolgate::http::auth::ApiKey> {
     keys.iter()
-        .map(|&(name, role, token)| toolgate::http::auth::ApiKey {
-            name: name.into(),
-            role,
-            token_sha256: toolgate::http::auth::token_sha256(token),
+        .map(|&(name, role, token)| {
+            toolgate::http::auth::ApiKey::new(name, role, toolgate::http::auth::token_sha256(token))
         })
         .collect()
 }

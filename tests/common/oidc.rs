@@ -114,6 +114,12 @@ impl Provider {
         response.json().await.unwrap()
     }
 
+    /// Adds a static client, or merges `metadata` over the client of its `client_id` (the
+    /// inbox's redirect URI once toolgate's port is known, say).
+    pub async fn client(&self, metadata: Value) {
+        self.post("/_test/clients", metadata).await;
+    }
+
     /// Zeroes the counts.
     pub async fn reset_counts(&self) {
         self.post("/_test/reset-counts", json!({})).await;

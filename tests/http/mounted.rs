@@ -23,6 +23,8 @@ fn session(id: &str, expires_in_ms: i64) -> InboxSession {
         key_fingerprint: None,
         created_at: now,
         expires_at: Timestamp(now.0 + expires_in_ms),
+        display_name: None,
+        decides: None,
     }
 }
 

@@ -199,20 +199,20 @@ impl toolgate::store::CallStore for BrokenStore {
         broken()
     }
 
-    async fn resolve(
+    async fn resolve_by(
         &self,
         _token: &str,
         _resolution: toolgate::store::Resolution,
-        _actor: Option<&str>,
+        _actor: &toolgate::store::Actor,
     ) -> Result<toolgate::store::Resolved, toolgate::store::StoreError> {
         broken()
     }
 
-    async fn reconcile(
+    async fn reconcile_by(
         &self,
         _call_id: &str,
         _settlement: toolgate::store::Settlement,
-        _actor: Option<&str>,
+        _actor: &toolgate::store::Actor,
     ) -> Result<toolgate::store::Reconciled, toolgate::store::StoreError> {
         broken()
     }

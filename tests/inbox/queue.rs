@@ -150,3 +150,63 @@ async fn an_open_live_stream_counts_against_the_keys_max_held() {
     .await;
     server.stop().await;
 }
+
+/// An approver whose `decides` leaves a tool out never meets its approvals in the inbox: not in
+/// the queue, not among the filter's tools, not on a call's page, and a decision posted anyway
+/// is refused as a call that does not exist.
+#[tokio::test]
+async fn an_approver_sees_and_decides_only_the_tools_it_decides() {
+    let dir = common::temp_dir();
+    let mut keys = crate::keys();
+    let refunds_only = toolgate::http::auth::Reach::of(&["issue_*".to_owned()]).unwrap();
+    for key in keys.iter_mut().filter(|key| key.name == "finance-ops") {
+        key.decides = refunds_only.clone();
+    }
+    let server =
+        common::TestServer::start_with(common::example_tools(dir.path()), dir.path(), |b| {
+            b.api_keys(keys)
+        })
+        .await;
+    let question = suspend(&server, "ask_human", json!({"question": "Hidden?"})).await;
+    let refund = suspend(
+        &server,
+        "issue_refund",
+        json!({"order_id": "o-d", "amount_cents": 20000, "reason": "decides"}),
+    )
+    .await;
+    let mut person = Person::new(&server);
+    person.sign_in(APPROVER).await;
+    let queue = person.get("/inbox").await;
+    assert_eq!(queue.status, StatusCode::OK);
+    assert!(
+        queue.body.contains(&format!("/inbox/calls/{refund}")),
+        "{}",
+        queue.body
+    );
+    assert!(
+        !queue.body.contains(&question),
+        "another tool's approval is absent"
+    );
+    assert!(
+        !queue.body.contains("<option value=\"ask_human\""),
+        "nor among the filters"
+    );
+    let filtered = person.get("/inbox?tool=ask_human").await;
+    assert!(!filtered.body.contains(&question));
+    let page = person.get(&format!("/inbox/calls/{question}")).await;
+    assert_eq!(page.status, StatusCode::NOT_FOUND);
+    let csrf = queue.csrf();
+    let refused = person
+        .post(
+            &format!("/inbox/calls/{question}/approve"),
+            &[("csrf", &csrf), ("answer", "yes")],
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    let mine = person.get(&format!("/inbox/calls/{refund}")).await;
+    assert_eq!(mine.status, StatusCode::OK);
+    // The other approver, deciding every tool, still sees the question.
+    let mut other = Person::new(&server);
+    other.sign_in(crate::OTHER_APPROVER).await;
+    assert!(other.get("/inbox").await.body.contains(&question));
+}

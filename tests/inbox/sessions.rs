@@ -209,11 +209,11 @@ async fn a_key_that_is_removed_or_reissued_ends_its_sessions() {
     let (dir, server, mut person) = signed_in(APPROVER).await;
     server.stop().await;
     // The same name with a new token: the old sign-in no longer holds.
-    let reissued = vec![ApiKey {
-        name: "finance-ops".into(),
-        role: Role::Approver,
-        token_sha256: token_sha256("a-new-token-for-finance"),
-    }];
+    let reissued = vec![ApiKey::new(
+        "finance-ops",
+        Role::Approver,
+        token_sha256("a-new-token-for-finance"),
+    )];
     let server = TestServer::start_with(common::example_tools(dir.path()), dir.path(), |b| {
         b.api_keys(reissued)
     })

@@ -12,6 +12,8 @@ fn session(id: &str, expires_at: Timestamp) -> InboxSession {
         key_fingerprint: Some("ab".repeat(32)),
         created_at: Timestamp::now(),
         expires_at,
+        display_name: None,
+        decides: None,
     }
 }
 

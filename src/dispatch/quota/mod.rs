@@ -427,10 +427,7 @@ mod tests {
     use crate::dispatch::who::Role;
 
     fn agent() -> Principal {
-        Principal {
-            name: Some("agent".into()),
-            role: Role::Caller,
-        }
+        Principal::new(Some("agent".into()), Role::Caller)
     }
 
     fn quotas(defaults: QuotaConfig) -> Quotas {

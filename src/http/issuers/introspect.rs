@@ -98,23 +98,17 @@ impl Introspector {
             .append_pair("token", token)
             .append_pair("token_type_hint", "access_token")
             .finish();
-        let response = self
-            .client
-            .post(self.settings.url.clone())
-            // RFC 6749 §2.3.1: the id and secret are form-encoded before they are joined.
-            .basic_auth(
-                form_encoded(&self.settings.client_id),
-                Some(form_encoded(&self.secret)),
-            )
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                "application/x-www-form-urlencoded",
-            )
-            .header(reqwest::header::ACCEPT, "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|err| format!("introspection: {err}"))?;
+        let url = self.settings.url.clone();
+        let response = super::client_post(
+            &self.client,
+            url,
+            &self.settings.client_id,
+            &self.secret,
+            body,
+        )
+        .send()
+        .await
+        .map_err(|err| format!("introspection: {err}"))?;
         if !response.status().is_success() {
             return Err(format!("introspection: {}", response.status()));
         }
@@ -145,19 +139,5 @@ impl Introspector {
             },
         );
         Ok(answer)
-    }
-}
-
-/// `value` as `application/x-www-form-urlencoded` writes it.
-fn form_encoded(value: &str) -> String {
-    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn credentials_are_form_encoded_for_basic_auth() {
-        assert_eq!(super::form_encoded("toolgate"), "toolgate");
-        assert_eq!(super::form_encoded("a b:c%d+e"), "a+b%3Ac%25d%2Be");
     }
 }

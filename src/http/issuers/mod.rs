@@ -24,11 +24,13 @@ pub mod grants;
 mod introspect;
 mod keys;
 mod resource;
+mod signin;
 mod verify;
 
 use std::sync::Arc;
 
 pub use config::{IssuerConfig, IssuerError};
+pub use signin::{Person, SignIn, SignInError};
 pub(crate) use verify::{Refused, Verdict};
 
 use crate::dispatch::who::Principal;
@@ -43,6 +45,31 @@ fn provider_client(timeout: std::time::Duration) -> Result<reqwest::Client, Issu
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|err| IssuerError(format!("cannot build an HTTP client: {err}")))
+}
+
+/// A form `body` POSTed to a provider's endpoint as its client `client_id`: HTTP Basic, the id
+/// and secret form-encoded before they are joined (RFC 6749 2.3.1), answered in JSON.
+fn client_post(
+    client: &reqwest::Client,
+    url: url::Url,
+    client_id: &str,
+    secret: &str,
+    body: String,
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .basic_auth(form_encoded(client_id), Some(form_encoded(secret)))
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .header(reqwest::header::ACCEPT, "application/json")
+        .body(body)
+}
+
+/// `value` as `application/x-www-form-urlencoded` writes it.
+fn form_encoded(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
 
 /// The time now, in whole seconds since the Unix epoch, as tokens write it.
@@ -165,9 +192,14 @@ impl Issuers {
     }
 
     /// The same issuers, for the resource at `url` (`[auth] resource_url`: the canonical URL of
-    /// this server's `/mcp`): its Protected Resource Metadata is served, and every `401` points
-    /// at it.
-    pub fn for_resource(mut self, url: &str) -> Result<Self, IssuerError> {
+    /// this server's `/mcp`) whose tools require `required_scopes` (each tool's
+    /// `required_scopes`, offered in the metadata beside the grants' scopes): its Protected
+    /// Resource Metadata is served, and every `401` points at it.
+    pub fn for_resource(
+        mut self,
+        url: &str,
+        required_scopes: &[String],
+    ) -> Result<Self, IssuerError> {
         if self.issuers.is_empty() {
             return Err(IssuerError(
                 "a resource needs an issuer: without one, no client may be sent to sign in".into(),
@@ -177,6 +209,7 @@ impl Issuers {
         let grants = || self.iter().flat_map(|issuer| issuer.settings.grants.iter());
         let scopes = grants()
             .filter_map(|grant| grant.scope().map(str::to_owned))
+            .chain(required_scopes.iter().cloned())
             .collect();
         // What a client asks for after a 401 is what calling tools takes: never an approver's
         // or an admin's scope, which would make its token decide on its own calls.
@@ -213,5 +246,14 @@ impl Issuers {
     /// (at most once per issuer every 30 s).
     pub(crate) async fn check_fetching(&self, token: &str) -> Result<Principal, verify::Refused> {
         verify::check_fetching(&self.issuers, token).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn credentials_are_form_encoded_for_basic_auth() {
+        assert_eq!(super::form_encoded("toolgate"), "toolgate");
+        assert_eq!(super::form_encoded("a b:c%d+e"), "a+b%3Ac%25d%2Be");
     }
 }

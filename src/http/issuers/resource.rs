@@ -21,6 +21,10 @@ pub(crate) struct Resource {
     /// `WWW-Authenticate` of a request without credentials, and of one whose token is refused.
     pub(crate) challenge: HeaderValue,
     pub(crate) invalid: HeaderValue,
+    /// The document's URL, for the `insufficient_scope` challenge.
+    metadata_url: String,
+    /// What a `401` asks for: the scopes that make a caller.
+    asked: Vec<String>,
 }
 
 impl Resource {
@@ -77,7 +81,29 @@ impl Resource {
             document,
             challenge: header(format!("Bearer {params}"))?,
             invalid: header(format!("Bearer error=\"invalid_token\", {params}"))?,
+            metadata_url,
+            asked,
         })
+    }
+
+    /// `WWW-Authenticate` of a `403` to a token that lacks some of `required` (RFC 6750 3.1, as
+    /// MCP's step-up authorization reads it): every scope the operation needs in one challenge,
+    /// the tool's and those that make a caller, so a client asks for all of them at once.
+    pub(crate) fn insufficient(&self, required: &[String]) -> Option<HeaderValue> {
+        let mut scopes: Vec<&str> = self
+            .asked
+            .iter()
+            .chain(required)
+            .map(String::as_str)
+            .collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        HeaderValue::try_from(format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
+            scopes.join(" "),
+            self.metadata_url
+        ))
+        .ok()
     }
 }
 
@@ -120,6 +146,11 @@ mod tests {
                 .to_str()
                 .unwrap()
                 .starts_with("Bearer error=\"invalid_token\", resource_metadata=")
+        );
+        assert_eq!(
+            resource.insufficient(&["refunds:write".into()]).unwrap(),
+            "Bearer error=\"insufficient_scope\", scope=\"refunds:write tools:call\", \
+             resource_metadata=\"https://tools.example.com/.well-known/oauth-protected-resource/mcp\""
         );
         assert!(Resource::new("http://tools.example.com/mcp", vec![], vec![], vec![]).is_err());
         assert!(

@@ -43,13 +43,13 @@ impl Refused {
 }
 
 /// The unverified parts of a token needed to choose how to verify it.
-struct Parts {
-    alg: Algorithm,
-    kid: Option<String>,
-    iss: String,
+pub(super) struct Parts {
+    pub(super) alg: Algorithm,
+    pub(super) kid: Option<String>,
+    pub(super) iss: String,
 }
 
-fn parts(token: &str) -> Result<Parts, Refused> {
+pub(super) fn parts(token: &str) -> Result<Parts, Refused> {
     let malformed = || Refused::new("malformed", "the token is not a signed JWT");
     let mut segments = token.split('.');
     let (Some(header), Some(payload), Some(_), None) = (
@@ -168,7 +168,10 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
 }
 
 /// The principal of an accepted token's `claims` under `issuer`'s grants (counted accepted).
-fn principal(issuer: &Issuer, claims: &Map<String, Value>) -> Result<Principal, Refused> {
+pub(super) fn principal(
+    issuer: &Issuer,
+    claims: &Map<String, Value>,
+) -> Result<Principal, Refused> {
     let settings = &issuer.settings;
     let named = |claim: &str| {
         claims.get(claim).and_then(|value| match value {
@@ -193,7 +196,7 @@ fn principal(issuer: &Issuer, claims: &Map<String, Value>) -> Result<Principal, 
                 ),
             )
         })?;
-    let role = grants::role(&settings.grants, claims).map_err(|why| {
+    let rights = grants::rights(&settings.grants, claims).map_err(|why| {
         let message = match why {
             NoRole::NoGrant => "the token matches no grant of its issuer",
             NoRole::CallerAndApprover => {
@@ -208,9 +211,14 @@ fn principal(issuer: &Issuer, claims: &Map<String, Value>) -> Result<Principal, 
         }
     })?;
     issuer.accepted.inc();
+    let scopes: Vec<String> = grants::scopes(claims).map(str::to_owned).collect();
     Ok(Principal {
         name: Some(format!("{}:{name}", settings.name)),
-        role,
+        role: rights.role,
+        tools: rights.tools,
+        decides: rights.decides,
+        scopes: Some(scopes.into()),
+        display: None,
     })
 }
 
@@ -380,7 +388,7 @@ pub(super) async fn check_fetching(
     }
 }
 
-fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> Refused {
+pub(super) fn refusal(kind: &jsonwebtoken::errors::ErrorKind) -> Refused {
     use jsonwebtoken::errors::ErrorKind;
     match kind {
         ErrorKind::ExpiredSignature => Refused::new("expired", "the token has expired"),

@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0003_webhooks.sql"),
     include_str!("../migrations/postgres/0004_inbox_sessions.sql"),
     include_str!("../migrations/postgres/0005_quota_buckets.sql"),
+    include_str!("../migrations/postgres/0006_inbox_people.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

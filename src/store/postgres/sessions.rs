@@ -10,7 +10,7 @@ use crate::store::{InboxSession, StoreError};
 pub(super) async fn create(c: &Conn<'_>, session: &InboxSession) -> Result<(), StoreError> {
     c.execute(
         "INSERT INTO inbox_sessions (id_sha256, key_name, role, key_fingerprint, created_at, \
-         expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+         expires_at, display_name, decides) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         &[
             &session.id_sha256,
             &session.key_name,
@@ -18,6 +18,8 @@ pub(super) async fn create(c: &Conn<'_>, session: &InboxSession) -> Result<(), S
             &session.key_fingerprint,
             &session.created_at.0,
             &session.expires_at.0,
+            &session.display_name,
+            &session.decides,
         ],
     )
     .await
@@ -33,8 +35,8 @@ pub(super) async fn find(
 ) -> Result<Option<InboxSession>, StoreError> {
     let row = c
         .query_opt(
-            "SELECT id_sha256, key_name, role, key_fingerprint, created_at, expires_at \
-             FROM inbox_sessions WHERE id_sha256 = $1 AND expires_at > $2",
+            "SELECT id_sha256, key_name, role, key_fingerprint, created_at, expires_at, \
+             display_name, decides FROM inbox_sessions WHERE id_sha256 = $1 AND expires_at > $2",
             &[&id_sha256, &now],
         )
         .await

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0005_feed.sql"),
     include_str!("../migrations/sqlite/0006_webhooks.sql"),
     include_str!("../migrations/sqlite/0007_inbox_sessions.sql"),
+    include_str!("../migrations/sqlite/0008_inbox_people.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive

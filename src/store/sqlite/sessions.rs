@@ -11,7 +11,7 @@ use crate::store::{InboxSession, StoreError};
 pub(super) fn create(conn: &Connection, session: &InboxSession) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT INTO inbox_sessions (id_sha256, key_name, role, key_fingerprint, created_at, \
-         expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+         expires_at, display_name, decides) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
     .and_then(|mut st| {
         st.execute(params![
@@ -20,7 +20,9 @@ pub(super) fn create(conn: &Connection, session: &InboxSession) -> Result<(), St
             session.role,
             session.key_fingerprint,
             session.created_at.0,
-            session.expires_at.0
+            session.expires_at.0,
+            session.display_name,
+            session.decides
         ])
     })
     .map_err(backend)
@@ -34,8 +36,8 @@ pub(super) fn find(
     now: i64,
 ) -> Result<Option<InboxSession>, StoreError> {
     conn.prepare_cached(
-        "SELECT id_sha256, key_name, role, key_fingerprint, created_at, expires_at \
-         FROM inbox_sessions WHERE id_sha256 = ?1 AND expires_at > ?2",
+        "SELECT id_sha256, key_name, role, key_fingerprint, created_at, expires_at, \
+         display_name, decides FROM inbox_sessions WHERE id_sha256 = ?1 AND expires_at > ?2",
     )
     .and_then(|mut st| {
         st.query_row(params![id_sha256, now], |row| read_session(row))

@@ -143,11 +143,11 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
             rerun(conn, &call_id, now).map(|rerun| Reply::Rerun(rerun.map(Box::new)))
         }
         WriteOp::Resolve(token, resolution, actor) => {
-            resolve(conn, &token, resolution, actor.as_deref(), now)
+            resolve(conn, &token, resolution, &actor, now)
                 .map(|resolved| Reply::Resolved(Box::new(resolved)))
         }
         WriteOp::Reconcile(call_id, settlement, actor) => {
-            reconcile(conn, &call_id, settlement, actor.as_deref(), now)
+            reconcile(conn, &call_id, settlement, &actor, now)
                 .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
         }
         WriteOp::PruneFeed(before) => prune_feed(conn, before).map(Reply::Pruned),

@@ -14,11 +14,12 @@ use serde_json::{Value, json};
 use super::backend;
 use super::reads::{find_call, load_call};
 use crate::store::record::{
-    Prepared, PreparedCall, approved_details, event_json, events_json, expired_error, feed_type,
-    json_text, parse_json, rejected_details, rejected_error, settled_columns, to_json,
+    Prepared, PreparedCall, actor_event_json, approved_details, event_json, events_json,
+    expired_error, feed_type, json_text, parse_json, rejected_details, rejected_error,
+    settled_columns, to_json,
 };
 use crate::store::{
-    CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
+    Actor, CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
     StoreError,
 };
 
@@ -195,6 +196,23 @@ pub(super) fn append_event(
     Ok(())
 }
 
+/// Appends one event caused by `by` (its name and display name) to the call's history.
+fn append_event_by(
+    conn: &Connection,
+    call_id: &str,
+    at: i64,
+    kind: &str,
+    by: &Actor,
+    details: Option<&Value>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE calls SET events = json_insert(events, '$[#]', json(?2)) WHERE call_id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![call_id, actor_event_json(at, kind, by, details)]))
+    .map_err(backend)?;
+    Ok(())
+}
+
 /// Moves the running call `call_id` to its outcome, with its event; a suspension is created
 /// with it.
 /// An outcome whose run no longer owns the call (the call is not running, or runs again under
@@ -273,9 +291,10 @@ pub(super) fn resolve(
     conn: &Connection,
     token: &str,
     resolution: Resolution,
-    actor: Option<&str>,
+    by: &Actor,
     now: i64,
 ) -> Result<Resolved, StoreError> {
+    let actor = by.name.as_deref();
     let status = match &resolution {
         Resolution::Approve { .. } => "approved",
         Resolution::Reject { .. } => "rejected",
@@ -316,7 +335,7 @@ pub(super) fn resolve(
             .and_then(|mut st| st.execute(params![call_id, now]))
             .map_err(backend)?;
             let details = approved_details(&resume_input);
-            append_event(conn, &call_id, now, "approved", actor, Some(&details))?;
+            append_event_by(conn, &call_id, now, "approved", by, Some(&details))?;
             append_event(conn, &call_id, now, "redispatched", None, None)?;
             Ok(Resolved::Approved(load_call(conn, &call_id, now)?))
         }
@@ -329,7 +348,7 @@ pub(super) fn resolve(
             .and_then(|mut st| st.execute(params![call_id, error, now]))
             .map_err(backend)?;
             let details = rejected_details(reason.as_deref());
-            append_event(conn, &call_id, now, "rejected", actor, details.as_ref())?;
+            append_event_by(conn, &call_id, now, "rejected", by, details.as_ref())?;
             append_feed(conn, &call_id, now, CallStatus::Rejected, None)?;
             Ok(Resolved::Rejected(load_call(conn, &call_id, now)?))
         }
@@ -340,7 +359,7 @@ pub(super) fn resolve(
             )
             .and_then(|mut st| st.execute(params![call_id, json_text(&output), now]))
             .map_err(backend)?;
-            append_event(conn, &call_id, now, "completed_externally", actor, None)?;
+            append_event_by(conn, &call_id, now, "completed_externally", by, None)?;
             append_feed(conn, &call_id, now, CallStatus::Completed, None)?;
             Ok(Resolved::Completed(load_call(conn, &call_id, now)?))
         }
@@ -387,7 +406,7 @@ pub(super) fn reconcile(
     conn: &Connection,
     call_id: &str,
     settlement: Settlement,
-    actor: Option<&str>,
+    by: &Actor,
     now: i64,
 ) -> Result<Reconciled, StoreError> {
     let (status, output, error) = settled_columns(&settlement)?;
@@ -407,12 +426,12 @@ pub(super) fn reconcile(
             None => Reconciled::UnknownCall,
         });
     }
-    append_event(
+    append_event_by(
         conn,
         call_id,
         now,
         "reconciled",
-        actor,
+        by,
         Some(&json!({"status": status.as_str()})),
     )?;
     append_feed(conn, call_id, now, status, None)?;

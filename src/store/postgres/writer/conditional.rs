@@ -13,11 +13,11 @@ use super::batch::FeedRows;
 use crate::store::postgres::pg_error;
 use crate::store::postgres::reads::{Conn, find_call, load_call};
 use crate::store::record::{
-    approved_details, event_json, expired_error, json_text, parse_json, rejected_details,
-    rejected_error, settled_columns, to_json,
+    actor_event_json, approved_details, event_json, expired_error, json_text, parse_json,
+    rejected_details, rejected_error, settled_columns, to_json,
 };
 use crate::store::{
-    CallRecord, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
+    Actor, CallRecord, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
 };
 
 pub(super) async fn rerun(
@@ -75,10 +75,11 @@ pub(super) async fn resolve(
     replica: &str,
     token: &str,
     resolution: &Resolution,
-    actor: Option<&str>,
+    by: &Actor,
     feed: &mut FeedRows,
     now: i64,
 ) -> Result<Resolved, StoreError> {
+    let actor = by.name.as_deref();
     let (status, resume_input, reject_reason) = match resolution {
         Resolution::Approve { resume_input } => ("approved", Some(json_text(resume_input)), None),
         Resolution::Reject { reason } => ("rejected", None, reason.as_deref()),
@@ -108,7 +109,7 @@ pub(super) async fn resolve(
             let details = approved_details(resume_input);
             let events = format!(
                 "[{},{}]",
-                event_json(now, "approved", actor, Some(&details)),
+                actor_event_json(now, "approved", by, Some(&details)),
                 event_json::<Value>(now, "redispatched", None, None)
             );
             c.execute(
@@ -123,12 +124,12 @@ pub(super) async fn resolve(
         Resolution::Reject { reason } => {
             let error = to_json(&rejected_error(reason.as_deref()))?;
             let details = rejected_details(reason.as_deref());
-            let event = event_json(now, "rejected", actor, details.as_ref());
+            let event = actor_event_json(now, "rejected", by, details.as_ref());
             let call = end(c, feed, &REJECTED, &call_id, &error, &event, now).await?;
             Ok(Resolved::Rejected(call))
         }
         Resolution::Complete { output } => {
-            let event = event_json::<Value>(now, "completed_externally", actor, None);
+            let event = actor_event_json::<Value>(now, "completed_externally", by, None);
             let output = json_text(output);
             let call = end(c, feed, &COMPLETED, &call_id, &output, &event, now).await?;
             Ok(Resolved::Completed(call))
@@ -232,15 +233,15 @@ pub(super) async fn reconcile(
     c: &Conn<'_>,
     call_id: &str,
     settlement: &Settlement,
-    actor: Option<&str>,
+    by: &Actor,
     feed: &mut FeedRows,
     now: i64,
 ) -> Result<Reconciled, StoreError> {
     let (status, output, error) = settled_columns(settlement)?;
-    let event = event_json(
+    let event = actor_event_json(
         now,
         "reconciled",
-        actor,
+        by,
         Some(&json!({"status": status.as_str()})),
     );
     // Settled as failed, the effect did not happen: the key is released so that a new request

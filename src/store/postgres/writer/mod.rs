@@ -336,19 +336,13 @@ async fn apply(
                 WriteOp::Rerun(call_id) => rerun(&c, replica, call_id, now)
                     .await
                     .map(|rerun| Reply::Rerun(rerun.map(Box::new))),
-                WriteOp::Resolve(token, resolution, actor) => resolve(
-                    &c,
-                    replica,
-                    token,
-                    resolution,
-                    actor.as_deref(),
-                    &mut feed,
-                    now,
-                )
-                .await
-                .map(|resolved| Reply::Resolved(Box::new(resolved))),
+                WriteOp::Resolve(token, resolution, actor) => {
+                    resolve(&c, replica, token, resolution, actor, &mut feed, now)
+                        .await
+                        .map(|resolved| Reply::Resolved(Box::new(resolved)))
+                }
                 WriteOp::Reconcile(call_id, settlement, actor) => {
-                    reconcile(&c, call_id, settlement, actor.as_deref(), &mut feed, now)
+                    reconcile(&c, call_id, settlement, actor, &mut feed, now)
                         .await
                         .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
                 }
