@@ -587,3 +587,100 @@ fn a_glob_or_scope_that_cannot_be_is_refused_at_start_naming_its_key() {
         assert!(err.to_string().contains(key), "{toml}: {err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoever_made_a_call_never_decides_it_and_an_admin_sees_its_own_calls() {
+    let provider = provider();
+    let location = Location::new(Backend::Sqlite).await;
+    let mut config = config(&provider);
+    // An admin key that decides only questions.
+    let narrow = toolgate::http::auth::Reach::of(&["ask_*".to_owned()]).unwrap();
+    let server = {
+        let mut tools = toolgate::ToolSet::new();
+        toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
+        let mut keys = config.api_keys().unwrap();
+        for key in keys.iter_mut().filter(|key| key.name == "root") {
+            key.decides = narrow.clone();
+        }
+        let issuers = config.issuers().unwrap();
+        let dispatch = config.dispatch_config();
+        config.auth.keys.clear();
+        TestServer::start_with(tools, &location, |builder: ServerBuilder| {
+            builder
+                .api_keys(keys)
+                .issuers(issuers)
+                .dispatch_config(dispatch)
+        })
+        .await
+    };
+    let api = &server.api;
+    // Alice's agent calls as corp:alice; Alice, of finance, then holds an approver's token
+    // under the same name: she never decides her own agent's call.
+    let as_alice = |claims: Value| {
+        let mut claims = claims;
+        claims["aud"] = json!(RESOURCE);
+        claims["sub"] = json!("alice");
+        provider.sign(json!({"alg": "ES256", "claims": claims}))
+    };
+    let agent = as_alice(json!({"scope": "tools:call refunds"})).await;
+    let alice = as_alice(json!({"groups": ["finance"]})).await;
+    let refund = json!({"order_id": "o-a", "amount_cents": 25_000, "reason": "mine"});
+    let (call_id, token) = suspended(api, "issue_refund", refund, &agent).await;
+    for (decision, body) in [
+        ("approve", json!({"input": {}})),
+        ("reject", json!({"reason": "no"})),
+        (
+            "complete",
+            json!({"output": {"refund_id": "r", "status": "issued", "amount_cents": 1}}),
+        ),
+    ] {
+        let path = format!("/approvals/{token}/{decision}");
+        let (status, _, body) = post(api, &path, body, &alice).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{decision}: {body}");
+        assert_eq!(
+            assert_error(&body, "forbidden"),
+            json!({"call_id": call_id})
+        );
+    }
+    // Another of finance reads it undecided, and decides it.
+    let finance = provider.machine_token("machine-rs256", "").await;
+    let (_, record) = get(api, &format!("/calls/{call_id}"), &finance).await;
+    assert_eq!(
+        record["status"], "suspended",
+        "nothing was decided: {record}"
+    );
+    let path = format!("/approvals/{token}/approve");
+    let (status, _, body) = post(api, &path, json!({"input": {}}), &finance).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    // The admin key decides only questions, yet reads its own calls of any tool, and not
+    // another's refund.
+    let mine = json!({"order_id": "o-b", "amount_cents": 25_000, "reason": "admin"});
+    let (own, _) = suspended(api, "issue_refund", mine, ADMIN).await;
+    let (status, body) = get(api, &format!("/calls/{own}"), ADMIN).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let theirs = json!({"order_id": "o-c", "amount_cents": 25_000, "reason": "agent"});
+    let (other, _) = suspended(api, "issue_refund", theirs, &agent).await;
+    let (status, _) = get(api, &format!("/calls/{other}"), ADMIN).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A page left empty by `decides`, with more after it, is answered at once, even held:
+    // ten refunds pending, more than one page's rounds read.
+    for n in 0..8 {
+        let refund = json!({"order_id": format!("o-{n}"), "amount_cents": 25_000, "reason": "x"});
+        suspended(api, "issue_refund", refund, &agent).await;
+    }
+    let (_, page) = get(api, "/approvals?limit=1", ADMIN).await;
+    assert_eq!(page["approvals"], json!([]), "{page}");
+    assert!(page["next_cursor"].is_string(), "{page}");
+    let response = api
+        .client
+        .get(format!("{}/approvals?limit=1&wait=50", api.base))
+        .bearer_auth(ADMIN)
+        .timeout(Duration::from_secs(25))
+        .send()
+        .await
+        .expect("answered without waiting out the hold");
+    let page: Value = response.json().await.unwrap();
+    assert_eq!(page["approvals"], json!([]), "{page}");
+    assert!(page["next_cursor"].is_string(), "{page}");
+}

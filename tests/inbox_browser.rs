@@ -274,10 +274,10 @@ async fn a_person_signs_in_with_the_identity_provider_and_the_history_names_them
     ))
     .unwrap();
     let issuers = toolgate::http::issuers::Issuers::new(&[issuer]).unwrap();
-    let inbox: toolgate::inbox::config::InboxConfig = toml::from_str(
+    let inbox: toolgate::inbox::config::InboxConfig = toml::from_str(&format!(
         "key_sign_in = false\n[oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\n\
-         client_secret_env = \"INBOX_SECRET\"\n",
-    )
+         client_secret_env = \"INBOX_SECRET\"\nredirect_url = \"{base}/inbox/oidc/callback\"\n"
+    ))
     .unwrap();
     let options = inbox
         .options_with(&issuers, |name| {

@@ -298,7 +298,7 @@ async fn replicas_that_start_together_migrate_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 5, "each of the five migrations applied once");
+    assert_eq!(versions, 6, "each of the six migrations applied once");
     let leases: i64 = client
         .query_one("SELECT count(*) FROM replicas", &[])
         .await

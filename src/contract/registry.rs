@@ -62,6 +62,34 @@ pub fn is_valid_tool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Whether `name` matches `glob`, where `*` is any run of characters and `?` any one.
+pub fn glob_matches(glob: &str, name: &str) -> bool {
+    let (glob, name): (Vec<char>, Vec<char>) = (glob.chars().collect(), name.chars().collect());
+    // The last `*` seen and where in `name` it began to match; on a mismatch it takes one more.
+    let (mut g, mut n, mut star) = (0, 0, None::<(usize, usize)>);
+    while n < name.len() {
+        match glob.get(g) {
+            Some('*') => {
+                star = Some((g, n));
+                g += 1;
+            }
+            Some(&c) if c == '?' || c == name[n] => {
+                g += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sg, sn)) => {
+                    g = sg + 1;
+                    n = sn + 1;
+                    star = Some((sg, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    glob[g..].iter().all(|&c| c == '*')
+}
+
 /// The most violations reported for one input; past this the list is cut.
 const MAX_VIOLATIONS: usize = 32;
 

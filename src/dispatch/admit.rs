@@ -188,7 +188,9 @@ impl Dispatcher {
             return result;
         }
         // A keyed call may meet another caller's call (the tool's own key): kept to tell.
-        let asker = principal.only_own();
+        // Told as to a caller to whoever may not decide this tool (a caller; an admin whose
+        // `decides` leaves it out): another's call then shows only where it stands.
+        let asker = (!principal.may_decide(tool)).then(|| principal.name.clone());
         let shared_key = declared_key;
         let this = self.clone();
         let result = detached(&self.running, async move {

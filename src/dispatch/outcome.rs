@@ -203,6 +203,10 @@ pub enum DispatchError {
     /// No tool has this name (or none the principal may call).
     #[error("no tool is named `{0}`")]
     UnknownTool(String),
+    /// An approver deciding a call made under its own name: whoever calls a tool never decides
+    /// on it, however each signed in (an agent's token and its person's inbox session, say).
+    #[error("call `{0}` was made under the decider's own name")]
+    DecidesOwnCall(String),
     /// The principal's token lacks a scope the tool requires (`required_scopes`): every scope
     /// the call needs, for the challenge.
     #[error("the token lacks a scope tool `{tool}` requires")]

@@ -81,7 +81,7 @@ impl Dispatcher {
         principal: &Principal,
     ) -> Result<CallResult, DispatchError> {
         self.check_depth(&resume_input)?;
-        self.check_decides(principal, token).await?;
+        self.check_decider(principal, token).await?;
         let this = self.clone();
         let token = token.to_owned();
         let actor = principal.actor();
@@ -100,7 +100,7 @@ impl Dispatcher {
         principal: &Principal,
     ) -> Result<CallRecord, DispatchError> {
         let reason = rejection_reason(reason)?;
-        self.check_decides(principal, token).await?;
+        self.check_decider(principal, token).await?;
         let asked = Timestamp::now();
         let actor = principal.actor();
         let resolved = self
@@ -127,7 +127,7 @@ impl Dispatcher {
         principal: &Principal,
     ) -> Result<CallResult, DispatchError> {
         self.check_depth(&output)?;
-        self.check_decides(principal, token).await?;
+        self.check_decider(principal, token).await?;
         let actor = principal.actor();
         let approval = self.pending(token).await?;
         let entry = self.entry(&approval.tool)?;
@@ -171,9 +171,7 @@ impl Dispatcher {
         settlement: Settlement,
         principal: &Principal,
     ) -> Result<CallRecord, DispatchError> {
-        if !principal.decides.is_all() {
-            self.visible_call(principal, call_id).await?;
-        }
+        self.check_settler(principal, call_id).await?;
         let actor = principal.actor();
         let settlement = match settlement {
             Settlement::Error(error) => Settlement::Error(settlement_error(error)?),

@@ -10,7 +10,7 @@
 
 use std::future::Future;
 
-use super::who::Principal;
+use super::who::{Principal, Role};
 use super::{DispatchError, Dispatcher};
 use crate::store::{
     Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, StoreError,
@@ -71,7 +71,7 @@ impl Dispatcher {
         after: Option<i64>,
         limit: u32,
     ) -> Result<CallPage, DispatchError> {
-        if principal.decides.is_all() {
+        if principal.decides.is_all() && principal.sees_all_calls() {
             return Ok(self.store.list_calls(filter, after, limit).await?);
         }
         let (calls, next_cursor) = kept_page(
@@ -99,10 +99,10 @@ impl Dispatcher {
         after: Option<i64>,
         limit: u32,
     ) -> Result<ApprovalPage, DispatchError> {
-        if principal.decides.is_all() {
+        if principal.decides.is_all() && principal.sees_all_calls() {
             return Ok(self.store.pending_approvals_of(tool, after, limit).await?);
         }
-        if tool.is_some_and(|tool| !principal.may_decide(tool)) {
+        if !principal.sees_all_calls() || tool.is_some_and(|tool| !principal.may_decide(tool)) {
             return Ok(ApprovalPage {
                 approvals: Vec::new(),
                 next_cursor: None,
@@ -141,19 +141,61 @@ impl Dispatcher {
         }))
     }
 
-    /// Refuses a decision on `token` by a principal whose `decides` leaves its tool out
-    /// (`UnknownToken`); a principal that decides every tool pays nothing.
-    pub(super) async fn check_decides(
+    /// Refuses a decision on `token` by a principal that may not take it: one whose `decides`
+    /// leaves its tool out, or a caller (`UnknownToken`, as if it did not exist); an approver
+    /// deciding a call made under its own name (`DecidesOwnCall`). An admin deciding every
+    /// tool pays nothing; a token that never was is left to the decision to say so.
+    pub(super) async fn check_decider(
         &self,
         principal: &Principal,
         token: &str,
     ) -> Result<(), DispatchError> {
-        if principal.decides.is_all() {
+        if principal.role == Role::Admin && principal.decides.is_all() {
             return Ok(());
         }
-        match self.decidable_approval(principal, token).await? {
-            Some(_) => Ok(()),
-            None => Err(DispatchError::UnknownToken),
+        let Some(state) = self.store.approval(token).await? else {
+            return Ok(());
+        };
+        let (call_id, tool, caller) = match &state {
+            ApprovalState::Pending(approval) => {
+                (&approval.call_id, &approval.tool, &approval.caller)
+            }
+            ApprovalState::Resolved(call) | ApprovalState::Expired(call) => {
+                (&call.call_id, &call.tool, &call.caller)
+            }
+        };
+        if !principal.may_decide(tool) {
+            return Err(DispatchError::UnknownToken);
         }
+        own_call_refused(principal, call_id, caller)
     }
+
+    /// Refuses settling the call `call_id` to a principal that may not see it (`UnknownCall`),
+    /// or to an approver that made it.
+    pub(super) async fn check_settler(
+        &self,
+        principal: &Principal,
+        call_id: &str,
+    ) -> Result<(), DispatchError> {
+        if principal.role == Role::Admin && principal.decides.is_all() {
+            return Ok(());
+        }
+        let call = self.visible_call(principal, call_id).await?;
+        if !principal.may_decide(&call.tool) {
+            return Err(DispatchError::UnknownCall(call_id.to_owned()));
+        }
+        own_call_refused(principal, call_id, &call.caller)
+    }
+}
+
+/// An approver never decides a call made under its own name (an admin decides everything).
+fn own_call_refused(
+    principal: &Principal,
+    call_id: &str,
+    caller: &Option<String>,
+) -> Result<(), DispatchError> {
+    if principal.role == Role::Approver && principal.name.is_some() && *caller == principal.name {
+        return Err(DispatchError::DecidesOwnCall(call_id.to_owned()));
+    }
+    Ok(())
 }

@@ -138,7 +138,10 @@ impl Dispatcher {
     ) -> Result<ApprovalPage, DispatchError> {
         let read = || self.decidable_approvals(principal, tool, after, limit);
         let mut page = read().await?;
-        let Some(hold) = hold.filter(|_| page.approvals.is_empty()) else {
+        // A page left empty by the principal's `decides`, with more to read, is answered at
+        // once: the client moves its cursor on rather than wait on what it may not see.
+        let Some(hold) = hold.filter(|_| page.approvals.is_empty() && page.next_cursor.is_none())
+        else {
             return Ok(page);
         };
         // Registered first, then read again, so that one arriving in between is not missed.
@@ -148,7 +151,7 @@ impl Dispatcher {
         loop {
             page = read().await?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if !page.approvals.is_empty() || left.is_zero() {
+            if !page.approvals.is_empty() || page.next_cursor.is_some() || left.is_zero() {
                 return Ok(page);
             }
             if arrivals.wait(left).await != Woken::Changed {

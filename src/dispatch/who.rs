@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::contract::registry::glob_matches;
+
 /// What a principal may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -53,13 +55,14 @@ impl Reach {
     }
 
     /// The tools `globs` match; a `*` among them is every tool. A glob is one or more of the
-    /// characters of a tool name (`A-Z a-z 0-9 _ -`) and `*`.
+    /// characters of a tool name (`A-Z a-z 0-9 _ -`), `*` (any run of them) and `?` (one).
     pub fn of(globs: &[String]) -> Result<Reach, String> {
         for glob in globs {
-            let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'*');
+            let allowed =
+                |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'*' | b'?');
             if glob.is_empty() || glob.len() > 128 || !glob.bytes().all(allowed) {
                 return Err(format!(
-                    "`{glob}` is not a glob of tool names (letters, digits, `_`, `-` and `*`)"
+                    "`{glob}` is not a glob of tool names (letters, digits, `_`, `-`, `*` and `?`)"
                 ));
             }
         }
@@ -104,39 +107,17 @@ impl Reach {
     }
 }
 
-/// Whether `glob` (`*` for any run of characters, every other byte itself) matches all of
-/// `name`. Linear in practice: on a mismatch it retries only from the last `*`.
-fn glob_matches(glob: &str, name: &str) -> bool {
-    let (glob, name) = (glob.as_bytes(), name.as_bytes());
-    let (mut g, mut n) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while n < name.len() {
-        if g < glob.len() && glob[g] == b'*' {
-            star = Some((g, n));
-            g += 1;
-        } else if g < glob.len() && glob[g] == name[n] {
-            g += 1;
-            n += 1;
-        } else if let Some((star_g, star_n)) = star {
-            // The last `*` swallows one more character, and matching resumes after it.
-            g = star_g + 1;
-            n = star_n + 1;
-            star = Some((star_g, star_n + 1));
-        } else {
-            return false;
-        }
-    }
-    glob[g..].iter().all(|&b| b == b'*')
-}
-
 /// Whether the scope `held` grants `needed`: the same scope, or a broader one of the same
 /// hierarchy (`refunds` grants `refunds:write` and `refunds:write:eu`, as MCP's authorization
-/// asks; `refund` does not grant `refunds:write`).
+/// asks; `refund` does not grant `refunds:write`). A scope that is a URI
+/// (`api://toolgate/refunds`, `https://…`) has no such hierarchy: only itself grants it.
 pub fn scope_grants(held: &str, needed: &str) -> bool {
     needed == held
-        || needed
-            .strip_prefix(held)
-            .is_some_and(|rest| rest.starts_with(':'))
+        || (!held.contains('/')
+            && !needed.contains('/')
+            && needed
+                .strip_prefix(held)
+                .is_some_and(|rest| rest.starts_with(':')))
 }
 
 /// Who is asking: inserted into every authorized request's extensions by the gate.
@@ -192,13 +173,10 @@ impl Principal {
         self.role != Role::Caller
     }
 
-    /// Whether this principal may see a call of `tool` made by `caller`.
+    /// Whether this principal may see a call of `tool` made by `caller`: its own, or (an
+    /// approver's or admin's) one of a tool it decides.
     pub fn may_see(&self, caller: &Option<String>, tool: &str) -> bool {
-        if self.sees_all_calls() {
-            self.decides.allows(tool)
-        } else {
-            *caller == self.name
-        }
+        *caller == self.name || (self.sees_all_calls() && self.decides.allows(tool))
     }
 
     /// Whether this principal may see and decide an approval of `tool`.
@@ -259,6 +237,14 @@ mod tests {
         assert!(!finance.may_decide("files__write"));
         assert!(!finance.may_see(&Some("agent".into()), "files__write"));
         assert!(finance.may_see(&Some("agent".into()), "payments__charge"));
+        // An admin deciding few tools still sees its own calls of every tool.
+        let admin = Principal {
+            decides: reach(&["files__*"]),
+            ..Principal::new(Some("ops".into()), Role::Admin)
+        };
+        assert!(admin.may_see(&Some("ops".into()), "payments__charge"));
+        assert!(!admin.may_see(&Some("agent".into()), "payments__charge"));
+        assert!(!admin.may_decide("payments__charge"));
     }
 
     #[test]
@@ -277,6 +263,8 @@ mod tests {
             ("files__*", "files__read", true),
             ("files__*", "payments__read", false),
             ("**", "", true),
+            ("echo?", "echo2", true),
+            ("echo?", "echo", false),
         ];
         for (glob, name, expected) in cases {
             assert_eq!(glob_matches(glob, name), expected, "{glob} ~ {name}");
@@ -297,6 +285,12 @@ mod tests {
         assert!(!scope_grants("refunds:write", "refunds"));
         assert!(!scope_grants("refund", "refunds:write"));
         assert!(!scope_grants("refunds:read", "refunds:write"));
+        assert!(!scope_grants("api", "api://toolgate/refunds"));
+        assert!(!scope_grants("https", "https://api.example.com/refunds"));
+        assert!(scope_grants(
+            "api://toolgate/refunds",
+            "api://toolgate/refunds"
+        ));
         let token = Principal {
             scopes: Some(vec!["tools:call".into(), "refunds".into()].into()),
             ..Principal::new(Some("corp:agent".into()), Role::Caller)

@@ -77,6 +77,8 @@ pub enum ApiError {
     Forbidden,
     /// A valid token of an identity provider that gives no role here, and why.
     TokenForbidden(String),
+    /// An approver deciding a call made under its own name (the call's id).
+    DecidesOwnCall(String),
     /// A valid token that lacks a scope the tool requires: the tool, and every scope a call of
     /// it needs (`WWW-Authenticate: Bearer error="insufficient_scope"`, RFC 6750).
     InsufficientScope {
@@ -168,6 +170,7 @@ impl ApiError {
             ApiError::Forbidden
             | ApiError::TokenForbidden(_)
             | ApiError::InsufficientScope { .. }
+            | ApiError::DecidesOwnCall(_)
             | ApiError::HostNotAllowed(_)
             | ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
             ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
@@ -201,6 +204,7 @@ impl ApiError {
             ApiError::Unauthorized | ApiError::InvalidToken(_) => "unauthorized",
             ApiError::Forbidden
             | ApiError::TokenForbidden(_)
+            | ApiError::DecidesOwnCall(_)
             | ApiError::HostNotAllowed(_)
             | ApiError::OriginNotAllowed(_) => "forbidden",
             ApiError::InsufficientScope { .. } => "insufficient_scope",
@@ -271,6 +275,13 @@ impl ApiError {
             ApiError::TokenForbidden(why) => {
                 (format!("The bearer token gives no access: {why}."), None)
             }
+            ApiError::DecidesOwnCall(call_id) => (
+                format!(
+                    "Call `{call_id}` was made under your own name: whoever calls a tool never \
+                     decides on it. Another approver must."
+                ),
+                Some(json!({ "call_id": call_id })),
+            ),
             ApiError::InsufficientScope { tool, scopes } => (
                 format!(
                     "Calling tool `{tool}` takes a token with the scopes {}: ask the \
@@ -508,6 +519,7 @@ impl From<DispatchError> for ApiError {
     fn from(err: DispatchError) -> Self {
         match err {
             DispatchError::UnknownTool(name) => ApiError::UnknownTool(name),
+            DispatchError::DecidesOwnCall(call_id) => ApiError::DecidesOwnCall(call_id),
             DispatchError::InsufficientScope { tool, scopes } => {
                 ApiError::InsufficientScope { tool, scopes }
             }

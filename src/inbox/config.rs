@@ -38,10 +38,10 @@ pub struct InboxOidcConfig {
     /// The scopes asked for (default `["openid", "profile", "email"]`).
     #[serde(default = "default_scopes")]
     pub scopes: Vec<String>,
-    /// The callback's absolute URL as registered with the issuer (`https://…/inbox/oidc/callback`);
-    /// unset: the inbox's callback at the origin each request came to.
-    #[serde(default)]
-    pub redirect_url: Option<String>,
+    /// The callback's absolute URL, as registered with the issuer
+    /// (`https://tools.example.com/inbox/oidc/callback`). Configured, never taken from a
+    /// request's `Host`: a forged one could send the code elsewhere.
+    pub redirect_url: String,
 }
 
 fn default_scopes() -> Vec<String> {
@@ -106,16 +106,21 @@ impl InboxConfig {
                 "[inbox] key_sign_in = false needs [inbox.oidc]: nobody could sign in".into(),
             ));
         }
-        if let Some(url) = self
-            .oidc
-            .as_ref()
-            .and_then(|oidc| oidc.redirect_url.as_ref())
-        {
+        if let Some(oidc) = &self.oidc {
+            let url = &oidc.redirect_url;
             let parsed = url::Url::parse(url)
                 .map_err(|err| IssuerError(format!("[inbox.oidc] redirect_url `{url}`: {err}")))?;
-            if !matches!(parsed.scheme(), "https" | "http") || parsed.fragment().is_some() {
+            let loopback = parsed.host().is_some_and(|host| match host {
+                url::Host::Ipv4(ip) => ip.is_loopback(),
+                url::Host::Ipv6(ip) => ip.is_loopback(),
+                url::Host::Domain(name) => name == "localhost",
+            });
+            let secure = parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback);
+            if !secure || parsed.fragment().is_some() || !parsed.path().ends_with("/oidc/callback")
+            {
                 return Err(IssuerError(format!(
-                    "[inbox.oidc] redirect_url `{url}` must be an http(s) URL without a fragment"
+                    "[inbox.oidc] redirect_url `{url}` must be the https URL (http only on \
+                     loopback) of the inbox's /oidc/callback, without a fragment"
                 )));
             }
         }

@@ -185,6 +185,11 @@ impl Decision {
             | DispatchError::UnknownToken
             | DispatchError::NotReconcilable(_) => self.too_late(StatusCode::CONFLICT).await,
             DispatchError::SuspensionExpired(_) => self.too_late(StatusCode::GONE).await,
+            DispatchError::DecidesOwnCall(_) => Err(PageError::Forbidden(
+                "You made this call, under the same name you signed in with: whoever calls a \
+                 tool never decides on it. Another approver must."
+                    .into(),
+            )),
             DispatchError::CompletionNotAllowed(tool) => Err(PageError::BadRequest(format!(
                 "Tool {tool} declares no output schema, so it cannot be completed externally."
             ))),

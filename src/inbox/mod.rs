@@ -76,9 +76,8 @@ pub struct InboxOptions {
 pub struct InboxOidc {
     /// The issuer and this server's client of it.
     pub sign_in: Arc<crate::http::issuers::SignIn>,
-    /// The callback's absolute URL as registered with the issuer; `None`: this inbox's
-    /// `/oidc/callback` at the origin each request came to.
-    pub redirect_url: Option<String>,
+    /// The callback's absolute URL, as registered with the issuer (`…/inbox/oidc/callback`).
+    pub redirect_url: String,
 }
 
 impl Default for InboxOptions {

@@ -5,7 +5,7 @@
 //! bits), keeps them in one `HttpOnly` cookie for ten minutes, and sends the browser to the
 //! issuer. The cookie is `SameSite=Lax`, not `Strict`: it must come back with the issuer's
 //! redirect, a navigation from another site. `GET /inbox/oidc/callback` takes the cookie (once:
-//! it is cleared whatever happens), checks `state` in constant time and, when the issuer says
+//! it is cleared with the answer that decides the sign-in), checks `state` in constant time and, when the issuer says
 //! who it is (`iss`, RFC 9207), that it is the one asked; exchanges the code; and opens a
 //! session for the person the ID token names, with the rights the issuer's grants give them.
 //! A person whose grants make a caller, or nothing, is refused: whoever decides signs in as an
@@ -48,35 +48,14 @@ fn oidc_cookie(visit: &Visit, value: &str, max_age_s: u64) -> HeaderValue {
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-/// Where the issuer sends the browser back: `[inbox.oidc] redirect_url`, else this inbox's
-/// callback at the origin the request came to (its `Host`, which the gate checked against the
-/// allowed hosts, over https when a proxy says so).
-fn redirect_uri(visit: &Visit) -> Option<String> {
-    let oidc = visit.app.options.oidc.as_ref()?;
-    if let Some(url) = &oidc.redirect_url {
-        return Some(url.clone());
-    }
-    let host = visit.headers.get(header::HOST)?.to_str().ok()?;
-    let scheme = if secure_cookies(visit) {
-        "https"
-    } else {
-        "http"
-    };
-    Some(format!("{scheme}://{host}{}/oidc/callback", visit.base.0))
-}
-
-/// The sign-on, for a request from `address` within its sign-in attempts (the limit of the
-/// key form: each step is one).
-fn begin(visit: &Visit, address: Option<std::net::IpAddr>) -> Result<super::InboxOidc, PageError> {
-    let oidc = visit.app.options.oidc.clone().ok_or_else(|| {
-        PageError::BadRequest("This inbox has no single sign-on configured.".into())
-    })?;
+/// The sign-on configured.
+fn configured(visit: &Visit) -> Result<super::InboxOidc, PageError> {
     visit
         .app
-        .limiter
-        .take(address)
-        .map_err(PageError::RateLimited)?;
-    Ok(oidc)
+        .options
+        .oidc
+        .clone()
+        .ok_or_else(|| PageError::BadRequest("This inbox has no single sign-on configured.".into()))
 }
 
 /// The S256 challenge of `verifier` (RFC 7636).
@@ -84,16 +63,15 @@ fn challenge(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()))
 }
 
-/// `GET /inbox/oidc/start`: off to the issuer.
-pub(crate) async fn start(ClientAddr(address): ClientAddr, visit: Visit) -> Answer {
-    let oidc = begin(&visit, address)?;
-    let redirect = redirect_uri(&visit).ok_or_else(|| {
-        PageError::BadRequest("The request names no host to come back to.".into())
-    })?;
+/// `GET /inbox/oidc/start`: off to the issuer. Not limited per address as the callback is:
+/// it costs the server nothing but random bits, and behind a proxy one client spending the
+/// limit would keep everyone from signing in.
+pub(crate) async fn start(visit: Visit) -> Answer {
+    let oidc = configured(&visit)?;
     let (state, nonce, verifier) = (random_id()?, random_id()?, random_id()?);
     let url = match oidc
         .sign_in
-        .authorization_url(&redirect, &state, &nonce, &challenge(&verifier))
+        .authorization_url(&oidc.redirect_url, &state, &nonce, &challenge(&verifier))
         .await
     {
         Ok(url) => url,
@@ -165,7 +143,12 @@ pub(crate) async fn callback(
     visit: Visit,
     Query(back): Query<Callback>,
 ) -> Answer {
-    let oidc = begin(&visit, address)?;
+    let oidc = configured(&visit)?;
+    visit
+        .app
+        .limiter
+        .take(address)
+        .map_err(PageError::RateLimited)?;
     let _slot = visit.slot()?;
     let kept = cookie(&visit.headers, OIDC_COOKIE)
         .unwrap_or_default()
@@ -201,13 +184,14 @@ pub(crate) async fn callback(
             SignInError::Provider("the issuer answered with an error".into()),
         ));
     }
-    let (Some(code), Some(redirect)) = (back.code.as_deref(), redirect_uri(&visit)) else {
+    let Some(code) = back.code.as_deref() else {
         return Ok(refused(
             &visit,
             SignInError::Provider("the issuer sent no code".into()),
         ));
     };
-    let person = match oidc.sign_in.finish(code, &redirect, verifier, nonce).await {
+    let redirect = &oidc.redirect_url;
+    let person = match oidc.sign_in.finish(code, redirect, verifier, nonce).await {
         Ok(person) => person,
         Err(err) => return Ok(refused(&visit, err)),
     };
@@ -218,7 +202,7 @@ pub(crate) async fn callback(
         ));
     }
     let name = person.principal.name.clone().unwrap_or_default();
-    let signed = super::session::start_person(&visit, &person, oidc.sign_in.issuer_name()).await?;
+    let signed = super::session::start_person(&visit, &person, &oidc.sign_in).await?;
     tracing::info!(person = %name, "signed in to the inbox with the identity provider");
     let mut response = page(
         StatusCode::OK,
@@ -242,7 +226,7 @@ mod tests {
     fn the_challenge_is_rfc_7636s() {
         // RFC 7636, appendix B.
         assert_eq!(
-            super::challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFzXgM"),
+            super::challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
             "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
         );
     }

@@ -30,7 +30,7 @@ use super::InboxState;
 use super::views::{Answer, Base, Nav, PageError, page, see_other};
 use crate::dispatch::Dispatcher;
 use crate::http::auth::{ApiKey, Principal, Reach, Role};
-use crate::http::issuers::Person;
+use crate::http::issuers::{self, Person};
 use crate::slots::Slot;
 use crate::store::{InboxSession, Store, Timestamp};
 
@@ -265,19 +265,23 @@ impl Visit {
         let Some(session) = store.session(&hash, Timestamp::now()).await? else {
             return Ok(None);
         };
-        if let Some(issuer) = session
+        if let Some(bound) = session
             .key_fingerprint
             .as_deref()
             .and_then(|marker| marker.strip_prefix(PERSON_MARKER))
         {
-            let issuer = issuer.to_owned();
-            return self.person(session, &issuer, id, hash).await;
+            let bound = bound.to_owned();
+            return self.person(session, &bound, id, hash).await;
         }
-        // The key must still be configured, the same key, and still an approver's.
-        let key = keys.iter().find(|key| {
-            session.key_name.as_deref() == Some(key.name.as_str())
-                && session.key_fingerprint.as_deref() == Some(fingerprint(key).as_str())
-        });
+        // The key must still be configured, the same key, and still an approver's; and keys
+        // must still sign people in.
+        let key = keys
+            .iter()
+            .filter(|_| self.app.options.key_sign_in)
+            .find(|key| {
+                session.key_name.as_deref() == Some(key.name.as_str())
+                    && session.key_fingerprint.as_deref() == Some(fingerprint(key).as_str())
+            });
         match key {
             Some(key) if key.role != Role::Caller => Ok(Some(Signed {
                 principal: key.principal(),
@@ -294,12 +298,13 @@ impl Visit {
         }
     }
 
-    /// The person of a session opened through the identity provider `issuer`: signed in while
-    /// that provider is still the inbox's, with the role and reach they signed in with.
+    /// The person of a session opened through an identity provider (`bound`: its name and the
+    /// fingerprint of its sign-in, see [`person_marker`]): signed in while that provider, that
+    /// client and those grants are still the inbox's, with the role and reach they gave.
     async fn person(
         &self,
         session: InboxSession,
-        issuer: &str,
+        bound: &str,
         id: &str,
         hash: String,
     ) -> Result<Option<Signed>, PageError> {
@@ -308,7 +313,7 @@ impl Visit {
             .options
             .oidc
             .as_ref()
-            .is_some_and(|oidc| oidc.sign_in.issuer_name() == issuer);
+            .is_some_and(|oidc| *bound == person_marker(&oidc.sign_in)[PERSON_MARKER.len()..]);
         let role = match session.role.as_str() {
             "admin" => Some(Role::Admin),
             "approver" => Some(Role::Approver),
@@ -373,16 +378,27 @@ async fn start(visit: &Visit, principal: Principal, key: &ApiKey) -> Result<Sign
     open(visit, principal, Some(fingerprint(key)), None).await
 }
 
-/// Makes a session for `person`, signed in with the identity provider `issuer`.
+/// What stands in a person's session for a key's fingerprint: the issuer's name and the
+/// fingerprint of the sign-in (issuer, client, grants), so that a session ends as soon as any
+/// of them changes.
+fn person_marker(sign_in: &issuers::SignIn) -> String {
+    format!(
+        "{PERSON_MARKER}{}:{}",
+        sign_in.issuer_name(),
+        sign_in.fingerprint()
+    )
+}
+
+/// Makes a session for `person`, signed in through `sign_in`.
 pub(crate) async fn start_person(
     visit: &Visit,
     person: &Person,
-    issuer: &str,
+    sign_in: &issuers::SignIn,
 ) -> Result<Signed, PageError> {
     let mut signed = open(
         visit,
         person.principal.clone(),
-        Some(format!("{PERSON_MARKER}{issuer}")),
+        Some(person_marker(sign_in)),
         person.display.clone(),
     )
     .await?;

@@ -113,6 +113,8 @@ pub(crate) enum PageError {
     OverQuota(Box<crate::dispatch::quota::QuotaExceeded>),
     /// The request itself is wrong (a form too large, a value out of range).
     BadRequest(String),
+    /// The person may not do this (decide a call made under their own name).
+    Forbidden(String),
     /// The store cannot be reached now.
     Unavailable,
     /// Something failed inside the server; logged.
@@ -164,6 +166,11 @@ impl IntoResponse for PageError {
             PageError::BadRequest(message) => {
                 (StatusCode::BAD_REQUEST, "Bad request", message.clone())
             }
+            PageError::Forbidden(message) => (
+                StatusCode::FORBIDDEN,
+                "Not yours to decide",
+                message.clone(),
+            ),
             PageError::Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",

@@ -355,34 +355,6 @@ fn expand(value: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, S
     Ok(out)
 }
 
-/// Whether `name` matches `glob`, where `*` is any run of characters and `?` any one.
-pub fn glob_matches(glob: &str, name: &str) -> bool {
-    let (glob, name): (Vec<char>, Vec<char>) = (glob.chars().collect(), name.chars().collect());
-    // The last `*` seen and where in `name` it began to match; on a mismatch it takes one more.
-    let (mut g, mut n, mut star) = (0, 0, None::<(usize, usize)>);
-    while n < name.len() {
-        match glob.get(g) {
-            Some('*') => {
-                star = Some((g, n));
-                g += 1;
-            }
-            Some(&c) if c == '?' || c == name[n] => {
-                g += 1;
-                n += 1;
-            }
-            _ => match star {
-                Some((sg, sn)) => {
-                    g = sg + 1;
-                    n = sn + 1;
-                    star = Some((sg, sn + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    glob[g..].iter().all(|&c| c == '*')
-}
-
 /// An idempotency key template: literal text and `{field}`s, each a top-level input field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyTemplate {
@@ -480,17 +452,38 @@ mod tests {
 
     #[test]
     fn globs_match_as_shells_do() {
-        assert!(glob_matches("*", "write_file"));
-        assert!(glob_matches("write_*", "write_file"));
-        assert!(glob_matches("*_file", "write_file"));
-        assert!(glob_matches("w?ite*e", "write_file"));
-        assert!(glob_matches("*i*e*", "write_file"));
-        assert!(!glob_matches("read_*", "write_file"));
-        assert!(!glob_matches("write_file?", "write_file"));
-        assert!(glob_matches("write_file", "write_file"));
-        assert!(!glob_matches("", "x"));
-        assert!(glob_matches("a*b*c", "aXXbYYc"));
-        assert!(!glob_matches("a*b*c", "aXXbYY"));
+        assert!(crate::contract::registry::glob_matches("*", "write_file"));
+        assert!(crate::contract::registry::glob_matches(
+            "write_*",
+            "write_file"
+        ));
+        assert!(crate::contract::registry::glob_matches(
+            "*_file",
+            "write_file"
+        ));
+        assert!(crate::contract::registry::glob_matches(
+            "w?ite*e",
+            "write_file"
+        ));
+        assert!(crate::contract::registry::glob_matches(
+            "*i*e*",
+            "write_file"
+        ));
+        assert!(!crate::contract::registry::glob_matches(
+            "read_*",
+            "write_file"
+        ));
+        assert!(!crate::contract::registry::glob_matches(
+            "write_file?",
+            "write_file"
+        ));
+        assert!(crate::contract::registry::glob_matches(
+            "write_file",
+            "write_file"
+        ));
+        assert!(!crate::contract::registry::glob_matches("", "x"));
+        assert!(crate::contract::registry::glob_matches("a*b*c", "aXXbYYc"));
+        assert!(!crate::contract::registry::glob_matches("a*b*c", "aXXbYY"));
     }
 
     #[test]

@@ -23,9 +23,10 @@ use std::sync::Arc;
 use rmcp::model::Tool as McpTool;
 
 use crate::contract::erased::DynTool;
+use crate::contract::registry::glob_matches;
 use crate::contract::registry::{RegistryError, ToolSet, is_valid_tool_name};
 use crate::dispatch::Dispatcher;
-use config::{Transport, Upstream, glob_matches};
+use config::{Transport, Upstream};
 use link::{Link, Session};
 use tool::{UpstreamTool, prefixed};
 

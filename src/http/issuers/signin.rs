@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use jsonwebtoken::Algorithm;
 use serde_json::{Map, Value};
+use sha2::Digest;
 use subtle::ConstantTimeEq;
 use tokio::sync::OnceCell;
 use url::Url;
@@ -50,6 +51,7 @@ pub struct SignIn {
     scopes: String,
     client: reqwest::Client,
     endpoints: OnceCell<Endpoints>,
+    fingerprint: String,
 }
 
 impl std::fmt::Debug for SignIn {
@@ -116,7 +118,13 @@ impl Issuers {
                 asked.push(scope);
             }
         }
+        let grants = format!(
+            "{}\0{}\0{client_id}\0{:?}",
+            issuer.settings.issuer, issuer.settings.name_claim, issuer.settings.grants
+        );
+        let fingerprint = hex::encode(sha2::Sha256::digest(grants.as_bytes()));
         Ok(SignIn {
+            fingerprint,
             issuer,
             client_id: client_id.to_owned(),
             client_secret,
@@ -131,6 +139,12 @@ impl SignIn {
     /// The issuer's name, as people see it on the sign-in page.
     pub fn issuer_name(&self) -> &str {
         &self.issuer.settings.name
+    }
+
+    /// What a person's session is bound to: this issuer, this client and the grants as
+    /// configured (a hex SHA-256). A session made under other grants ends at once.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
     }
 
     /// The issuer's URL, as its answers' `iss` say it.
@@ -211,6 +225,17 @@ impl SignIn {
     async fn verify(&self, id_token: &str, nonce: &str) -> Result<Person, SignInError> {
         let refused = |why: Refused| SignInError::Refused(why.message);
         let parts = verify::parts(id_token).map_err(refused)?;
+        // `typ` is optional on an ID token (OpenID Connect leaves it out); when present it
+        // must say JWT.
+        if parts
+            .typ
+            .as_deref()
+            .is_some_and(|typ| !typ.eq_ignore_ascii_case("jwt"))
+        {
+            return Err(SignInError::Refused(
+                "the ID token's `typ` is not JWT".into(),
+            ));
+        }
         let settings = &self.issuer.settings;
         if parts.iss != settings.issuer {
             return Err(SignInError::Refused(
@@ -250,12 +275,19 @@ impl SignIn {
                 SignInError::Refused(why.message)
             }
         })?;
+        // Shown in pages and recorded on calls: what could hide or reorder text is dropped.
         let display = ["name", "email"]
             .iter()
             .filter_map(|claim| claims.get(*claim).and_then(Value::as_str))
-            .map(str::trim)
-            .find(|name| !name.is_empty())
-            .map(|name| name.chars().take(MAX_DISPLAY_CHARS).collect());
+            .map(|name| {
+                let shown: String = name.chars().filter(|c| !verify::is_hidden(*c)).collect();
+                shown
+                    .trim()
+                    .chars()
+                    .take(MAX_DISPLAY_CHARS)
+                    .collect::<String>()
+            })
+            .find(|name| !name.is_empty());
         let principal = Principal {
             display: display.clone(),
             ..principal

@@ -47,6 +47,17 @@ pub(super) struct Parts {
     pub(super) alg: Algorithm,
     pub(super) kid: Option<String>,
     pub(super) iss: String,
+    /// The header's `typ` (`application/` taken off), if any.
+    pub(super) typ: Option<String>,
+}
+
+impl Parts {
+    /// Whether `typ` says a JWT access token may be this: `JWT` or `at+jwt` (RFC 9068).
+    fn typed_as_access_token(&self) -> bool {
+        self.typ.as_deref().is_some_and(|typ| {
+            typ.eq_ignore_ascii_case("jwt") || typ.eq_ignore_ascii_case("at+jwt")
+        })
+    }
 }
 
 pub(super) fn parts(token: &str) -> Result<Parts, Refused> {
@@ -77,14 +88,10 @@ pub(super) fn parts(token: &str) -> Result<Parts, Refused> {
             format!("the token's algorithm `{alg}` is not accepted"),
         )
     })?;
-    let typ = header.get("typ").and_then(Value::as_str).unwrap_or("");
-    let typ = typ.strip_prefix("application/").unwrap_or(typ);
-    if !typ.eq_ignore_ascii_case("jwt") && !typ.eq_ignore_ascii_case("at+jwt") {
-        return Err(Refused::new(
-            "type",
-            "the token's `typ` is neither JWT nor at+jwt",
-        ));
-    }
+    let typ = header
+        .get("typ")
+        .and_then(Value::as_str)
+        .map(|typ| typ.strip_prefix("application/").unwrap_or(typ).to_owned());
     let kid = match header.get("kid") {
         None => None,
         Some(Value::String(kid)) => Some(kid.clone()),
@@ -95,7 +102,7 @@ pub(super) fn parts(token: &str) -> Result<Parts, Refused> {
         .and_then(Value::as_str)
         .ok_or_else(|| Refused::new("claims", "the token has no `iss`"))?
         .to_owned();
-    Ok(Parts { alg, kid, iss })
+    Ok(Parts { alg, kid, iss, typ })
 }
 
 /// Decides `token` with the keys cached now; `fetch` is whether they were just fetched (an
@@ -110,7 +117,13 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
         Verdict::Refused(refused)
     };
     let parts = match parts(token) {
-        Ok(parts) => parts,
+        Ok(parts) if parts.typed_as_access_token() => parts,
+        Ok(_) => {
+            return unattributed(Refused::new(
+                "type",
+                "the token's `typ` is neither JWT nor at+jwt",
+            ));
+        }
         Err(refused) => return unattributed(refused),
     };
     let Some(issuer) = issuers.iter().find(|i| i.settings.issuer == parts.iss) else {
@@ -196,6 +209,17 @@ pub(super) fn principal(
                 ),
             )
         })?;
+    // The name is recorded on calls and shown in pages: bounded, and nothing in it that a
+    // terminal or a page would act on.
+    if name.len() > MAX_NAME_BYTES || name.chars().any(is_hidden) {
+        return Err(Refused::new(
+            "claims",
+            format!(
+                "the token's `{}` is longer than {MAX_NAME_BYTES} bytes or holds control characters",
+                settings.name_claim
+            ),
+        ));
+    }
     let rights = grants::rights(&settings.grants, claims).map_err(|why| {
         let message = match why {
             NoRole::NoGrant => "the token matches no grant of its issuer",
@@ -220,6 +244,16 @@ pub(super) fn principal(
         scopes: Some(scopes.into()),
         display: None,
     })
+}
+
+/// The longest principal name a token may give (its name claim), in bytes.
+const MAX_NAME_BYTES: usize = 256;
+
+/// Whether `c` is a control character or one that reorders text (a bidi override or
+/// isolate): never part of a name shown to people.
+pub(super) fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Whether `token` has a JWS's three parts; anything else is an opaque token.
