@@ -161,7 +161,7 @@ pub(super) async fn list(
     responses(
         (status = 200, description = "The pending suspension, with `input`.", body = Approval),
         (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches).", body = ErrorEnvelope),
         (status = 409, description = "`already_resolved`: it was approved, rejected or completed; `details` is the call's record.", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time; `details` is the call's record.", body = ErrorEnvelope),
         (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
@@ -194,7 +194,7 @@ pub(super) async fn get(
         (status = 200, description = "The tool ran again and completed.", body = CallCompleted),
         (status = 202, description = "The tool ran again and suspended anew, with a new token.", body = CallSuspended),
         (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token; or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches); or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
         (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record. `lease_lost`: this replica lost its lease while the tool re-ran and the call was settled meanwhile; the outcome was refused and kept as `late_outcome` (`details` is the call).", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
@@ -225,7 +225,7 @@ pub(super) async fn approve(
     responses(
         (status = 200, description = "Rejected; the call's record.", body = CallRecord),
         (status = 400, description = "`bad_request`: malformed JSON, a `reason` longer than 4096 characters, or an unknown field.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches).", body = ErrorEnvelope),
         (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record.", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
@@ -255,7 +255,7 @@ pub(super) async fn reject(
     responses(
         (status = 200, description = "Completed with this output.", body = CallCompleted),
         (status = 400, description = "`bad_request`: malformed JSON, a missing `output`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token; or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches); or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
         (status = 409, description = "`completion_not_allowed`: the tool declares no output schema; or `already_resolved`.", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),

@@ -240,9 +240,21 @@ fn add_auth_responses(responses: &mut Map<String, Value>, envelope: &dyn Fn(&str
         }});
         response
     });
-    responses
-        .entry("403")
-        .or_insert_with(|| envelope("`forbidden`: the key's role may not use this route.", false));
+    responses.entry("403").or_insert_with(|| {
+        let mut response = envelope(
+            "`forbidden`: the key's role may not use this route, a provider's token matches no \
+             grant, or (deciding) the call was made under the decider's own name \
+             (`details.call_id`). `insufficient_scope` (calling a tool): a provider's token \
+             lacks a scope the tool's `required_scopes` names; nothing ran.",
+            false,
+        );
+        response["headers"] = json!({"WWW-Authenticate": {
+            "description": "With `insufficient_scope`: `Bearer error=\"insufficient_scope\", \
+                            scope=\"<every scope the call needs>\", resource_metadata=\"<url>\"`.",
+            "schema": {"type": "string"},
+        }});
+        response
+    });
 }
 
 /// Registers `schema` as the component `prefix` (its `$defs` as `prefix.<def>`), rewriting its

@@ -140,7 +140,7 @@ pub(super) async fn list(
     params(("name" = String, Path, description = "The tool's name.")),
     responses(
         (status = 200, description = "The tool.", body = ToolDescriptor),
-        (status = 404, description = "`unknown_tool`: no tool has this name.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_tool`: no tool has this name, or none the principal's `tools` reach.", body = ErrorEnvelope),
         (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
     )
 )]
@@ -173,7 +173,7 @@ pub(super) async fn get(
         (status = 202, description = "The call waits for a person; approve or reject it with the suspension's token.", body = CallSuspended,
             headers(("Idempotent-Replayed" = String, description = "`true` when the answer is a replay."))),
         (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, JSON nested too deep, or a bad `Idempotency-Key`.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_tool`: no tool has this name.", body = ErrorEnvelope),
+        (status = 404, description = "`unknown_tool`: no tool has this name, or none the principal's `tools` reach.", body = ErrorEnvelope),
         (status = 409, description = "`call_in_progress` (with `Retry-After`): the call with this idempotency key still runs. `needs_reconciliation`: it may have had its effect and waits for a person (`details` is the call). `rejected`: a replayed call that a person rejected. `lease_lost`: this replica lost its lease while the tool ran and the call was settled meanwhile; the outcome was refused and kept in the call's history as `late_outcome` (`details` is the call).", body = ErrorEnvelope,
             headers(("Retry-After" = String, description = "Seconds to wait, with `call_in_progress`."))),
         (status = 410, description = "`suspension_expired`: a replayed call whose suspension expired.", body = ErrorEnvelope),
