@@ -15,18 +15,22 @@
 //!   call changes, the event stream a principal may see, and the webhooks.
 //! - [`dispatch`]: the call lifecycle, the only path by which a tool runs (validate the input,
 //!   record the intent, run, record the outcome; approvals re-enter the same path), and the
-//!   rules every door shares: who sees which call, the bounds on what a client sends, what a
-//!   person may write, how a request waits for a change.
+//!   rules every door shares: who sees which call and which tools and approvals a principal
+//!   reaches, the bounds on what a client sends, what a person may write, how a request waits
+//!   for a change.
 //! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`.
 //! - [`schema`]: JSON Schema cleaning and each LLM provider's tool-list format (OpenAI,
 //!   Anthropic, Gemini, MCP), built once from the tools' own schemas.
 //!
 //! The doors, side by side over one floor:
-//! - [`http`]: what every HTTP door shares, no handlers: keys, roles and the gate on each
-//!   route, the one error envelope, extractors, `?wait=`, the feed as Server-Sent Events.
+//! - [`http`]: what every HTTP door shares, no handlers: keys, identity providers' tokens
+//!   (`http::issuers`: verification, grants, the resource's metadata, a person's sign-in), roles
+//!   and the gate on each route, the one error envelope, extractors, `?wait=`, the feed as
+//!   Server-Sent Events.
 //! - [`rest`]: the REST API, one file per resource.
 //! - [`mcp`]: `/mcp`, the same tools over the Model Context Protocol (rmcp).
-//! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key, the live queue, one
+//! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key or the identity
+//!   provider, the live queue, one
 //!   approval with a form generated from its schema; every decision goes through the dispatcher.
 //!
 //! And what puts them together:

@@ -83,6 +83,24 @@ impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     }
 }
 
+/// The tools the request's principal reaches (its `tools`), without a copy of the rest of the
+/// principal: what a tool list needs, on the path of every `GET /tools`.
+pub struct Reaching(pub crate::dispatch::who::Reach);
+
+impl<S: Send + Sync> FromRequestParts<S> for Reaching {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        match parts.extensions.get::<crate::dispatch::who::Principal>() {
+            Some(principal) => Ok(Reaching(principal.tools.clone())),
+            None => {
+                tracing::error!("a route that passed no gate asked for its principal");
+                Err(ApiError::Internal)
+            }
+        }
+    }
+}
+
 /// Query parameters.
 pub struct QueryParams<T>(pub T);
 

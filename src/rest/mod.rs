@@ -22,7 +22,7 @@ use axum::Router;
 
 use crate::dispatch::Dispatcher;
 use crate::dispatch::live::Derived;
-use crate::http::auth::Principal;
+use crate::http::auth::Reach;
 use crate::http::gate::Gates;
 use catalog::Catalog;
 
@@ -38,11 +38,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The serialized answers of the tool list as it stands.
-    /// The catalog as `principal` sees it: only the tools it may call.
-    fn catalog(&self, principal: &Principal) -> Arc<(u64, Catalog)> {
-        self.catalog
-            .view(&self.dispatcher.tools(), &principal.tools)
+    /// The serialized answers of the tool list as it stands, as a principal reaching `reach`
+    /// sees them: only the tools it may call.
+    fn catalog(&self, reach: &Reach) -> Arc<(u64, Catalog)> {
+        self.catalog.view(&self.dispatcher.tools(), reach)
     }
 }
 

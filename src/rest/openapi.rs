@@ -7,10 +7,10 @@
 //! Schema whose `$ref`s point into its own `$defs`; those are moved into `components/schemas`
 //! under the tool's name and the references rewritten, so they resolve inside this document.
 
+use axum::Router;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::get;
-use axum::{Extension, Router};
 use serde_json::{Map, Value, json};
 use utoipa::OpenApi;
 
@@ -21,8 +21,9 @@ use super::{approvals, calls, events, health, metrics, tools, webhooks};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
-use crate::http::auth::{Access, Principal};
+use crate::http::auth::Access;
 use crate::http::error::{ErrorEnvelope, ErrorObject};
+use crate::http::extract::Reaching;
 use crate::http::gate::Gates;
 use crate::store::{
     Approval, CallError, CallEvent, CallRecord, CallStatus, CallSummary, SuspensionView,
@@ -69,11 +70,8 @@ struct ApiDoc;
     get, path = "/openapi.json", tag = "openapi", operation_id = "openapi",
     responses((status = 200, description = "The OpenAPI 3.1 document of this server.", content_type = "application/json", body = Object))
 )]
-async fn openapi_json(
-    State(app): State<RestState>,
-    Extension(principal): Extension<Principal>,
-) -> Response {
-    json_response(&app.catalog(&principal).1.openapi_json)
+async fn openapi_json(State(app): State<RestState>, Reaching(reach): Reaching) -> Response {
+    json_response(&app.catalog(&reach).1.openapi_json)
 }
 
 /// `/openapi.json`: every key.

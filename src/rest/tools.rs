@@ -14,7 +14,7 @@ use crate::contract::erased::ToolDescriptor;
 use crate::dispatch::{CallOptions, CallOutcome};
 use crate::http::auth::{Access, Principal};
 use crate::http::error::{ApiError, ErrorEnvelope};
-use crate::http::extract::{JsonBody, PathParam, QueryParams};
+use crate::http::extract::{JsonBody, PathParam, QueryParams, Reaching};
 use crate::http::gate::Gates;
 use crate::http::hold::Wait;
 use crate::http::idempotency::IdempotencyKey;
@@ -117,10 +117,10 @@ pub struct CallRequest {
 )]
 pub(super) async fn list(
     State(app): State<RestState>,
-    Extension(principal): Extension<Principal>,
+    Reaching(reach): Reaching,
     QueryParams(query): QueryParams<ToolsQuery>,
 ) -> Result<Response, ApiError> {
-    let catalog = app.catalog(&principal);
+    let catalog = app.catalog(&reach);
     let Some(name) = query.format else {
         return Ok(json_response(&catalog.1.tools_json));
     };
@@ -146,10 +146,10 @@ pub(super) async fn list(
 )]
 pub(super) async fn get(
     State(app): State<RestState>,
-    Extension(principal): Extension<Principal>,
+    Reaching(reach): Reaching,
     PathParam(name): PathParam,
 ) -> Result<Response, ApiError> {
-    app.catalog(&principal)
+    app.catalog(&reach)
         .1
         .descriptor_json
         .get(&name)
