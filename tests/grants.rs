@@ -316,7 +316,6 @@ async fn an_approval_outside_an_approvers_decides_does_not_exist_for_it() {
         .machine_token("machine-es256", "tools:call refunds:write")
         .await;
     let finance = provider.machine_token("machine-rs256", "").await;
-    let support = provider.machine_token("machine-ps256", "").await;
     let mut finance_events = open_events(api, &finance).await;
     let mut support_events = open_events(api, SUPPORT_KEY).await;
 
@@ -464,7 +463,6 @@ async fn an_approval_outside_an_approvers_decides_does_not_exist_for_it() {
     assert_eq!(status, StatusCode::OK);
     let (status, _) = get(api, "/approvals", &caller).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    drop(support);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,19 +133,9 @@ async fn open(api: &Api, token: &str, path: &str) -> reqwest::Response {
 
 /// A `tools/call` over `/mcp` as `token`; its JSON-RPC result.
 async fn mcp_call(api: &Api, token: &str, tool: &str, arguments: Value) -> Value {
-    let response = api
-        .client
-        .post(format!("{}/mcp", api.base))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .bearer_auth(token)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": tool, "arguments": arguments}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let body: Value = response.json().await.unwrap();
+    let params = json!({"name": tool, "arguments": arguments});
+    let (status, _, body) = common::mcp_request(api, token, "tools/call", params).await;
+    assert_eq!(status, StatusCode::OK);
     body.get("result")
         .cloned()
         .unwrap_or_else(|| panic!("a result: {body}"))

@@ -150,7 +150,7 @@ impl Dispatcher {
         principal: &Principal,
         token: &str,
     ) -> Result<(), DispatchError> {
-        if principal.role == Role::Admin && principal.decides.is_all() {
+        if principal.decides_everything() {
             return Ok(());
         }
         let Some(state) = self.store.approval(token).await? else {
@@ -177,7 +177,7 @@ impl Dispatcher {
         principal: &Principal,
         call_id: &str,
     ) -> Result<(), DispatchError> {
-        if principal.role == Role::Admin && principal.decides.is_all() {
+        if principal.decides_everything() {
             return Ok(());
         }
         let call = self.visible_call(principal, call_id).await?;

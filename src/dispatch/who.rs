@@ -184,10 +184,9 @@ impl Principal {
         self.sees_all_calls() && self.decides.allows(tool)
     }
 
-    /// The only caller whose calls this principal may see, for a filter over many calls (the
-    /// change feed): `None` when it sees all of them (of the tools it decides).
-    pub fn only_own(&self) -> Option<Option<String>> {
-        (!self.sees_all_calls()).then(|| self.name.clone())
+    /// Whether this is an admin deciding every tool: nothing to check before it decides.
+    pub fn decides_everything(&self) -> bool {
+        self.role == Role::Admin && self.decides.is_all()
     }
 
     /// The scopes of `required` this principal's token lacks (none for a principal without a
@@ -219,10 +218,8 @@ mod tests {
         assert!(!agent.may_see(&Some("other".into()), "echo"));
         assert!(!agent.may_see(&None, "echo"));
         assert!(!agent.may_decide("echo"));
-        assert_eq!(agent.only_own(), Some(Some("agent".into())));
         let ops = Principal::new(Some("ops".into()), Role::Approver);
         assert!(ops.may_see(&Some("agent".into()), "echo"));
-        assert_eq!(ops.only_own(), None);
         assert!(Principal::anonymous().may_see(&Some("agent".into()), "echo"));
     }
 

@@ -192,17 +192,17 @@ pub(crate) async fn callback(
     };
     let redirect = &oidc.redirect_url;
     let person = match oidc.sign_in.finish(code, redirect, verifier, nonce).await {
-        Ok(person) => person,
+        Ok(principal) => principal,
         Err(err) => return Ok(refused(&visit, err)),
     };
-    if !person.principal.sees_all_calls() {
+    if !person.sees_all_calls() {
         return Ok(refused(
             &visit,
             SignInError::Forbidden("a caller decides nothing".into()),
         ));
     }
-    let name = person.principal.name.clone().unwrap_or_default();
-    let signed = super::session::start_person(&visit, &person, &oidc.sign_in).await?;
+    let name = person.name.clone().unwrap_or_default();
+    let signed = super::session::start_person(&visit, person, &oidc.sign_in).await?;
     tracing::info!(person = %name, "signed in to the inbox with the identity provider");
     let mut response = page(
         StatusCode::OK,

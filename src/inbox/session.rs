@@ -30,7 +30,7 @@ use super::InboxState;
 use super::views::{Answer, Base, Nav, PageError, page, see_other};
 use crate::dispatch::Dispatcher;
 use crate::http::auth::{ApiKey, Principal, Reach, Role};
-use crate::http::issuers::{self, Person};
+use crate::http::issuers;
 use crate::slots::Slot;
 use crate::store::{InboxSession, Store, Timestamp};
 
@@ -70,8 +70,6 @@ pub(crate) struct Signed {
     /// Who acts: the key's name, or `<issuer>:<subject>` for a person signed in with an
     /// identity provider (recorded as the actor of every decision), and their rights.
     pub(crate) principal: Principal,
-    /// The name to show for a person signed in with an identity provider.
-    pub(crate) display: Option<String>,
     /// The CSRF token every form of this session carries.
     pub(crate) csrf: String,
     /// A cookie to set with the answer: a session just made (auth off makes one by itself).
@@ -90,7 +88,7 @@ impl Signed {
     pub(crate) fn nav(&self) -> Nav {
         let name = self.principal.name.as_deref();
         Nav {
-            who: match (&self.display, name) {
+            who: match (&self.principal.display, name) {
                 (Some(display), Some(name)) => format!("{display} ({name})"),
                 (None, Some(name)) => name.to_owned(),
                 (_, None) => "auth off (admin)".into(),
@@ -250,7 +248,6 @@ impl Visit {
             };
             return Ok(Some(Signed {
                 principal,
-                display: None,
                 csrf: csrf_token(&id),
                 set_cookie,
                 _slot: Some(self.slot()?),
@@ -285,7 +282,6 @@ impl Visit {
         match key {
             Some(key) if key.role != Role::Caller => Ok(Some(Signed {
                 principal: key.principal(),
-                display: None,
                 csrf: csrf_token(id),
                 set_cookie: None,
                 _slot: Some(self.slot()?),
@@ -332,10 +328,9 @@ impl Visit {
         Ok(Some(Signed {
             principal: Principal {
                 decides,
-                display: session.display_name.clone(),
+                display: session.display_name,
                 ..Principal::new(session.key_name, role)
             },
-            display: session.display_name,
             csrf: csrf_token(id),
             set_cookie: None,
             _slot: Some(self.slot()?),
@@ -375,7 +370,7 @@ const PERSON_MARKER: &str = "issuer:";
 
 /// Makes a session for `principal`, signed in with `key`.
 async fn start(visit: &Visit, principal: Principal, key: &ApiKey) -> Result<Signed, PageError> {
-    open(visit, principal, Some(fingerprint(key)), None).await
+    open(visit, principal, Some(fingerprint(key))).await
 }
 
 /// What stands in a person's session for a key's fingerprint: the issuer's name and the
@@ -392,18 +387,10 @@ fn person_marker(sign_in: &issuers::SignIn) -> String {
 /// Makes a session for `person`, signed in through `sign_in`.
 pub(crate) async fn start_person(
     visit: &Visit,
-    person: &Person,
+    person: Principal,
     sign_in: &issuers::SignIn,
 ) -> Result<Signed, PageError> {
-    let mut signed = open(
-        visit,
-        person.principal.clone(),
-        Some(person_marker(sign_in)),
-        person.display.clone(),
-    )
-    .await?;
-    signed.display = person.display.clone();
-    Ok(signed)
+    open(visit, person, Some(person_marker(sign_in))).await
 }
 
 /// Stores a new session for `principal` (`marker`: its key's fingerprint, or which identity
@@ -412,7 +399,6 @@ async fn open(
     visit: &Visit,
     principal: Principal,
     marker: Option<String>,
-    display_name: Option<String>,
 ) -> Result<Signed, PageError> {
     let id = random_id()?;
     let now = Timestamp::now();
@@ -436,7 +422,7 @@ async fn open(
             key_fingerprint: marker,
             created_at: now,
             expires_at: Timestamp(now.0.saturating_add(ttl_ms)),
-            display_name,
+            display_name: principal.display.clone(),
             decides: principal
                 .decides
                 .globs()
@@ -452,7 +438,6 @@ async fn open(
     );
     Ok(Signed {
         principal,
-        display: None,
         csrf: csrf_token(&id),
         set_cookie: Some(cookie),
         _slot: None,

@@ -30,7 +30,7 @@ mod verify;
 use std::sync::Arc;
 
 pub use config::{IssuerConfig, IssuerError};
-pub use signin::{Person, SignIn, SignInError};
+pub use signin::{SignIn, SignInError};
 pub(crate) use verify::{Refused, Verdict};
 
 use crate::dispatch::who::Principal;

@@ -63,15 +63,6 @@ impl std::fmt::Debug for SignIn {
     }
 }
 
-/// A person signed in: who, with what rights, and the name to show.
-#[derive(Debug, Clone)]
-pub struct Person {
-    /// `<issuer name>:<name claim>`, with the grants' role and reach.
-    pub principal: Principal,
-    /// From the ID token's `name`, else its `email`.
-    pub display: Option<String>,
-}
-
 /// Why a sign-in did not work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SignInError {
@@ -182,7 +173,7 @@ impl SignIn {
         redirect_uri: &str,
         verifier: &str,
         nonce: &str,
-    ) -> Result<Person, SignInError> {
+    ) -> Result<Principal, SignInError> {
         let token_url = self.endpoints().await?.token.clone();
         let body = url::form_urlencoded::Serializer::new(String::new())
             .append_pair("grant_type", "authorization_code")
@@ -222,7 +213,7 @@ impl SignIn {
     }
 
     /// The person of `id_token`, if it is this issuer's, for this client, of this sign-in.
-    async fn verify(&self, id_token: &str, nonce: &str) -> Result<Person, SignInError> {
+    async fn verify(&self, id_token: &str, nonce: &str) -> Result<Principal, SignInError> {
         let refused = |why: Refused| SignInError::Refused(why.message);
         let parts = verify::parts(id_token).map_err(refused)?;
         // `typ` is optional on an ID token (OpenID Connect leaves it out); when present it
@@ -288,11 +279,10 @@ impl SignIn {
                     .collect::<String>()
             })
             .find(|name| !name.is_empty());
-        let principal = Principal {
-            display: display.clone(),
+        Ok(Principal {
+            display,
             ..principal
-        };
-        Ok(Person { principal, display })
+        })
     }
 
     /// The verified claims of `token`, with the key of `kid` (the key set fetched once if the
