@@ -27,6 +27,7 @@
 //! ([`replicas`], [`waiting`], [`webhooks`]; the plain load scenarios are the plan of [`run`]),
 //! which never import each other; and on top the report ([`Report`]) and [`run`].
 
+pub mod budget;
 pub mod harness;
 pub mod replicas;
 mod report;

@@ -30,6 +30,9 @@ fn main() -> ExitCode {
         ));
         return ExitCode::SUCCESS;
     }
+    if args.first().map(String::as_str) == Some("budget") {
+        return budget(&args[1..], &runtime);
+    }
     if args.first().map(String::as_str) == Some("load") {
         // `load ADDR[,ADDR...] SCENARIO SECONDS CONNECTIONS`: drive one scenario at a running
         // server (or replicas, connections spread over them), for profiling it
@@ -196,6 +199,54 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!("toolgate-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `budget [--update] [--file FILE] [--toolgate PATH] [--data-root DIR] [SCENARIO...]`: the
+/// instructions-per-call check of `bench/budgets.toml` (see `toolgate_bench::budget`).
+fn budget(args: &[String], runtime: &tokio::runtime::Runtime) -> ExitCode {
+    let exe = std::env::current_exe().expect("the harness's own path");
+    let dir = exe.parent().expect("a directory").to_path_buf();
+    let mut options = toolgate_bench::budget::BudgetOptions {
+        file: PathBuf::from("bench/budgets.toml"),
+        toolgate: dir.join("toolgate"),
+        data_root: dir.join("bench-data").join("budget"),
+        update: false,
+        only: Vec::new(),
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().map(PathBuf::from);
+        match arg.as_str() {
+            "--update" => options.update = true,
+            "--file" | "--toolgate" | "--data-root" => {
+                let Some(path) = value() else {
+                    eprintln!("{arg} needs a value");
+                    return ExitCode::from(2);
+                };
+                match arg.as_str() {
+                    "--file" => options.file = path,
+                    "--toolgate" => options.toolgate = path,
+                    _ => options.data_root = path,
+                }
+            }
+            flag if flag.starts_with('-') => {
+                eprintln!(
+                    "usage: toolgate-bench budget [--update] [--file FILE] [--toolgate PATH] \
+                     [--data-root DIR] [SCENARIO...]"
+                );
+                return ExitCode::from(2);
+            }
+            name => options.only.push(name.to_owned()),
+        }
+    }
+    match runtime.block_on(toolgate_bench::budget::check(&options)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("toolgate-bench budget: {e}");
             ExitCode::FAILURE
         }
     }

@@ -39,7 +39,18 @@ impl ServerProcess {
         config: Option<&Path>,
         env: &[(String, String)],
     ) -> Result<Self, String> {
-        let mut command = Command::new(binary);
+        Self::toolgate_in(Command::new(binary), data_dir, config, env).await
+    }
+
+    /// As [`ServerProcess::toolgate_with`], run by `command`: the binary itself, or a program
+    /// that runs it (`valgrind --tool=callgrind .../toolgate`); `serve` and its arguments are
+    /// appended.
+    pub async fn toolgate_in(
+        mut command: Command,
+        data_dir: &Path,
+        config: Option<&Path>,
+        env: &[(String, String)],
+    ) -> Result<Self, String> {
         // toolgate reads every TOOLGATE_* variable as configuration (and refuses one it does not
         // know, such as the tests' TOOLGATE_TEST_DATABASE_URL): the server measured runs on its
         // defaults and what the harness sets, whatever the harness's own environment holds.
@@ -70,7 +81,7 @@ impl ServerProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+            .map_err(|e| format!("cannot start {:?}: {e}", command.get_program()))?;
         let addr = listening_addr(&mut child, "listening on http://")?;
         let server = ServerProcess { child, addr };
         server.wait_ready().await?;
@@ -78,7 +89,7 @@ impl ServerProcess {
     }
 
     async fn wait_ready(&self) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {
             if fetch(self.addr, "/readyz").await.is_ok() {
                 return Ok(());
@@ -158,7 +169,7 @@ fn listening_addr(child: &mut Child, marker: &'static str) -> Result<SocketAddr,
             let _ = tx.send(Err(said.join("\n")));
         }
     });
-    let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+    let addr = match rx.recv_timeout(Duration::from_secs(120)) {
         Ok(Ok(addr)) => addr,
         Ok(Err(said)) => return Err(format!("the server exited before it listened: {said}")),
         Err(_) => return Err("the server never said where it listens".to_owned()),
