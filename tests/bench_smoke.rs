@@ -54,6 +54,7 @@ fn the_benchmark_harness_runs_every_scenario_without_errors() {
                 "pg_echo_r2",
                 "pg_echo_r3",
                 "pg_commits",
+                "pg_durable",
                 "pg_write",
                 "pg_write_r2",
                 "pg_write_r3",

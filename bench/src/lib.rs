@@ -82,6 +82,17 @@ pub async fn load_once(
     once(scenario, Target::Http(addrs), duration, connections).await
 }
 
+/// The bare durable-write baseline (the `pg_durable` scenario, see [`harness::durable`]) on
+/// `connections` clients of the database at `url`, into tables created there if missing.
+pub async fn durable_once(
+    url: &str,
+    duration: Duration,
+    connections: usize,
+) -> Result<ScenarioResult, String> {
+    let target = Target::Durable(url.to_owned());
+    once(Scenario::Durable("durable"), target, duration, connections).await
+}
+
 /// PostgreSQL's own single-row commits (the `pg_commits` scenario) on `connections` clients of
 /// the database at `url`, into a table `bench_commits` created there if missing.
 pub async fn commits_once(

@@ -37,12 +37,13 @@ fn main() -> ExitCode {
         // `load ADDR[,ADDR...] SCENARIO SECONDS CONNECTIONS`: drive one scenario at a running
         // server (or replicas, connections spread over them), for profiling it
         // (perf record -p <server pid>).
-        // `load DATABASE_URL commits SECONDS CONNECTIONS`: PostgreSQL's own single-row commits.
+        // `load DATABASE_URL commits SECONDS CONNECTIONS`: PostgreSQL's own single-row commits;
+        // `load DATABASE_URL durable SECONDS CONNECTIONS`: the bare durable-write baseline.
         let [_, addrs, scenario, seconds, connections] = args.as_slice() else {
             eprintln!(
                 "usage: toolgate-bench load ADDR[,ADDR...] tools|echo|mcp_echo|write|suspend_approve \
-                 SECONDS CONNECTIONS\n       toolgate-bench load DATABASE_URL commits SECONDS \
-                 CONNECTIONS"
+                 SECONDS CONNECTIONS\n       toolgate-bench load DATABASE_URL commits|durable \
+                 SECONDS CONNECTIONS"
             );
             return ExitCode::from(2);
         };
@@ -51,6 +52,8 @@ fn main() -> ExitCode {
         let result = runtime.block_on(async {
             if scenario == "commits" {
                 toolgate_bench::commits_once(addrs, duration, connections).await
+            } else if scenario == "durable" {
+                toolgate_bench::durable_once(addrs, duration, connections).await
             } else {
                 toolgate_bench::load_once(
                     addrs

@@ -46,6 +46,8 @@ pub(crate) struct PgRun {
     pub(crate) admin: postgres::Admin,
     /// The commits baseline's database.
     commits: postgres::ScratchDb,
+    /// The bare durable-write baseline's database.
+    durable: postgres::ScratchDb,
     /// Each toolgate scenario: its name, what it runs, its database and its replicas.
     sets: Vec<PgSet>,
 }
@@ -73,11 +75,12 @@ impl PgRun {
             (Scenario::Write("pg_write_r2"), 2),
             (Scenario::Write("pg_write_r3"), 3),
         ];
-        let mut labels = vec!["commits"];
+        let mut labels = vec!["commits", "durable"];
         labels.extend(wanted.iter().map(|(scenario, _)| scenario.name()));
         let mut dbs = admin.scratch_many(&labels).await?.into_iter();
         let commits = dbs.next().expect("the commits database");
         postgres::create_commits_table(&commits).await?;
+        let durable = dbs.next().expect("the durable-write baseline's database");
         let mut starting = Vec::new();
         for ((scenario, replicas), db) in wanted.into_iter().zip(dbs) {
             let env = postgres::replica_env(&db.url, &[]);
@@ -106,6 +109,7 @@ impl PgRun {
         let run = PgRun {
             admin,
             commits,
+            durable,
             sets,
         };
         if let Some(e) = failed {
@@ -146,7 +150,8 @@ impl PgRun {
             .collect()
     }
 
-    /// The commits baseline, then the durable write on 1, 2 and 3 replicas.
+    /// The commits baseline, the bare durable-write baseline, then the durable write on 1, 2
+    /// and 3 replicas.
     pub(crate) fn write_steps(&self) -> Vec<Step> {
         let commits = Step {
             scenario: Scenario::Commits("pg_commits"),
@@ -154,7 +159,14 @@ impl PgRun {
             pids: Vec::new(),
             database: Some(self.commits.name.clone()),
         };
-        std::iter::once(commits)
+        let durable = Step {
+            scenario: Scenario::Durable("pg_durable"),
+            target: Target::Durable(self.durable.url.clone()),
+            pids: Vec::new(),
+            database: Some(self.durable.name.clone()),
+        };
+        [commits, durable]
+            .into_iter()
             .chain(
                 self.sets
                     .iter()
@@ -169,6 +181,7 @@ impl PgRun {
         let PgRun {
             admin,
             commits,
+            durable,
             sets,
         } = self;
         admin.close_probes().await;
@@ -181,6 +194,7 @@ impl PgRun {
             dbs.push((set.scenario.name(), "calls", set.db));
         }
         dbs.push(("pg_commits", "bench_commits", commits));
+        dbs.push(("pg_durable", "bare_calls", durable));
         for stopped in stopping {
             let _ = stopped.await;
         }

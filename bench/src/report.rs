@@ -89,7 +89,15 @@ impl Report {
                 },
                 "gate_mcp_echo" | "gate_echo" => ratio(&s.name, "peer_mcp_echo"),
                 "pg_echo_r2" | "pg_echo_r3" => ratio(&s.name, "pg_echo"),
-                "pg_write" => ratio("pg_write", "pg_commits"),
+                "pg_durable" => ratio("pg_durable", "pg_commits"),
+                "pg_write" => [
+                    ratio("pg_write", "pg_commits"),
+                    ratio("pg_write", "pg_durable"),
+                ]
+                .into_iter()
+                .filter(|r| !r.is_empty())
+                .collect::<Vec<_>>()
+                .join(", "),
                 "pg_write_r2" | "pg_write_r3" => ratio(&s.name, "pg_write"),
                 "echo_seeded" => ratio("echo_seeded", "echo_empty"),
                 "write_seeded" => ratio("write_seeded", "write_empty"),
@@ -173,7 +181,7 @@ impl Report {
             out.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} | {:.0} % | {:.0} % |\n",
                 s.name,
-                if s.name == "pg_commits" {
+                if s.name == "pg_commits" || s.name == "pg_durable" {
                     "n/a".to_owned()
                 } else {
                     us(c.servers_s, n)

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::Options;
 use super::client::{EMAIL_BODY, connect, fetch};
+use super::durable::{Durable, DurableClient};
 use super::operation::{Scenario, operate};
 use super::postgres::Admin;
 use super::servers::peak_rss_kib;
@@ -103,6 +104,8 @@ pub enum Target {
     Http(Vec<SocketAddr>),
     /// A PostgreSQL database, for [`Scenario::Commits`].
     Postgres(String),
+    /// A PostgreSQL database, for [`Scenario::Durable`] (see [`super::durable`]).
+    Durable(String),
 }
 
 /// One scenario of a plan: what, where, whose memory to watch, and for a PostgreSQL scenario
@@ -140,6 +143,20 @@ async fn drive(
     from: Instant,
     until: Instant,
 ) -> Tally {
+    let durable = match target {
+        Target::Durable(url) => match Durable::start(url).await {
+            Ok(durable) => Some(durable),
+            Err(e) => {
+                eprintln!("{}: {e}", scenario.name());
+                return Tally {
+                    errors: 1,
+                    operations: 1,
+                    ..Tally::default()
+                };
+            }
+        },
+        _ => None,
+    };
     let tasks: Vec<_> = (0..connections)
         .map(|index| match target {
             Target::Http(addrs) => {
@@ -147,6 +164,10 @@ async fn drive(
                 tokio::spawn(drive_http(scenario, addr, from, until))
             }
             Target::Postgres(url) => tokio::spawn(drive_commits(url.clone(), index, from, until)),
+            Target::Durable(_) => {
+                let client = durable.as_ref().expect("started above").client();
+                tokio::spawn(drive_durable(client, index, from, until))
+            }
         })
         .collect();
     let mut total = Tally::default();
@@ -155,7 +176,32 @@ async fn drive(
             total.add(tally);
         }
     }
+    if let Some(durable) = durable {
+        total.backends_s += durable.finish().await;
+    }
     total
+}
+
+/// One client's closed loop of calls through the bare durable-write baseline's queue.
+async fn drive_durable(
+    client: DurableClient,
+    index: usize,
+    from: Instant,
+    until: Instant,
+) -> Tally {
+    let mut tally = Tally::default();
+    let run = std::process::id();
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let mut n = 0u64;
+    while Instant::now() < until {
+        n += 1;
+        let started = Instant::now();
+        let ok = client.call(format!("bare-{run}-{at}-{index}-{n}")).await;
+        tally.record(ok, started, from);
+    }
+    tally
 }
 
 /// One connection's closed loop of `scenario` against `addr`.
@@ -447,7 +493,7 @@ async fn settle_statistics(admin: &Admin, step: &Step, settle: Duration) -> Resu
                 fetch(*addr, "/readyz").await?;
             }
         }
-        Target::Postgres(_) => {
+        Target::Postgres(_) | Target::Durable(_) => {
             if let Some(db) = &step.database {
                 admin.wait_for_no_backends(db).await;
             }

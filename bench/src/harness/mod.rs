@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod cpu;
+pub mod durable;
 pub mod load;
 pub mod operation;
 pub mod peer;

@@ -40,6 +40,10 @@ pub enum Scenario {
     /// PostgreSQL alone: one row inserted and committed per operation, on a client of its own
     /// per connection (the baseline of the durable write on PostgreSQL).
     Commits(&'static str),
+    /// PostgreSQL alone: the bare durable-write baseline (see `harness::durable`), each
+    /// operation a call's intent and outcome committed, grouped and pipelined over four
+    /// connections of its own.
+    Durable(&'static str),
     /// A signed sample message posted straight to the harness's webhook receiver: its own
     /// rate, the ceiling of webhook deliveries (see `crate::webhooks`).
     WebhookPost(&'static str),
@@ -60,6 +64,7 @@ impl Scenario {
             | Scenario::GatedEcho(n)
             | Scenario::Approvals(n)
             | Scenario::Commits(n)
+            | Scenario::Durable(n)
             | Scenario::WebhookPost(n) => n,
         }
     }
@@ -150,7 +155,9 @@ pub(crate) async fn operate(scenario: Scenario, sender: &mut Sender) -> Result<b
                 StatusCode::OK,
             )
         }
-        Scenario::Commits(_) => return Err("commits run on PostgreSQL, not HTTP".into()),
+        Scenario::Commits(_) | Scenario::Durable(_) => {
+            return Err("this scenario runs on PostgreSQL, not HTTP".into());
+        }
         Scenario::WebhookPost(_) => ok(
             exchange(sender, super::webhook::sample_request()?).await?,
             StatusCode::OK,

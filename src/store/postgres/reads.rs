@@ -14,24 +14,21 @@ use super::super::{
 use super::pg_error;
 use crate::store::Timestamp;
 
-/// A connection to run statements on: pooled, or the writer's open transaction. Statements are
-/// prepared once per connection (deadpool's statement cache), not on every run.
+/// A connection to run statements on: a pooled one, or the writer's (with its batch's
+/// transaction open on it). Statements are prepared once per connection (deadpool's statement
+/// cache), not on every run.
 pub(super) enum Conn<'a> {
     /// A pooled connection.
     Client(&'a deadpool_postgres::ClientWrapper),
-    /// An open transaction.
-    Tx(&'a deadpool_postgres::Transaction<'a>),
 }
 
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 impl Conn<'_> {
-    /// `sql`, prepared (or taken from the cache), with the client to run it on: a transaction's
-    /// statements run on its connection's client, as `Transaction`'s own methods run them.
+    /// `sql`, prepared (or taken from the cache), with the client to run it on.
     async fn prepare(&self, sql: &str) -> Result<(&tokio_postgres::Client, Statement), PgError> {
         match self {
             Conn::Client(client) => Ok((client, client.prepare_cached(sql).await?)),
-            Conn::Tx(tx) => Ok((tx.client(), tx.prepare_cached(sql).await?)),
         }
     }
 

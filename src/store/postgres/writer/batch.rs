@@ -210,56 +210,95 @@ pub(super) async fn existing(
     })
 }
 
-/// Records every outcome of the batch in one statement; an outcome refused (its run no longer
-/// owns the call) is appended to the call's history as `late_outcome`.
-pub(super) async fn finish<'a>(
-    c: &Conn<'_>,
-    replica: &str,
-    ops: &'a [WriteOp],
-    results: &mut [Option<Result<Reply, StoreError>>],
-    suspensions: &mut SuspensionRows<'a>,
-    feed: &mut FeedRows,
-    now: i64,
-) -> Result<(), StoreError> {
-    let mut call_ids = Vec::new();
-    let mut runs = Vec::new();
-    let mut statuses = Vec::new();
-    let mut outputs = Vec::new();
-    let mut errors = Vec::new();
-    let mut attempts = Vec::new();
-    let mut events = Vec::new();
-    for op in ops {
-        if let WriteOp::Finish {
-            call_id,
-            run,
-            outcome,
-        } = op
-        {
-            call_ids.push(call_id.as_str());
-            runs.push(run.map(attempts_i32));
-            statuses.push(outcome.status.as_str());
-            outputs.push(outcome.output.as_deref());
-            errors.push(outcome.error.as_deref());
-            attempts.push(attempts_i32(outcome.attempts));
-            events.push(outcome.event());
+/// The outcomes of a batch, recorded in one statement ([`FINISH_CALLS`]).
+pub(super) struct OutcomeRows<'a> {
+    call_ids: Vec<&'a str>,
+    runs: Vec<Option<i32>>,
+    statuses: Vec<&'a str>,
+    outputs: Vec<Option<&'a str>>,
+    errors: Vec<Option<&'a str>>,
+    attempts: Vec<i32>,
+    events: Vec<std::borrow::Cow<'a, str>>,
+}
+
+impl<'a> OutcomeRows<'a> {
+    /// The outcomes among `ops`.
+    pub(super) fn of(ops: &'a [WriteOp]) -> Self {
+        let mut rows = OutcomeRows {
+            call_ids: Vec::new(),
+            runs: Vec::new(),
+            statuses: Vec::new(),
+            outputs: Vec::new(),
+            errors: Vec::new(),
+            attempts: Vec::new(),
+            events: Vec::new(),
+        };
+        for op in ops {
+            if let WriteOp::Finish {
+                call_id,
+                run,
+                outcome,
+            } = op
+            {
+                rows.call_ids.push(call_id.as_str());
+                rows.runs.push(run.map(attempts_i32));
+                rows.statuses.push(outcome.status.as_str());
+                rows.outputs.push(outcome.output.as_deref());
+                rows.errors.push(outcome.error.as_deref());
+                rows.attempts.push(attempts_i32(outcome.attempts));
+                rows.events.push(outcome.event());
+            }
         }
+        rows
     }
-    if call_ids.is_empty() {
-        return Ok(());
-    }
-    let events: Vec<&str> = events.iter().map(|e| e.as_ref()).collect();
-    let finished: HashSet<String> = c
-        .query(
+
+    /// Records them: the ids of the calls whose run still owned them.
+    pub(super) async fn record(
+        &self,
+        c: &Conn<'_>,
+        replica: &str,
+        now: i64,
+    ) -> Result<HashSet<String>, StoreError> {
+        if self.call_ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let events: Vec<&str> = self.events.iter().map(|e| e.as_ref()).collect();
+        c.query(
             FINISH_CALLS,
             &[
-                &call_ids, &runs, &statuses, &outputs, &errors, &attempts, &events, &replica, &now,
+                &self.call_ids,
+                &self.runs,
+                &self.statuses,
+                &self.outputs,
+                &self.errors,
+                &self.attempts,
+                &events,
+                &replica,
+                &now,
             ],
         )
         .await
         .map_err(pg_error)?
         .iter()
         .map(|row| row.try_get::<_, String>(0).map_err(pg_error))
-        .collect::<Result<_, _>>()?;
+        .collect()
+    }
+}
+
+/// Answers the outcomes of `ops` once [`OutcomeRows::record`] said which were `finished`: their
+/// suspensions and feed entries follow; an outcome refused (its run no longer owns the call) is
+/// appended to the call's history as `late_outcome`.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn settle_outcomes<'a>(
+    c: &Conn<'_>,
+    replica: &str,
+    ops: &'a [WriteOp],
+    finished: &HashSet<String>,
+    results: &mut [Option<Result<Reply, StoreError>>],
+    suspensions: &mut SuspensionRows<'a>,
+    feed: &mut FeedRows,
+    now: i64,
+) -> Result<(), StoreError> {
     for (index, op) in ops.iter().enumerate() {
         let WriteOp::Finish {
             call_id,

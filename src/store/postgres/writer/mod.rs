@@ -42,7 +42,7 @@ use super::{pg_error, pool_error, sessions, webhooks};
 use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{Prepared, PreparedCall};
 use crate::store::{Inserted, StoreError, Timestamp};
-use batch::{CallRows, FeedRows, SuspensionRows, existing, finish};
+use batch::{CallRows, FeedRows, OutcomeRows, SuspensionRows, existing, settle_outcomes};
 use conditional::{prune_feed, reconcile, rerun, resolve};
 
 /// The most writes someone waits for committed in one transaction.
@@ -252,139 +252,172 @@ fn keep_behind(behind: &Mutex<Behind>, mut records: Vec<(PreparedCall, Prepared)
     behind.records = records;
 }
 
-/// Applies one batch in one transaction and commits it.
+/// Applies one batch in one transaction and commits it, in as few round trips as the batch
+/// allows: `BEGIN`, the feed writers' lock, the new calls' `INSERT` and the outcomes' `UPDATE`
+/// are sent together (PostgreSQL runs a connection's statements in order, and the two touch
+/// different calls: an outcome's call was committed by an earlier batch). What depends on an
+/// answer waits for it (a taken idempotency key's holder, a late outcome, a suspension, the
+/// rarer conditional writes), then the feed's `INSERT`, then `COMMIT`. Any failure is rolled
+/// back explicitly before the error is returned.
 async fn apply(
     conn: &mut deadpool_postgres::Object,
     replica: &str,
     ops: &[WriteOp],
     records: &[(PreparedCall, Prepared)],
 ) -> Result<Results, StoreError> {
-    let tx = conn.transaction().await.map_err(pg_error)?;
+    let client: &deadpool_postgres::ClientWrapper = conn;
     // Only the read records written behind, which nobody waits for and whose loss costs
-    // nothing: their commit need not wait for the disk. Then, before the transaction has an
-    // xid, the feed writers' lock: it may write the feed (see `feed::horizon`).
+    // nothing: their commit need not wait for the disk.
     let durable = ops.iter().any(|op| !matches!(op, WriteOp::Ping));
-    if !durable {
-        tx.batch_execute("SET LOCAL synchronous_commit = off")
-            .await
-            .map_err(pg_error)?;
-    }
-    // Sent first and not waited for: the batch's statements follow it on the connection, and
-    // PostgreSQL runs them in order, so the lock is taken before anything gets an xid, at no
-    // round trip of its own (and, prepared once per connection, with no parse either).
-    let begin_write = tx
+    let begin = if durable {
+        "BEGIN"
+    } else {
+        "BEGIN; SET LOCAL synchronous_commit = off"
+    };
+    // Then, before the transaction has an xid, the feed writers' lock: it may write the feed
+    // (see `feed::horizon`). Prepared once per connection, so it has no parse either.
+    let begin_write = client
         .prepare_cached(super::feed::BEGIN_WRITE)
         .await
         .map_err(pg_error)?;
-    let lock = tx.execute(&begin_write, &[]);
-    let c = Conn::Tx(&tx);
-    let body = async {
-        let now = Timestamp::now().0;
-        let mut results: Vec<Option<Result<Reply, StoreError>>> =
-            ops.iter().map(|_| None).collect();
-        let mut suspensions = SuspensionRows::default();
-        let mut feed = FeedRows::default();
+    let c = Conn::Client(client);
+    match applied(client, &c, &begin_write, begin, replica, ops, records).await {
+        Ok(results) => Ok(results),
+        Err(err) => {
+            // Ends the transaction if it is still open (after a COMMIT it is a no-op). A
+            // connection that cannot even do this is closed by the next batch's check.
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(err)
+        }
+    }
+}
 
-        // New calls and read records: one statement.
-        let mut rows = CallRows::default();
-        for op in ops {
-            if let WriteOp::Insert(call, outcome) = op {
-                rows.push(call, outcome.as_ref());
-            }
-        }
-        for (call, outcome) in records {
-            rows.push(call, Some(outcome));
-        }
-        let inserted = rows.insert(&c, replica).await?;
-        for (index, op) in ops.iter().enumerate() {
-            let WriteOp::Insert(call, outcome) = op else {
-                continue;
-            };
-            results[index] = Some(if inserted.contains(&call.call_id) {
-                if let Some(outcome) = outcome {
-                    suspensions.push(&call.call_id, outcome);
-                    feed.push_outcome(&call.call_id, outcome);
-                }
-                Ok(Reply::Inserted(Inserted::New))
-            } else {
-                existing(&c, call, now).await?
-            });
-        }
-        for (call, _) in records {
-            if !inserted.contains(&call.call_id) {
-                tracing::error!(call_id = %call.call_id, "a read call's record could not be written: the call id is taken");
-            }
-        }
+/// [`apply`]'s statements, from `BEGIN` to `COMMIT`.
+#[allow(clippy::too_many_arguments)]
+async fn applied(
+    client: &deadpool_postgres::ClientWrapper,
+    c: &Conn<'_>,
+    begin_write: &tokio_postgres::Statement,
+    begin: &str,
+    replica: &str,
+    ops: &[WriteOp],
+    records: &[(PreparedCall, Prepared)],
+) -> Result<Results, StoreError> {
+    let now = Timestamp::now().0;
+    let mut results: Vec<Option<Result<Reply, StoreError>>> = ops.iter().map(|_| None).collect();
+    let mut suspensions = SuspensionRows::default();
+    let mut feed = FeedRows::default();
 
-        // Outcomes: one statement; those refused are late.
-        finish(
-            &c,
-            replica,
-            ops,
-            &mut results,
-            &mut suspensions,
-            &mut feed,
-            now,
-        )
-        .await?;
-        suspensions.insert(&c, now).await?;
-
-        // The rest, one after another.
-        for (index, op) in ops.iter().enumerate() {
-            let result = match op {
-                WriteOp::Insert(..) | WriteOp::Finish { .. } => continue,
-                WriteOp::Rerun(call_id) => rerun(&c, replica, call_id, now)
-                    .await
-                    .map(|rerun| Reply::Rerun(rerun.map(Box::new))),
-                WriteOp::Resolve(token, resolution, actor) => {
-                    resolve(&c, replica, token, resolution, actor, &mut feed, now)
-                        .await
-                        .map(|resolved| Reply::Resolved(Box::new(resolved)))
-                }
-                WriteOp::Reconcile(call_id, settlement, actor) => {
-                    reconcile(&c, call_id, settlement, actor, &mut feed, now)
-                        .await
-                        .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
-                }
-                WriteOp::PruneFeed(before) => prune_feed(&c, *before).await.map(Reply::Pruned),
-                WriteOp::EnqueueDeliveries {
-                    from,
-                    to,
-                    deliveries,
-                } => webhooks::enqueue(&c, from.as_deref(), to, deliveries, now)
-                    .await
-                    .map(Reply::Enqueued),
-                WriteOp::ClaimDeliveries { limit, lease_ms } => {
-                    webhooks::claim(&c, *limit, *lease_ms, now)
-                        .await
-                        .map(Reply::Claimed)
-                }
-                WriteOp::SettleDelivery(id, result) => webhooks::settle(&c, *id, result, now)
-                    .await
-                    .map(|()| Reply::Done),
-                WriteOp::RetryDelivery(id) => webhooks::retry(&c, *id, now)
-                    .await
-                    .map(|delivery| Reply::Delivery(delivery.map(Box::new))),
-                WriteOp::CreateSession(session) => {
-                    sessions::create(&c, session).await.map(|()| Reply::Done)
-                }
-                WriteOp::DeleteSession(id) => sessions::delete(&c, id).await.map(Reply::Pruned),
-                WriteOp::PruneSessions(now) => sessions::prune(&c, *now).await.map(Reply::Pruned),
-                WriteOp::Ping => Ok(Reply::Done),
-            };
-            // A statement that failed aborted the transaction: the whole batch is retried op by op.
-            if let Err(err @ (StoreError::Backend(_) | StoreError::Unavailable(_))) = &result {
-                return Err(err.clone());
-            }
-            results[index] = Some(result);
+    // New calls and read records: one statement; outcomes: another; sent with BEGIN.
+    let mut rows = CallRows::default();
+    for op in ops {
+        if let WriteOp::Insert(call, outcome) = op {
+            rows.push(call, outcome.as_ref());
         }
-        feed.insert(&c, now).await?;
-        Ok(results)
-    };
-    let (locked, body) = futures_util::future::join(lock, body).await;
+    }
+    for (call, outcome) in records {
+        rows.push(call, Some(outcome));
+    }
+    let outcomes = OutcomeRows::of(ops);
+    let (begun, locked, inserted, finished) = futures_util::future::join4(
+        client.batch_execute(begin),
+        client.execute(begin_write, &[]),
+        rows.insert(c, replica),
+        outcomes.record(c, replica, now),
+    )
+    .await;
+    begun.map_err(pg_error)?;
     locked.map_err(pg_error)?;
-    let results = body?;
-    tx.commit().await.map_err(pg_error)?;
+    let (inserted, finished) = (inserted?, finished?);
+    for (index, op) in ops.iter().enumerate() {
+        let WriteOp::Insert(call, outcome) = op else {
+            continue;
+        };
+        results[index] = Some(if inserted.contains(&call.call_id) {
+            if let Some(outcome) = outcome {
+                suspensions.push(&call.call_id, outcome);
+                feed.push_outcome(&call.call_id, outcome);
+            }
+            Ok(Reply::Inserted(Inserted::New))
+        } else {
+            existing(c, call, now).await?
+        });
+    }
+    for (call, _) in records {
+        if !inserted.contains(&call.call_id) {
+            tracing::error!(call_id = %call.call_id, "a read call's record could not be written: the call id is taken");
+        }
+    }
+    // Outcomes: those refused are late.
+    settle_outcomes(
+        c,
+        replica,
+        ops,
+        &finished,
+        &mut results,
+        &mut suspensions,
+        &mut feed,
+        now,
+    )
+    .await?;
+    suspensions.insert(c, now).await?;
+
+    // The rest, one after another.
+    for (index, op) in ops.iter().enumerate() {
+        let result = match op {
+            WriteOp::Insert(..) | WriteOp::Finish { .. } => continue,
+            WriteOp::Rerun(call_id) => rerun(c, replica, call_id, now)
+                .await
+                .map(|rerun| Reply::Rerun(rerun.map(Box::new))),
+            WriteOp::Resolve(token, resolution, actor) => {
+                resolve(c, replica, token, resolution, actor, &mut feed, now)
+                    .await
+                    .map(|resolved| Reply::Resolved(Box::new(resolved)))
+            }
+            WriteOp::Reconcile(call_id, settlement, actor) => {
+                reconcile(c, call_id, settlement, actor, &mut feed, now)
+                    .await
+                    .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
+            }
+            WriteOp::PruneFeed(before) => prune_feed(c, *before).await.map(Reply::Pruned),
+            WriteOp::EnqueueDeliveries {
+                from,
+                to,
+                deliveries,
+            } => webhooks::enqueue(c, from.as_deref(), to, deliveries, now)
+                .await
+                .map(Reply::Enqueued),
+            WriteOp::ClaimDeliveries { limit, lease_ms } => {
+                webhooks::claim(c, *limit, *lease_ms, now)
+                    .await
+                    .map(Reply::Claimed)
+            }
+            WriteOp::SettleDelivery(id, result) => webhooks::settle(c, *id, result, now)
+                .await
+                .map(|()| Reply::Done),
+            WriteOp::RetryDelivery(id) => webhooks::retry(c, *id, now)
+                .await
+                .map(|delivery| Reply::Delivery(delivery.map(Box::new))),
+            WriteOp::CreateSession(session) => {
+                sessions::create(c, session).await.map(|()| Reply::Done)
+            }
+            WriteOp::DeleteSession(id) => sessions::delete(c, id).await.map(Reply::Pruned),
+            WriteOp::PruneSessions(now) => sessions::prune(c, *now).await.map(Reply::Pruned),
+            WriteOp::Ping => Ok(Reply::Done),
+        };
+        // A statement that failed aborted the transaction: the whole batch is retried op by op.
+        if let Err(err @ (StoreError::Backend(_) | StoreError::Unavailable(_))) = &result {
+            return Err(err.clone());
+        }
+        results[index] = Some(result);
+    }
+    // The feed's entries and the commit, sent together: the commit counts only if the insert
+    // before it succeeded (after a failed one it is a rollback).
+    // The COMMIT is sent once the feed's entries are in, never beside them: a statement not yet
+    // prepared on this connection is sent only after its parse is answered, so a COMMIT sent
+    // with it would go first and commit without them.
+    feed.insert(c, now).await?;
+    client.batch_execute("COMMIT").await.map_err(pg_error)?;
     Ok(results
         .into_iter()
         .map(|result| result.unwrap_or(Ok(Reply::Done)))
