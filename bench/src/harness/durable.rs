@@ -5,7 +5,7 @@
 //! The promise: a write's intent is committed before its tool runs, and its outcome before it
 //! is answered; a taken `(tool, idempotency key)` is refused by the database; each outcome has a
 //! feed entry. So each operation here is a call: its intent (id, tool, key, input) goes to a
-//! queue and is answered once committed; its outcome (the output, `completed`) likewise. Four
+//! queue and is answered once committed; its outcome (the output, `completed`) likewise. Two
 //! committers, each on a connection of its own, take whatever the queue holds (up to 1,024
 //! entries) as one statement, which is its own transaction: the batch's intents inserted, its
 //! outcomes recorded on their calls, and a feed row for each outcome, in one round trip. While
@@ -55,7 +55,7 @@ pub const COMMIT_BATCH: &str = "WITH intents AS ( \
 const OUTPUT: &str = r#"{"message_id":"<0123456789abcdef@toolgate.local>","delivered":true,"to":"bench@example.com"}"#;
 
 /// Committers, each with a connection of its own, unless `BENCH_DURABLE_COMMITTERS` says.
-const COMMITTERS: usize = 4;
+const COMMITTERS: usize = 2;
 
 fn committers() -> usize {
     std::env::var("BENCH_DURABLE_COMMITTERS")
@@ -95,6 +95,13 @@ impl Durable {
         let mut committers = Vec::with_capacity(count);
         for _ in 0..count {
             let client = postgres::connect_as(url, COMMITS_CLIENT).await?;
+            // The outcomes' join finds each call by its primary key from the first batch on:
+            // planned on the fresh, empty table, it would scan the whole table instead until
+            // autovacuum's first ANALYZE (a minute or more of a slower baseline).
+            client
+                .batch_execute("SET enable_seqscan = off")
+                .await
+                .map_err(|e| postgres::pg_error(&e))?;
             let statement = client
                 .prepare(COMMIT_BATCH)
                 .await

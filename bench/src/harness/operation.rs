@@ -41,7 +41,7 @@ pub enum Scenario {
     /// per connection (the baseline of the durable write on PostgreSQL).
     Commits(&'static str),
     /// PostgreSQL alone: the bare durable-write baseline (see `harness::durable`), each
-    /// operation a call's intent and outcome committed, grouped and pipelined over four
+    /// operation a call's intent and outcome committed, grouped and pipelined over two
     /// connections of its own.
     Durable(&'static str),
     /// A signed sample message posted straight to the harness's webhook receiver: its own
