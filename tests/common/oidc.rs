@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -11,6 +11,9 @@ use serde_json::{Value, json};
 
 /// Where toolgate's tokens are meant for: the `resource` asked for, and the `aud` expected.
 pub const RESOURCE: &str = "https://toolgate.test/mcp";
+
+/// How long a start may take before it is tried again.
+const START_WITHIN: Duration = Duration::from_secs(45);
 
 /// One running provider.
 pub struct Provider {
@@ -22,15 +25,47 @@ pub struct Provider {
 
 impl Provider {
     /// Starts a provider with the defaults of `tests/oidc/README.md`, and `config` over them.
+    ///
+    /// A start that prints nothing within [`START_WITHIN`] is stopped and tried once more (a CI
+    /// run once saw a provider print nothing for 30 s, where it takes 2-3 s on a busy machine);
+    /// a failure shows what the provider wrote to stderr.
     pub fn start(config: Value) -> Provider {
         super::tls();
+        let config = config.to_string();
+        let mut failures = Vec::new();
+        for _ in 0..2 {
+            match Self::spawn(&config) {
+                Ok((issuer, child)) => {
+                    return Provider {
+                        issuer,
+                        child,
+                        client: reqwest::Client::builder()
+                            .timeout(Duration::from_secs(15))
+                            .build()
+                            .unwrap(),
+                    };
+                }
+                Err(failure) => failures.push(failure),
+            }
+        }
+        panic!(
+            "the identity provider did not start:\n{}",
+            failures.join("\n---\n")
+        );
+    }
+
+    /// One start: the issuer and the running child, or what went wrong with the provider's
+    /// stderr (the child is stopped).
+    fn spawn(config: &str) -> Result<(String, Child), String> {
         let script = super::repo_root().join("tests/oidc/provider.mjs");
+        // Its stderr goes to a file read only on failure: a pipe left unread would block it.
+        let stderr = tempfile::tempfile().expect("a temporary file for the provider's stderr");
         let mut child = Command::new("node")
             .arg(script)
-            .args(["--port", "0", "--json", &config.to_string()])
+            .args(["--port", "0", "--json", config])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr.try_clone().expect("the stderr file cloned"))
             .spawn()
             .expect("node runs the test identity provider (bash .ci/test-deps installs it)");
         let stdout = child.stdout.take().unwrap();
@@ -43,22 +78,33 @@ impl Provider {
             // Keep reading so the provider never blocks on a full pipe.
             for _ in lines {}
         });
-        let line = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the identity provider starts");
-        let issuer = line
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-            .trim()
-            .to_owned();
-        Provider {
-            issuer,
-            child,
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(15))
-                .build()
-                .unwrap(),
-        }
+        let started = std::time::Instant::now();
+        let outcome = rx.recv_timeout(START_WITHIN);
+        let line = match outcome {
+            Ok(line) if line.starts_with("listening on ") => line,
+            other => {
+                let _ = child.kill();
+                let status = child.wait();
+                let mut said = String::new();
+                let mut stderr = stderr;
+                let _ = stderr.seek(SeekFrom::Start(0));
+                let _ = stderr.read_to_string(&mut said);
+                let tail: String = said
+                    .chars()
+                    .rev()
+                    .take(4000)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                return Err(format!(
+                    "after {:?}: {other:?}; exit {status:?}; stderr:\n{tail}",
+                    started.elapsed()
+                ));
+            }
+        };
+        let issuer = line["listening on ".len()..].trim().to_owned();
+        Ok((issuer, child))
     }
 
     /// A client-credentials access token of `client` (secret `<client>-secret`) for
