@@ -203,6 +203,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     // Upstream MCP servers: each reached once now (a stdio server that cannot start, or a tool
     // name that is invalid or taken, stops the start), then supervised while the server runs.
     let upstreams = toolgate::upstream::Upstreams::connect(config.upstreams()?, &tools).await?;
+    check_approval_fields(&config, &tools, &upstreams)?;
     let webhooks = config.webhooks()?;
     webhooks.check_targets().await?;
     webhooks
@@ -260,6 +261,33 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     .await;
     serving.drain().await;
     tracing::info!("toolgate stopped");
+    Ok(())
+}
+
+/// Refuses an approval condition or reason that names a field of `input` its tool's input
+/// schema cannot have. An upstream tool is checked against the schema it listed at start (one
+/// whose server did not answer then is not: its calls fail closed if the field is missing).
+fn check_approval_fields(
+    config: &Config,
+    tools: &ToolSet,
+    upstreams: &toolgate::upstream::Upstreams,
+) -> Result<(), String> {
+    let dispatch = config.dispatch_config();
+    let served = tools.iter().chain(upstreams.tools());
+    for tool in served {
+        let Some(gate) = dispatch
+            .tools
+            .get(tool.name())
+            .and_then(|settings| settings.approval.as_ref())
+        else {
+            continue;
+        };
+        gate.check_input_fields(tool.input_schema())
+            .map_err(|(key, message)| {
+                let table = config.approval_table_key(tool.name());
+                format!("config key `{table}.{key}`: {message}")
+            })?;
+    }
     Ok(())
 }
 

@@ -125,8 +125,15 @@ pub async fn check(options: &BudgetOptions) -> Result<bool, String> {
         .iter()
         .filter(|b| options.only.is_empty() || options.only.contains(&b.name))
         .collect();
-    if chosen.is_empty() {
-        return Err("no scenario chosen".into());
+    if let Some(unknown) = options
+        .only
+        .iter()
+        .find(|name| !budgets.scenarios.iter().any(|b| &b.name == *name))
+    {
+        return Err(format!(
+            "{} has no scenario {unknown}",
+            options.file.display()
+        ));
     }
     std::fs::create_dir_all(&options.data_root).map_err(|e| e.to_string())?;
     // The gated echo's upstream: FastMCP's own server, started once (not counted: only
@@ -323,7 +330,7 @@ async fn measure(
     if errors > 0 {
         return Err(format!("{}: {errors} counted calls failed", budget.name));
     }
-    let instructions = dumped_instructions(&dir)?;
+    let instructions = dumped_instructions(&dir).await?;
     Ok(Measured {
         name: budget.name.clone(),
         calls,
@@ -349,7 +356,7 @@ fn callgrind_control(args: &[&str]) -> Result<(), String> {
 
 /// The instructions of the dump `callgrind_control -d` wrote (the one numbered `.1`: the
 /// counters since they were zeroed; the final dump at exit is `callgrind.out` itself).
-fn dumped_instructions(dir: &Path) -> Result<u64, String> {
+async fn dumped_instructions(dir: &Path) -> Result<u64, String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let file = dir.join("callgrind.out.1");
     loop {
@@ -367,7 +374,7 @@ fn dumped_instructions(dir: &Path) -> Result<u64, String> {
         if Instant::now() > deadline {
             return Err(format!("{} was never written", file.display()));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::invalid::Invalid;
 use super::{Config, ConfigError};
-use crate::dispatch::config::{check_approval_schema, check_required_scopes};
+use crate::dispatch::config::check_required_scopes;
 
 impl Config {
     /// Each count, size and duration is at least 1, and a lease outlasts its heartbeat.
@@ -117,14 +117,11 @@ impl Config {
                     message,
                 })?;
             }
-            if let Some(schema) = &tool.approval_schema {
-                check_approval_schema(schema, tool.require_approval).map_err(|message| {
-                    ConfigError::Invalid {
-                        key: format!("tools.{name}.approval_schema"),
-                        message,
-                    }
+            tool.check_approval()
+                .map_err(|(key, message)| ConfigError::Invalid {
+                    key: format!("tools.{name}.{key}"),
+                    message,
                 })?;
-            }
         }
         Ok(())
     }

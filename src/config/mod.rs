@@ -284,6 +284,23 @@ impl Config {
         })
     }
 
+    /// The key of the approval table that governs the served tool `served`, for an error about
+    /// it: `upstreams[i].policies.<tool>.approval` for an upstream tool with a policy, else
+    /// `tools.<served>.approval`.
+    pub fn approval_table_key(&self, served: &str) -> String {
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            let tool = served
+                .strip_prefix(upstream.name.as_str())
+                .and_then(|rest| rest.strip_prefix(crate::upstream::config::SEPARATOR));
+            if let Some(tool) = tool
+                && upstream.policies.contains_key(tool)
+            {
+                return format!("upstreams[{i}].policies.{tool}.approval");
+            }
+        }
+        format!("tools.{served}.approval")
+    }
+
     /// The upstreams, each with the `${NAME}`s of its headers and environment read from the
     /// process environment; one that is not set stops the start, naming it.
     pub fn upstreams(&self) -> Result<Vec<crate::upstream::config::Upstream>, ConfigError> {

@@ -9,11 +9,14 @@
 
 use serde_json::Value;
 
+use super::attempt::Start;
+use super::condition::Scope;
 use super::live::{Entry, ToolPolicy};
 use super::record::Ran;
 use super::who::Principal;
 use super::{CallOptions, CallOutcome, CallResult, DispatchError, Dispatcher, detached};
 use crate::contract::meta::Effect;
+use crate::contract::outcome::Suspension;
 use crate::contract::registry::Registered;
 use crate::ids;
 use crate::store::{CallRecord, CallStatus, Inserted, NewCall, Outcome, StoreError, Timestamp};
@@ -49,8 +52,8 @@ enum Plan {
 }
 
 impl Plan {
-    fn of(policy: &ToolPolicy, effect: Effect, keyed: bool) -> Plan {
-        if policy.settings.approval.is_some() {
+    fn of(asked: bool, effect: Effect, keyed: bool) -> Plan {
+        if asked {
             Plan::Gated
         } else if effect != Effect::Read || keyed {
             Plan::IntentFirst
@@ -167,7 +170,17 @@ impl Dispatcher {
                 .map(|key| client_key_scope(principal.name.as_deref(), key))
         });
         let effect = entry.registered.tool.effect();
-        let plan = Plan::of(&entry.policy, effect, key.is_some());
+        // The tool's approval policy, if it has one, decides now whether a person is asked,
+        // over the input as admitted.
+        let asked = entry.policy.settings.approval.as_ref().and_then(|gate| {
+            gate.asks(&Scope {
+                input: &input,
+                tool,
+                effect,
+                principal: &principal,
+            })
+        });
+        let plan = Plan::of(asked.is_some(), effect, key.is_some());
         // Input that does not fit, or a tool that does not exist, spends no quota. With no
         // quota configured for the principal or the tool, this is the one branch a call pays.
         let tool_quota = &entry.policy.settings.quotas;
@@ -182,7 +195,7 @@ impl Dispatcher {
         // else runs detached, to its recorded outcome.
         if key.is_none() && effect == Effect::Read {
             let result = self
-                .run_call(&entry, plan, input, principal.name, key)
+                .run_call(&entry, plan, asked, input, principal.name, key)
                 .await;
             drop(permit);
             return result;
@@ -195,7 +208,7 @@ impl Dispatcher {
         let this = self.clone();
         let result = detached(&self.running, async move {
             let result = this
-                .run_call(&entry, plan, input, principal.name, key)
+                .run_call(&entry, plan, asked, input, principal.name, key)
                 .await;
             // Counted as running until here, and not at all if its key's record answered.
             if let Some(permit) = permit {
@@ -255,11 +268,13 @@ impl Dispatcher {
     }
 
     /// The first run of a new call, whose input [`Dispatcher::call`] admitted, under the
-    /// idempotency `key` it derived, recorded as `plan` says.
+    /// idempotency `key` it derived, recorded as `plan` says; `asked` is its approval policy's
+    /// question, when the policy asks one.
     async fn run_call(
         &self,
         entry: &Entry,
         plan: Plan,
+        asked: Option<Box<Suspension>>,
         input: Value,
         caller: Option<String>,
         key: Option<String>,
@@ -301,6 +316,7 @@ impl Dispatcher {
             registered,
             policy,
             call_id: &call_id,
+            asked: asked.as_deref(),
         };
         let ran = match plan {
             Plan::Gated => run.gated(call, input).await?,
@@ -320,13 +336,16 @@ impl Dispatcher {
         })
     }
 
-    /// Answers a request whose idempotency key already has a call.
+    /// Answers a request whose idempotency key already has a call. An interrupted call runs
+    /// again, asking first what this request's approval policy asks (`asked`), unless it was
+    /// approved before.
     async fn repeat(
         &self,
         existing: CallRecord,
         input: &Value,
         registered: &Registered,
         policy: &ToolPolicy,
+        asked: Option<&Suspension>,
     ) -> Result<CallResult, DispatchError> {
         tracing::Span::current().record("call_id", existing.call_id.as_str());
         if existing.input != *input {
@@ -358,7 +377,8 @@ impl Dispatcher {
                 };
                 // An interrupted re-dispatch of an approval resumes with the approver's input:
                 // the person is not asked twice.
-                self.run_recorded(registered, policy, rerun.call, rerun.resume_input)
+                let start = Start::of(rerun.resume_input, asked.cloned().map(Box::new));
+                self.run_recorded(registered, policy, rerun.call, start)
                     .await
             }
             _ => match CallOutcome::from_record(&existing) {
@@ -382,6 +402,8 @@ struct NewRun<'a> {
     registered: &'a Registered,
     policy: &'a ToolPolicy,
     call_id: &'a str,
+    /// What the approval policy asks of this call, if anything.
+    asked: Option<&'a Suspension>,
 }
 
 impl NewRun<'_> {
@@ -470,11 +492,13 @@ impl NewRun<'_> {
         Ok(Recorded::Ran(ran))
     }
 
-    /// The call's first run of attempts under `key`, with `input` (handed back when `keep`).
+    /// The call's first run of attempts under `key`, with `input` (handed back when `keep`):
+    /// none at all when the approval policy asks a person first.
     async fn run(&self, key: Option<&str>, input: Value, keep: bool) -> Ran {
         let (registered, policy) = (self.registered, self.policy);
+        let start = Start::of(None, self.asked.cloned().map(Box::new));
         self.dispatcher
-            .attempts(registered, policy, self.call_id, key, None, 1, input, keep)
+            .attempts(registered, policy, self.call_id, key, start, 1, input, keep)
             .await
     }
 
@@ -482,7 +506,7 @@ impl NewRun<'_> {
     async fn repeat(&self, existing: CallRecord, input: &Value) -> Result<Recorded, DispatchError> {
         let (registered, policy) = (self.registered, self.policy);
         self.dispatcher
-            .repeat(existing, input, registered, policy)
+            .repeat(existing, input, registered, policy, self.asked)
             .await
             .map(Recorded::Repeated)
     }

@@ -2,8 +2,8 @@
 //! caught, and what each finished attempt amounts to (an output checked against the output
 //! schema, a suspension with a resume schema that compiles, or a failure with its code).
 //!
-//! A call its configuration gates suspends here before the first attempt: nothing runs before a
-//! person decides.
+//! A call its approval policy gates suspends here before the first attempt ([`Start::Ask`]):
+//! nothing runs before a person decides.
 
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::live::ToolPolicy;
 use super::record::Ran;
-use super::{ApprovalGate, CallOutcome, Dispatcher, Failure, FailureKind, MAX_REASON_CHARS};
+use super::{CallOutcome, Dispatcher, Failure, FailureKind, MAX_REASON_CHARS};
 use crate::contract::ctx::ToolCtx;
 use crate::contract::erased::DynTool;
 use crate::contract::error::ToolError;
@@ -22,6 +22,31 @@ use crate::contract::outcome::{Suspension, ToolOutcome};
 use crate::contract::registry::{Registered, compile_schema};
 use crate::ids;
 use crate::store::{CallStatus, Timestamp};
+
+/// How a run of attempts begins.
+pub(super) enum Start {
+    /// The tool runs.
+    Run,
+    /// The tool runs with an approver's input in `ctx.resume()`.
+    Resume(Value),
+    /// Nothing runs: the call's approval policy asks a person first (the approval comes back
+    /// as [`Start::Resume`]). Boxed, as wherever a call's future carries it: the future is
+    /// moved whole when it is spawned, and the suspension inline cost every write 1.8 % more
+    /// instructions (memcpy) though it is `None` for nearly all of them.
+    Ask(Box<Suspension>),
+}
+
+impl Start {
+    /// A recorded call's run: with the input it was approved with, if any, else as `asked` (the
+    /// policy's question for this request, if it has one).
+    pub(super) fn of(resume: Option<Value>, asked: Option<Box<Suspension>>) -> Start {
+        match (resume, asked) {
+            (Some(resume), _) => Start::Resume(resume),
+            (None, Some(asked)) => Start::Ask(asked),
+            (None, None) => Start::Run,
+        }
+    }
+}
 
 impl Dispatcher {
     /// Runs attempts, starting with attempt number `first`, until one succeeds, suspends, fails
@@ -34,7 +59,7 @@ impl Dispatcher {
         policy: &ToolPolicy,
         call_id: &str,
         key: Option<&str>,
-        resume: Option<Value>,
+        start: Start,
         first: u32,
         mut input: Value,
         keep: bool,
@@ -42,19 +67,20 @@ impl Dispatcher {
         let tool = registered.tool.as_ref();
         let started = Instant::now();
         let mut attempt = first;
-        // A call its configuration gates waits for a person before anything runs; the approval
-        // comes back here with `resume` set.
-        let gate = policy
-            .settings
-            .approval
-            .as_ref()
-            .filter(|_| resume.is_none());
+        let (resume, mut asked) = match start {
+            Start::Run => (None, None),
+            Start::Resume(resume) => (Some(resume), None),
+            Start::Ask(asked) => (None, Some(asked)),
+        };
         let mut resent = 0;
         let outcome = loop {
-            if let Some(gate) = gate {
-                let asked =
-                    Suspension::new(ApprovalGate::reason(tool.name()), gate.input_schema.clone());
-                break self.settle(registered, policy, call_id, Ok(ToolOutcome::Suspend(asked)));
+            if let Some(asked) = asked.take() {
+                break self.settle(
+                    registered,
+                    policy,
+                    call_id,
+                    Ok(ToolOutcome::Suspend(*asked)),
+                );
             }
             let made = attempt - first + 1;
             let mut ctx = ToolCtx::new(call_id)

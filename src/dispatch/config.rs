@@ -12,8 +12,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::quota::{QuotaConfig, QuotaSettings};
-use super::{ApprovalGate, DispatchConfig, ToolSettings};
+use super::{ApprovalGate, DispatchConfig, Expression, ToolSettings};
 use crate::contract::retry::RetryPolicy;
+use crate::store::RejectOption;
 
 /// `[retry]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -84,12 +85,7 @@ impl ToolConfig {
                 .approval_ttl_s
                 .or(self.approval_ttl_s)
                 .map(Duration::from_secs),
-            approval: (tool.require_approval == Some(true)).then(|| {
-                tool.approval_schema
-                    .clone()
-                    .and_then(|schema| ApprovalGate::with_schema(schema).ok())
-                    .unwrap_or_default()
-            }),
+            approval: tool.approval_gate(),
             quotas: tool.quotas.unwrap_or_default(),
             required_scopes: tool.required_scopes.clone().unwrap_or_default(),
         }
@@ -117,6 +113,138 @@ pub struct ToolOverride {
     /// The scopes a token must carry to call the tool (a broader scope of the same hierarchy
     /// will do: `refunds` for `refunds:write`); API keys are not asked for any.
     pub required_scopes: Option<Vec<String>>,
+    /// `[tools.<name>.approval]`: the tool's approval policy (`require_approval = true` is its
+    /// short form, with no condition).
+    pub approval: Option<ApprovalConfig>,
+}
+
+impl ToolOverride {
+    /// The approval gate this table sets, if any. Its keys were checked when the file was read
+    /// ([`ToolOverride::check_approval`]); one that is not valid here (a server built in code)
+    /// asks about every call rather than none.
+    fn approval_gate(&self) -> Option<ApprovalGate> {
+        let asking_with = |schema: &Option<Value>| {
+            schema
+                .clone()
+                .and_then(|schema| ApprovalGate::with_schema(schema).ok())
+                .unwrap_or_default()
+        };
+        let compiled = |source: &Option<String>| {
+            source
+                .as_deref()
+                .and_then(|source| Expression::compile(source).ok())
+        };
+        match &self.approval {
+            Some(policy) => Some(ApprovalGate {
+                when: compiled(&policy.when),
+                reason: compiled(&policy.reason),
+                reject_options: policy.reject_options.clone().unwrap_or_default(),
+                ..asking_with(&policy.approval_schema)
+            }),
+            None => {
+                (self.require_approval == Some(true)).then(|| asking_with(&self.approval_schema))
+            }
+        }
+    }
+
+    /// What is wrong with the table's approval keys, if anything, as (the key under the
+    /// table, what is wrong): an approval schema that does not compile, or is set where no
+    /// approval is asked; a condition or reason that is not CEL; the long and short forms
+    /// together.
+    pub fn check_approval(&self) -> Result<(), (String, String)> {
+        if let Some(schema) = &self.approval_schema {
+            check_approval_schema(schema, self.require_approval)
+                .map_err(|message| ("approval_schema".to_owned(), message))?;
+        }
+        let Some(policy) = &self.approval else {
+            return Ok(());
+        };
+        if self.require_approval.is_some() {
+            return Err((
+                "require_approval".into(),
+                "is the short form of the [approval] table beside it: set one of them".into(),
+            ));
+        }
+        if let Some(schema) = &policy.approval_schema {
+            ApprovalGate::with_schema(schema.clone()).map_err(|message| {
+                (
+                    "approval.approval_schema".to_owned(),
+                    format!("is not a JSON Schema: {message}"),
+                )
+            })?;
+        }
+        for (key, source) in [("when", &policy.when), ("reason", &policy.reason)] {
+            if let Some(source) = source {
+                Expression::compile(source)
+                    .map_err(|message| (format!("approval.{key}"), message))?;
+            }
+        }
+        if let Some(options) = &policy.reject_options {
+            check_reject_options(options)
+                .map_err(|message| ("approval.reject_options".to_owned(), message))?;
+        }
+        Ok(())
+    }
+}
+
+/// `[tools.<name>.approval]`: which calls of a tool wait for a person, and what they are told.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalConfig {
+    /// A CEL expression over `input`, `tool` and `principal`: the calls for which it is true
+    /// (or fails to evaluate) wait for a person. Unset: every call.
+    pub when: Option<String>,
+    /// A CEL string expression: the suspension's reason, what the approver reads. Unset:
+    /// "Calls of <tool> need approval."
+    pub reason: Option<String>,
+    /// The JSON Schema of the approver's answer (default `{"note"?: string}`).
+    pub approval_schema: Option<Value>,
+    /// The named ways a person may reject a call (`{ name, description }`); a rejection that
+    /// names one tells the caller which.
+    pub reject_options: Option<Vec<RejectOption>>,
+}
+
+/// The most rejection options one tool may have.
+const MAX_REJECT_OPTIONS: usize = 32;
+/// The longest rejection option's description, in characters.
+const MAX_OPTION_DESCRIPTION_CHARS: usize = 1000;
+
+/// What is wrong with a list of rejection options, if anything: 1 to 32 of them, each named
+/// with 1 to 64 ASCII letters, digits, `_` and `-`, no name twice, each description 1 to 1000
+/// characters that say something.
+pub fn check_reject_options(options: &[RejectOption]) -> Result<(), String> {
+    if options.is_empty() || options.len() > MAX_REJECT_OPTIONS {
+        return Err(format!(
+            "must list 1 to {MAX_REJECT_OPTIONS} options (leave it out for none)"
+        ));
+    }
+    for (i, option) in options.iter().enumerate() {
+        let name = &option.name;
+        let named = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !named {
+            return Err(format!(
+                "`{name}` is not an option name: 1 to 64 ASCII letters, digits, `_` or `-`"
+            ));
+        }
+        if options[..i].iter().any(|other| other.name == *name) {
+            return Err(format!("names `{name}` twice"));
+        }
+        let description = &option.description;
+        if description.trim().is_empty()
+            || description.chars().count() > MAX_OPTION_DESCRIPTION_CHARS
+            || description.chars().any(char::is_control)
+        {
+            return Err(format!(
+                "`{name}`'s description must say something, in 1 to \
+                 {MAX_OPTION_DESCRIPTION_CHARS} characters on one line"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What is wrong with a `required_scopes` key, if anything: each is a scope token of RFC 6749

@@ -12,9 +12,10 @@
 //! `ctx.resume()` set. A rejection or an external completion resolves the suspension without
 //! running anything; so does settling a call that needs reconciliation.
 //!
-//! A tool whose configuration says `require_approval` suspends before its first attempt, for a
-//! person to approve the call as asked (see [`ApprovalGate`]); approving runs it with the
-//! approver's input in `ctx.resume()`, like any approval.
+//! A tool whose configuration asks for approval (`require_approval`, or an approval policy
+//! whose `when` condition holds for the call, see [`condition`]) suspends before its first
+//! attempt, for a person to approve the call as asked (see [`ApprovalGate`]); approving runs it
+//! with the approver's input in `ctx.resume()`, like any approval.
 //!
 //! The tools it runs are the current generation of a live set ([`live`]): upstream MCP servers
 //! add and remove theirs while the server runs.
@@ -35,6 +36,7 @@
 
 mod admit;
 mod attempt;
+pub mod condition;
 pub mod config;
 pub mod live;
 mod outcome;
@@ -49,6 +51,7 @@ pub mod wait;
 pub mod who;
 
 pub use admit::{check_idempotency_key, client_key_scope};
+pub use condition::Expression;
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
 pub use resolve::{MAX_REASON_CHARS, rejection_reason, settlement_error};
 pub use running::Running;

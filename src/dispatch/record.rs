@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::attempt::Start;
 use super::live::ToolPolicy;
 use super::{CallOutcome, CallResult, DispatchError, Dispatcher};
 use crate::contract::registry::Registered;
@@ -124,14 +125,14 @@ impl Dispatcher {
         });
     }
 
-    /// Runs the recorded call `call` again (approved, or interrupted and claimed), with the
-    /// approver's input when it has one, and records what it comes to.
+    /// Runs the recorded call `call` again (approved, or interrupted and claimed), as `start`
+    /// says, and records what it comes to.
     pub(super) async fn run_recorded(
         &self,
         registered: &Registered,
         policy: &ToolPolicy,
         call: CallRecord,
-        resume: Option<Value>,
+        start: Start,
     ) -> Result<CallResult, DispatchError> {
         let ran = self
             .attempts(
@@ -139,7 +140,7 @@ impl Dispatcher {
                 policy,
                 &call.call_id,
                 call.idempotency_key.as_deref(),
-                resume,
+                start,
                 call.attempts,
                 call.input,
                 false,

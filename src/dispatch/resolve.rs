@@ -8,12 +8,13 @@
 
 use serde_json::Value;
 
+use super::attempt::Start;
 use super::who::Principal;
 use super::{CallOutcome, CallResult, DispatchError, Dispatcher, detached};
 use crate::contract::registry::{compile_schema, violations};
 use crate::store::{
-    Actor, Approval, ApprovalState, CallRecord, CallStatus, Reconciled, Resolution, Resolved,
-    Settlement, StoreError, Timestamp,
+    Actor, Approval, ApprovalState, CallRecord, CallStatus, Reconciled, RejectOption, Resolution,
+    Resolved, Settlement, StoreError, Timestamp,
 };
 
 /// The longest text a person or a tool writes on a call, in characters: a rejection's reason,
@@ -92,20 +93,26 @@ impl Dispatcher {
     }
 
     /// Rejects the suspension `token`: the call becomes `rejected` and its tool does not run.
-    /// The reason is optional (see [`rejection_reason`]).
+    /// The reason is optional (see [`rejection_reason`]); so is `option`, the name of one of
+    /// the rejection options of the tool's approval policy, which the caller is told.
     pub async fn reject(
         &self,
         token: &str,
         reason: Option<String>,
+        option: Option<String>,
         principal: &Principal,
     ) -> Result<CallRecord, DispatchError> {
         let reason = rejection_reason(reason)?;
         self.check_decider(principal, token).await?;
+        let option = match option {
+            Some(name) => Some(self.reject_option(token, &name).await?),
+            None => None,
+        };
         let asked = Timestamp::now();
         let actor = principal.actor();
         let resolved = self
             .store
-            .resolve_by(token, Resolution::Reject { reason }, &actor)
+            .resolve_by(token, Resolution::Reject { reason, option }, &actor)
             .await?;
         self.count_resolution(&resolved, asked);
         match resolved {
@@ -200,6 +207,42 @@ impl Dispatcher {
         }
     }
 
+    /// The rejection option `name` of the pending suspension `token`'s tool; `BadRequest` when
+    /// its approval policy has no such option.
+    async fn reject_option(&self, token: &str, name: &str) -> Result<RejectOption, DispatchError> {
+        let approval = self.pending(token).await?;
+        let options = self.reject_options(&approval.tool);
+        if let Some(option) = options.iter().find(|option| option.name == name) {
+            return Ok(option.clone());
+        }
+        let known: Vec<String> = options
+            .iter()
+            .map(|option| format!("`{}`", option.name))
+            .collect();
+        Err(DispatchError::BadRequest(if known.is_empty() {
+            format!(
+                "`option`: the approval policy of {} has no rejection options.",
+                approval.tool
+            )
+        } else {
+            format!(
+                "`option` must be one of {} (the approval policy of {}).",
+                known.join(", "),
+                approval.tool
+            )
+        }))
+    }
+
+    /// The rejection options of `tool`'s approval policy, as configured now.
+    pub fn reject_options(&self, tool: &str) -> Vec<RejectOption> {
+        self.live
+            .current()
+            .policy(tool)
+            .and_then(|policy| policy.settings.approval.as_ref())
+            .map(|gate| gate.reject_options.clone())
+            .unwrap_or_default()
+    }
+
     /// The pending suspension `token`, or why it is not pending.
     async fn pending(&self, token: &str) -> Result<Approval, DispatchError> {
         match self
@@ -272,7 +315,7 @@ impl Dispatcher {
             Resolved::Approved(call) => call,
             other => return Err(unexpected_resolution(other)),
         };
-        self.run_recorded(registered, policy, call, Some(resume_input))
+        self.run_recorded(registered, policy, call, Start::Resume(resume_input))
             .await
     }
 
@@ -302,7 +345,8 @@ impl Dispatcher {
             });
         };
         tracing::Span::current().record("call_id", rerun.call.call_id.as_str());
-        self.run_recorded(registered, policy, rerun.call, rerun.resume_input)
+        let start = Start::of(rerun.resume_input, None);
+        self.run_recorded(registered, policy, rerun.call, start)
             .await
     }
 }

@@ -100,7 +100,9 @@ impl Dispatcher {
         limit: u32,
     ) -> Result<ApprovalPage, DispatchError> {
         if principal.decides.is_all() && principal.sees_all_calls() {
-            return Ok(self.store.pending_approvals_of(tool, after, limit).await?);
+            let mut page = self.store.pending_approvals_of(tool, after, limit).await?;
+            self.add_reject_options(&mut page.approvals);
+            return Ok(page);
         }
         if !principal.sees_all_calls() || tool.is_some_and(|tool| !principal.may_decide(tool)) {
             return Ok(ApprovalPage {
@@ -108,7 +110,7 @@ impl Dispatcher {
                 next_cursor: None,
             });
         }
-        let (approvals, next_cursor) = kept_page(
+        let (mut approvals, next_cursor) = kept_page(
             after,
             limit,
             |cursor, limit| async move {
@@ -118,10 +120,18 @@ impl Dispatcher {
             |approval: &Approval| principal.may_decide(&approval.tool),
         )
         .await?;
+        self.add_reject_options(&mut approvals);
         Ok(ApprovalPage {
             approvals,
             next_cursor,
         })
+    }
+
+    /// Each approval with the rejection options its tool's policy offers now.
+    fn add_reject_options(&self, approvals: &mut [Approval]) {
+        for approval in approvals {
+            approval.reject_options = self.reject_options(&approval.tool);
+        }
     }
 
     /// What the suspension `token` stands for, if `principal` may decide it: one of a tool
@@ -131,7 +141,10 @@ impl Dispatcher {
         principal: &Principal,
         token: &str,
     ) -> Result<Option<ApprovalState>, DispatchError> {
-        let state = self.store.approval(token).await?;
+        let mut state = self.store.approval(token).await?;
+        if let Some(ApprovalState::Pending(approval)) = &mut state {
+            approval.reject_options = self.reject_options(&approval.tool);
+        }
         Ok(state.filter(|state| {
             let tool = match state {
                 ApprovalState::Pending(approval) => &approval.tool,

@@ -139,6 +139,9 @@ pub struct Principal {
     /// The name shown for a person signed in with an identity provider, recorded beside the
     /// actor's name on what they decide.
     pub display: Option<String>,
+    /// A token's verified claims, which approval conditions may read (`principal.claims`);
+    /// `None` for an API key or auth off.
+    pub claims: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
 }
 
 impl Principal {
@@ -152,6 +155,7 @@ impl Principal {
             decides: Reach::all(),
             scopes: None,
             display: None,
+            claims: None,
         }
     }
 

@@ -27,8 +27,8 @@ use crate::store::{FeedEntry, Store, StoreError};
 pub mod stream;
 pub mod webhooks;
 
-/// An entry as the event stream and webhooks show it: `{"type", "at", "call", "suspension"?}`,
-/// the suspension's token only `with_token` (for those who may decide).
+/// An entry as the event stream and webhooks show it: `{"type", "at", "call", "suspension"?,
+/// "error"?}`, the suspension's token only `with_token` (for those who may decide).
 pub fn entry_data(entry: &FeedEntry, with_token: bool) -> Value {
     let mut data = json!({
         "type": entry.kind,
@@ -46,6 +46,9 @@ pub fn entry_data(entry: &FeedEntry, with_token: bool) -> Value {
             shown["token"] = Value::String(suspension.token.clone());
         }
         data["suspension"] = shown;
+    }
+    if let Some(error) = &entry.error {
+        data["error"] = json!(error);
     }
     data
 }

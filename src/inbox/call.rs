@@ -18,7 +18,7 @@ use super::views::{Answer, Expiry, Moment, Nav, PageError, ago};
 use crate::Effect;
 use crate::contract::error::InputViolation;
 use crate::dispatch::who::Principal;
-use crate::store::{CallRecord, CallStatus, Timestamp};
+use crate::store::{CallRecord, CallStatus, RejectOption, Timestamp};
 
 /// What was just decided on a call's page: the `?done=` of the page a decision redirects to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -282,6 +282,8 @@ struct CallPage {
     approve: Option<Form>,
     confirm: Option<Confirm>,
     reject: TextField,
+    /// The rejection options of the tool's approval policy, to choose one of.
+    reject_options: Vec<RejectOption>,
     complete: Option<Form>,
     /// Whether the external completion is shown open: when it was just refused.
     complete_open: bool,
@@ -417,6 +419,7 @@ pub(crate) fn call_page(
         approve: suspension.map(|s| form_of("approve", &s.input_schema, typed.approve)),
         confirm,
         reject: text(typed.reject),
+        reject_options: visit.dispatcher().reject_options(&call.tool),
         complete: suspension
             .and(output_schema)
             .map(|schema| form_of("complete", schema, typed.complete)),

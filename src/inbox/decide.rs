@@ -305,9 +305,14 @@ pub(crate) async fn reject(decision: Decision) -> Answer {
         };
         return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
     }
+    // A choice among the policy's options, or none (an empty value).
+    let option = decision
+        .field("option")
+        .filter(|option| !option.is_empty())
+        .map(str::to_owned);
     let rejected = decision
         .dispatcher()
-        .reject(&token, Some(reason), decision.principal())
+        .reject(&token, Some(reason), option, decision.principal())
         .await;
     decision
         .outcome(Done::Rejected, rejected, |_| Typed::default())

@@ -26,6 +26,9 @@ pub(crate) struct McpCatalog {
     /// output is not one is listed without it (the SDK leaves out its `structuredContent` too).
     pub(super) legacy_tools: Vec<Tool>,
     by_name: HashMap<String, usize>,
+    /// Per listed tool, whether its input schema promotes a parameter to an `Mcp-Param-*`
+    /// header (SEP-2243's `x-mcp-header`), which only the SDK's transport checks.
+    promotes_headers: Vec<bool>,
 }
 
 impl McpCatalog {
@@ -63,10 +66,15 @@ impl McpCatalog {
             .enumerate()
             .map(|(i, tool)| (tool.name.to_string(), i))
             .collect();
+        let promotes_headers = listed
+            .iter()
+            .map(|tool| names_key(&tool.input_schema, PARAM_HEADER_KEY))
+            .collect();
         McpCatalog {
             tools: listed,
             legacy_tools,
             by_name,
+            promotes_headers,
         }
     }
 
@@ -74,6 +82,30 @@ impl McpCatalog {
     pub(super) fn get(&self, name: &str) -> Option<&Tool> {
         self.by_name.get(name).map(|&i| &self.tools[i])
     }
+
+    /// Whether the tool of this name promotes parameters to `Mcp-Param-*` headers.
+    pub(super) fn promotes_headers(&self, name: &str) -> bool {
+        self.by_name
+            .get(name)
+            .is_some_and(|&i| self.promotes_headers[i])
+    }
+}
+
+/// The schema keyword by which SEP-2243 promotes a parameter to a header.
+const PARAM_HEADER_KEY: &str = "x-mcp-header";
+
+/// Whether `key` is a key anywhere in `object`.
+fn names_key(object: &serde_json::Map<String, Value>, key: &str) -> bool {
+    object.iter().any(|(name, value)| {
+        name == key
+            || match value {
+                Value::Object(inner) => names_key(inner, key),
+                Value::Array(items) => items
+                    .iter()
+                    .any(|item| item.as_object().is_some_and(|inner| names_key(inner, key))),
+                _ => false,
+            }
+    })
 }
 
 /// `toolgate_await_call` as `tools/list` shows it.

@@ -7,6 +7,8 @@
 //! catalog built at start-up ([`catalog`]), and `tools/call` runs the one call lifecycle
 //! (`crate::dispatch`) exactly as `POST /tools/{name}/call` does: the same records, idempotency,
 //! effects, retries, timeouts and limits. What differs is only how answers look ([`answers`]).
+//! A plain stateless `tools/call` reaches the same [`Door::call`] without the SDK's per-request
+//! service ([`direct`]).
 //!
 //! Three promises are kept here rather than by the SDK:
 //! - an approver's token never reaches an MCP client: a suspended call is answered as pending
@@ -22,6 +24,7 @@
 mod answers;
 pub(crate) mod catalog;
 pub mod config;
+mod direct;
 #[cfg(test)]
 mod rebinding;
 mod scopes;
@@ -33,8 +36,8 @@ use axum::http::request::Parts;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
-    UpdateTaskParams,
+    PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerCapabilities, ServerConfig,
+    Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -88,19 +91,22 @@ impl McpOptions {
 }
 
 /// The `/mcp` route: the SDK's Streamable HTTP transport, stateless and answering JSON, over
-/// one [`Door`] (the gate in front of it checks `Host` and `Origin` first).
+/// one [`Door`] (the gate in front of it checks `Host` and `Origin` first), with a `tools/call`
+/// of the common shapes answered by the door directly ([`direct`]).
 pub(crate) fn route(
     door: Door,
     options: &McpOptions,
     max_body_bytes: usize,
 ) -> axum::routing::MethodRouter {
     let dispatcher = door.0.dispatcher.clone();
+    let handler = door.clone();
     let transport = StreamableHttpService::new(
-        move || Ok(door.clone()),
+        move || Ok(handler.clone()),
         Arc::new(NeverSessionManager::default()),
         transport_config(&options.allowed_hosts, max_body_bytes),
     );
-    let route = axum::routing::any_service(transport);
+    let route = axum::routing::any_service(transport)
+        .layer(axum::middleware::from_fn_with_state(door, direct::answer));
     // Only a server whose tools require scopes reads a `tools/call` before the SDK does.
     if dispatcher.requires_scopes() {
         route.layer(axum::middleware::from_fn_with_state(
@@ -155,6 +161,12 @@ impl Door {
         }))
     }
 
+    /// Whether the tool of this name promotes parameters to `Mcp-Param-*` headers.
+    fn promotes_headers(&self, name: &str) -> bool {
+        let catalog = self.0.catalog.get(&self.0.dispatcher.tools());
+        catalog.1.promotes_headers(name)
+    }
+
     /// What `tools/list` answers for the tool list as it stands, as `principal` sees it: only
     /// the tools it may call.
     fn catalog(&self, principal: &Principal) -> Arc<(u64, McpCatalog)> {
@@ -164,21 +176,57 @@ impl Door {
     }
 }
 
-/// The HTTP request the SDK hands over with each MCP request (what the gate put there).
-fn http_parts(context: &RequestContext<RoleServer>) -> Result<&Parts, McpError> {
-    context
-        .extensions
-        .get::<Parts>()
-        .ok_or_else(|| internal("an MCP request without its HTTP request"))
+/// What the door reads of an MCP request besides its params: the HTTP request it came in with
+/// (the principal the gate admitted, the slot of a held request), its `_meta`, and whether its
+/// client declared the tasks extension.
+pub(super) struct Asked<'a> {
+    parts: &'a Parts,
+    meta: &'a RequestMetaObject,
+    tasks: bool,
 }
 
-/// Who is asking, as the route's gate admitted them.
+impl<'a> Asked<'a> {
+    /// What the SDK hands over with a request.
+    fn of(context: &'a RequestContext<RoleServer>) -> Result<Self, McpError> {
+        let parts = context
+            .extensions
+            .get::<Parts>()
+            .ok_or_else(|| internal("an MCP request without its HTTP request"))?;
+        let tasks = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        Ok(Asked {
+            parts,
+            meta: &context.meta,
+            tasks,
+        })
+    }
+
+    /// Who is asking, as the route's gate admitted them.
+    fn principal(&self) -> Result<Principal, McpError> {
+        self.parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .ok_or_else(|| internal("an MCP request that passed no gate"))
+    }
+
+    /// The call's idempotency key from `_meta`, checked as the REST header is.
+    fn idempotency_key(&self) -> Result<Option<String>, McpError> {
+        let Some(value) = self.meta.get(IDEMPOTENCY_KEY_META) else {
+            return Ok(None);
+        };
+        crate::dispatch::check_idempotency_key(value.as_str().unwrap_or_default())
+            .map(Some)
+            .map_err(|message| {
+                McpError::invalid_params(format!("`_meta.{IDEMPOTENCY_KEY_META}`: {message}"), None)
+            })
+    }
+}
+
+/// Who is asking a request the SDK hands over.
 fn principal(context: &RequestContext<RoleServer>) -> Result<Principal, McpError> {
-    http_parts(context)?
-        .extensions
-        .get::<Principal>()
-        .cloned()
-        .ok_or_else(|| internal("an MCP request that passed no gate"))
+    Asked::of(context)?.principal()
 }
 
 /// A failure of the server itself: logged, and answered `-32603` without its cause.
@@ -195,34 +243,15 @@ fn is_modern(context: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
 }
 
-/// Whether the request declared the tasks extension.
-fn declares_tasks(context: &RequestContext<RoleServer>) -> bool {
-    context
-        .client_capabilities()
-        .is_some_and(|caps| caps.supports_tasks())
-}
-
-/// The call's idempotency key from `_meta`, checked as the REST header is.
-fn idempotency_key(context: &RequestContext<RoleServer>) -> Result<Option<String>, McpError> {
-    let Some(value) = context.meta.get(IDEMPOTENCY_KEY_META) else {
-        return Ok(None);
-    };
-    crate::dispatch::check_idempotency_key(value.as_str().unwrap_or_default())
-        .map(Some)
-        .map_err(|message| {
-            McpError::invalid_params(format!("`_meta.{IDEMPOTENCY_KEY_META}`: {message}"), None)
-        })
-}
-
 impl Door {
     /// `toolgate_await_call`: holds until the call leaves `running` or `suspended` (or the
     /// time is up), then answers its outcome as the call itself would have.
     async fn await_call(
         &self,
         arguments: Value,
-        context: &RequestContext<RoleServer>,
+        context: &Asked<'_>,
     ) -> Result<CallToolResult, McpError> {
-        let principal = principal(context)?;
+        let principal = context.principal()?;
         let asked = match catalog::AwaitInput::parse(arguments) {
             Ok(asked) => asked,
             Err(violations) => return Ok(answers::invalid_await_input(&violations)),
@@ -234,7 +263,7 @@ impl Door {
                 Ok(permit) => permit,
                 Err(refused) => return Ok(answers::rate_limited(&refused)),
             };
-            let slot = http_parts(context)?.extensions.get::<HeldSlot>().cloned();
+            let slot = context.parts.extensions.get::<HeldSlot>().cloned();
             let limit = Duration::from_secs(asked.wait_seconds);
             held = Some(Held::new(limit, slot, permit));
         }
@@ -248,6 +277,57 @@ impl Door {
             Ok(call) => Ok(answers::from_record(&call)),
             Err(err) => answers::dispatch_error(err),
         }
+    }
+
+    /// `tools/call`, however the request reached the door: the SDK's handler
+    /// ([`ServerHandler::call_tool`]) and the direct way ([`direct`]) both end here.
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: &Asked<'_>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        if let Err(DispatchError::TooDeep(max)) = self.0.dispatcher.check_depth(&arguments) {
+            return Err(McpError::invalid_params(
+                format!("The arguments are nested deeper than {max} levels."),
+                None,
+            ));
+        }
+        if request.name == AWAIT_TOOL {
+            return Box::pin(self.await_call(arguments, context))
+                .await
+                .map(Into::into);
+        }
+        let principal = context.principal()?;
+        if self.catalog(&principal).1.get(&request.name).is_none() {
+            return Err(McpError::invalid_params(
+                format!("No tool is named `{}`.", request.name),
+                None,
+            ));
+        }
+        let options = CallOptions {
+            principal,
+            idempotency_key: context.idempotency_key()?,
+        };
+        // Boxed: the SDK spawns and moves the handler's future for every request, and the whole
+        // call lifecycle inline made it large enough that copying it cost more than the call
+        // (BENCHMARKS.md, MCP).
+        let call = Box::pin(self.0.dispatcher.call(&request.name, arguments, options));
+        let result = match call.await {
+            Ok(result) => result,
+            Err(err) => return answers::dispatch_error(err).map(Into::into),
+        };
+        if matches!(result.outcome, CallOutcome::Suspended { .. }) && context.tasks {
+            // The task's times are the call's: a replayed call's task is as old as the call.
+            let call = match self.0.dispatcher.store().call(&result.call_id).await {
+                Ok(Some(call)) => call,
+                Ok(None) => return Err(internal("a suspended call without its record")),
+                Err(err) => return Err(answers::protocol_error(err.into())),
+            };
+            let task = answers::task_of(&call, POLL_INTERVAL_MS);
+            return Ok(CreateTaskResult::new(task.task).into());
+        }
+        Ok(answers::from_result(&result).into())
     }
 
     /// A task's state, from its call's record.
@@ -310,48 +390,7 @@ impl ServerHandler for Door {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        if let Err(DispatchError::TooDeep(max)) = self.0.dispatcher.check_depth(&arguments) {
-            return Err(McpError::invalid_params(
-                format!("The arguments are nested deeper than {max} levels."),
-                None,
-            ));
-        }
-        if request.name == AWAIT_TOOL {
-            return Box::pin(self.await_call(arguments, &context))
-                .await
-                .map(Into::into);
-        }
-        let principal = principal(&context)?;
-        if self.catalog(&principal).1.get(&request.name).is_none() {
-            return Err(McpError::invalid_params(
-                format!("No tool is named `{}`.", request.name),
-                None,
-            ));
-        }
-        let options = CallOptions {
-            principal,
-            idempotency_key: idempotency_key(&context)?,
-        };
-        // Boxed: the SDK spawns and moves the handler's future for every request, and the whole
-        // call lifecycle inline made it large enough that copying it cost more than the call
-        // (BENCHMARKS.md, MCP).
-        let call = Box::pin(self.0.dispatcher.call(&request.name, arguments, options));
-        let result = match call.await {
-            Ok(result) => result,
-            Err(err) => return answers::dispatch_error(err).map(Into::into),
-        };
-        if matches!(result.outcome, CallOutcome::Suspended { .. }) && declares_tasks(&context) {
-            // The task's times are the call's: a replayed call's task is as old as the call.
-            let call = match self.0.dispatcher.store().call(&result.call_id).await {
-                Ok(Some(call)) => call,
-                Ok(None) => return Err(internal("a suspended call without its record")),
-                Err(err) => return Err(answers::protocol_error(err.into())),
-            };
-            let task = answers::task_of(&call, POLL_INTERVAL_MS);
-            return Ok(CreateTaskResult::new(task.task).into());
-        }
-        Ok(answers::from_result(&result).into())
+        self.call(request, &Asked::of(&context)?).await
     }
 
     async fn get_task(

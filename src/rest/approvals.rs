@@ -86,6 +86,11 @@ pub struct RejectRequest {
     /// an empty or blank one is recorded as none.
     #[serde(default)]
     pub reason: Option<String>,
+    /// The name of one of the approval's `reject_options` (its tool's approval policy): the
+    /// call's error then carries it and its description (`details.option`,
+    /// `details.description`), and its message names them.
+    #[serde(default)]
+    pub option: Option<String>,
 }
 
 /// The body of an external completion.
@@ -224,7 +229,7 @@ pub(super) async fn approve(
     request_body = RejectRequest,
     responses(
         (status = 200, description = "Rejected; the call's record.", body = CallRecord),
-        (status = 400, description = "`bad_request`: malformed JSON, a `reason` longer than 4096 characters, or an unknown field.", body = ErrorEnvelope),
+        (status = 400, description = "`bad_request`: malformed JSON, a `reason` longer than 4096 characters, an `option` that is not one of the approval's `reject_options`, or an unknown field.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches).", body = ErrorEnvelope),
         (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record.", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
@@ -241,7 +246,7 @@ pub(super) async fn reject(
 ) -> Result<Json<CallRecord>, ApiError> {
     let call = app
         .dispatcher
-        .reject(&token, request.reason, &principal)
+        .reject(&token, request.reason, request.option, &principal)
         .await?;
     Ok(Json(call))
 }

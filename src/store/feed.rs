@@ -31,6 +31,9 @@ pub struct FeedEntry {
     pub call: CallSummary,
     /// For `call.suspended`: the suspension it made.
     pub suspension: Option<SuspensionView>,
+    /// For `call.rejected`, `call.failed` and `call.expired`: the call's error (a rejection's
+    /// reason and option, say).
+    pub error: Option<super::CallError>,
 }
 
 /// The types of feed entries, as `FeedEntry::kind` names them.

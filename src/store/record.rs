@@ -8,7 +8,9 @@
 
 use serde_json::{Value, json};
 
-use super::{Actor, CallError, CallStatus, NewCall, Outcome, Settlement, StoreError, Timestamp};
+use super::{
+    Actor, CallError, CallStatus, NewCall, Outcome, RejectOption, Settlement, StoreError, Timestamp,
+};
 
 /// A new call with its JSON already serialized: that work is done by the caller's task, not by
 /// the store's writer (in SQLite, the one writer thread everyone waits for).
@@ -282,9 +284,24 @@ pub(crate) fn settled_columns(
     })
 }
 
-/// The error of a call a person rejected, with their reason if they gave one.
-pub(crate) fn rejected_error(reason: Option<&str>) -> CallError {
-    CallError::new("rejected", reason.unwrap_or("Rejected without a reason."))
+/// The error of a call a person rejected, with their reason if they gave one, and the option
+/// they chose (named in the message, for a model that reads only that, and in `details`).
+pub(crate) fn rejected_error(reason: Option<&str>, option: Option<&RejectOption>) -> CallError {
+    let Some(option) = option else {
+        return CallError::new("rejected", reason.unwrap_or("Rejected without a reason."));
+    };
+    let chosen = format!("Rejected: {} ({}).", option.name, option.description);
+    let message = match reason {
+        Some(reason) => format!("{chosen} {reason}"),
+        None => chosen,
+    };
+    CallError {
+        details: Some(serde_json::json!({
+            "option": option.name,
+            "description": option.description,
+        })),
+        ..CallError::new("rejected", message)
+    }
 }
 
 /// The details of an `approved` event: the approver's answer (its note, say), so that the
@@ -293,9 +310,19 @@ pub(crate) fn approved_details(resume_input: &Value) -> Value {
     serde_json::json!({ "answer": resume_input })
 }
 
-/// The details of a `rejected` event: the reason, when there is one.
-pub(crate) fn rejected_details(reason: Option<&str>) -> Option<Value> {
-    reason.map(|reason| serde_json::json!({ "reason": reason }))
+/// The details of a `rejected` event: the reason and the option chosen, when there are.
+pub(crate) fn rejected_details(
+    reason: Option<&str>,
+    option: Option<&RejectOption>,
+) -> Option<Value> {
+    let mut details = serde_json::Map::new();
+    if let Some(reason) = reason {
+        details.insert("reason".into(), reason.into());
+    }
+    if let Some(option) = option {
+        details.insert("option".into(), option.name.clone().into());
+    }
+    (!details.is_empty()).then_some(Value::Object(details))
 }
 
 /// The error of a call whose suspension expired.

@@ -223,13 +223,17 @@ pub(crate) struct RawFeedEntry {
     pub(crate) idempotency_key: Option<String>,
     pub(crate) created_at: i64,
     pub(crate) suspension: RawSuspension,
+    /// The call's error, for an entry of a final status that has one (rejected, failed,
+    /// expired): it cannot change after the entry.
+    pub(crate) error: Option<String>,
 }
 
 impl RawFeedEntry {
     /// Reads the entry at `cursor` from a row whose columns from `first` on are the entry's
     /// `at, type, call_id, attempts, token`, its call's `tool, effect, caller,
-    /// idempotency_key, created_at`, and its suspension's `reason, input_schema, created_at,
-    /// expires_at` (the columns before `first` are the backend's cursor).
+    /// idempotency_key, created_at`, its suspension's `reason, input_schema, created_at,
+    /// expires_at`, and the call's `error` for a final status (the columns before `first` are
+    /// the backend's cursor).
     pub(crate) fn read<R: Columns>(
         row: &R,
         first: usize,
@@ -247,6 +251,7 @@ impl RawFeedEntry {
             idempotency_key: row.text_or_null(first + 8)?,
             created_at: row.bigint(first + 9)?,
             suspension: RawSuspension::read(row, first + 4, first + 10)?,
+            error: row.text_or_null(first + 14)?,
         })
     }
 
@@ -273,6 +278,7 @@ impl RawFeedEntry {
                 attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
             },
             suspension,
+            error: self.error.as_deref().map(parse_json).transpose()?,
         })
     }
 }

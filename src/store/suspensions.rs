@@ -26,6 +26,17 @@ pub struct SuspensionView {
     pub expires_at: Option<Timestamp>,
 }
 
+/// One of the ways an approval policy lets a person reject a call (`reject_options`): named, so
+/// that the caller (an agent, often) can tell which and change course instead of retrying blind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RejectOption {
+    /// A short name, the one a rejection gives as `option`: `too_large`.
+    pub name: String,
+    /// What it tells the caller: "The amount is above what an agent may refund."
+    pub description: String,
+}
+
 /// A pending suspension, as the approvals queue shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Approval {
@@ -50,6 +61,10 @@ pub struct Approval {
     /// The call's input; present when one approval is read by its token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
+    /// The options a rejection may name, from the tool's approval policy; left out when it
+    /// has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reject_options: Vec<RejectOption>,
 }
 
 /// One page of the approvals queue.
@@ -84,6 +99,8 @@ pub enum Resolution {
     Reject {
         /// The approver's reason, if they gave one (`None` for an empty or blank one).
         reason: Option<String>,
+        /// The rejection option of the tool's approval policy the approver chose, if any.
+        option: Option<RejectOption>,
     },
     /// Finish the call as completed with work done outside the server; the tool does not run.
     Complete {

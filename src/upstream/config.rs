@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::contract::meta::Effect;
-use crate::dispatch::config::{ToolOverride, check_approval_schema, check_required_scopes};
+use crate::dispatch::config::{ApprovalConfig, ToolOverride, check_required_scopes};
 use crate::dispatch::quota::QuotaConfig;
 
 /// The separator between an upstream's name and its tool's: `files__write_file`.
@@ -95,10 +95,28 @@ pub struct UpstreamPolicy {
     pub idempotency_key: Option<String>,
     /// The JSON Schema of the approver's answer (default `{"note"?: string}`).
     pub approval_schema: Option<Value>,
+    /// The tool's approval policy (as `[tools.<name>.approval]`).
+    pub approval: Option<ApprovalConfig>,
     /// The tool's own quota, for each principal calling it (as `[tools.<name>] quotas`).
     pub quotas: Option<QuotaConfig>,
     /// The scopes a token must carry to call the tool (as `[tools.<name>] required_scopes`).
     pub required_scopes: Option<Vec<String>>,
+}
+
+impl UpstreamPolicy {
+    /// The policy as the dispatcher's settings of the tool.
+    fn tool_override(&self) -> ToolOverride {
+        ToolOverride {
+            timeout_ms: self.timeout_ms,
+            max_concurrency: self.max_concurrency,
+            approval_ttl_s: self.approval_ttl_s,
+            require_approval: self.require_approval,
+            approval_schema: self.approval_schema.clone(),
+            quotas: self.quotas,
+            required_scopes: self.required_scopes.clone(),
+            approval: self.approval.clone(),
+        }
+    }
 }
 
 /// How an upstream is reached, with every `${NAME}` expanded.
@@ -253,10 +271,10 @@ impl UpstreamConfig {
                 KeyTemplate::parse(template)
                     .map_err(|message| invalid(key("idempotency_key"), message))?;
             }
-            if let Some(schema) = &policy.approval_schema {
-                check_approval_schema(schema, policy.require_approval)
-                    .map_err(|message| invalid(key("approval_schema"), message))?;
-            }
+            policy
+                .tool_override()
+                .check_approval()
+                .map_err(|(field, message)| invalid(key(&field), message))?;
             if let Some(scopes) = &policy.required_scopes {
                 check_required_scopes(scopes)
                     .map_err(|message| invalid(key("required_scopes"), message))?;
@@ -278,18 +296,9 @@ impl UpstreamConfig {
     /// Each tool's policy as the dispatcher's settings of it, by its served name: an upstream
     /// tool's policy is its `[tools.<upstream>__<tool>]`.
     pub fn tool_overrides(&self) -> impl Iterator<Item = (String, ToolOverride)> + '_ {
-        self.policies.iter().map(|(tool, policy)| {
-            let settings = ToolOverride {
-                timeout_ms: policy.timeout_ms,
-                max_concurrency: policy.max_concurrency,
-                approval_ttl_s: policy.approval_ttl_s,
-                require_approval: policy.require_approval,
-                approval_schema: policy.approval_schema.clone(),
-                quotas: policy.quotas,
-                required_scopes: policy.required_scopes.clone(),
-            };
-            (self.served_name(tool), settings)
-        })
+        self.policies
+            .iter()
+            .map(|(tool, policy)| (self.served_name(tool), policy.tool_override()))
     }
 
     /// The upstream with every `${NAME}` expanded by `env`; a variable `env` does not know is
@@ -565,5 +574,22 @@ mod tests {
         .check()
         .unwrap_err();
         assert_eq!(err.key, "policies.w.approval_schema");
+        let err =
+            entry("name = \"f\"\ncommand = [\"x\"]\n[policies.w.approval]\nwhen = \"input.a ==\"")
+                .check()
+                .unwrap_err();
+        assert_eq!(err.key, "policies.w.approval.when");
+        // A policy table with a condition that compiles is an approval gate with it.
+        let upstream = entry(
+            "name = \"f\"\ncommand = [\"x\"]\n[policies.w.approval]\nwhen = \"input.a == 1\"",
+        );
+        upstream.check().unwrap();
+        let (served, policy) = upstream.tool_overrides().next().unwrap();
+        assert_eq!(served, "f__w");
+        let gate = crate::dispatch::config::ToolConfig::default()
+            .settings(&policy)
+            .approval
+            .unwrap();
+        assert_eq!(gate.when.unwrap().source(), "input.a == 1");
     }
 }

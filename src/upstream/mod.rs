@@ -176,6 +176,13 @@ impl Upstreams {
         self.started.iter().map(|started| started.tools.len()).sum()
     }
 
+    /// The upstream tools read at start, as served.
+    pub fn tools(&self) -> impl Iterator<Item = &dyn DynTool> {
+        self.started
+            .iter()
+            .flat_map(|started| started.tools.iter().map(AsRef::as_ref))
+    }
+
     /// Adds the tools read at start to `dispatcher`, and starts each upstream's supervisor
     /// (inside the current tokio runtime).
     pub(crate) fn start(self, dispatcher: &Dispatcher) {

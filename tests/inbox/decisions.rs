@@ -422,3 +422,75 @@ async fn a_call_that_needs_reconciliation_is_listed_and_settled_with_the_key_as_
     assert!(list.body.contains("No call needs reconciliation."));
     server.stop().await;
 }
+
+/// The tool's approval policy offers rejection options: the page lists them (its text escaped),
+/// and the one chosen reaches the call's error.
+#[tokio::test]
+async fn a_rejection_option_is_chosen_on_the_page() {
+    use toolgate::dispatch::{ApprovalGate, DispatchConfig, ToolSettings};
+    use toolgate::store::RejectOption;
+    let dir = common::temp_dir();
+    let gate = ApprovalGate {
+        reject_options: vec![
+            RejectOption {
+                name: "wrong_team".into(),
+                description: "Ask <b>the platform team</b> instead.".into(),
+            },
+            RejectOption {
+                name: "later".into(),
+                description: "Not this week.".into(),
+            },
+        ],
+        // ask_human asks by itself; the policy adds only its options.
+        ..ApprovalGate::default().when("false").unwrap()
+    };
+    let settings = ToolSettings {
+        approval: Some(gate),
+        ..ToolSettings::default()
+    };
+    let config = DispatchConfig {
+        tools: [("ask_human".to_owned(), settings)].into(),
+        ..DispatchConfig::default()
+    };
+    let server = crate::start(dir.path(), |b| b.dispatch_config(config)).await;
+    let mut person = crate::Person::new(&server);
+    person.sign_in(APPROVER).await;
+    let asked = suspend(
+        &server,
+        "ask_human",
+        json!({"question": "Rotate the keys?"}),
+    )
+    .await;
+    let page = person.get(&format!("/inbox/calls/{asked}")).await;
+    assert!(page.body.contains("id=\"reject-options\""), "{}", page.body);
+    assert!(page.body.contains("value=\"wrong_team\""));
+    assert!(
+        page.body
+            .contains("Ask &#60;b&#62;the platform team&#60;/b&#62; instead.")
+            || page
+                .body
+                .contains("Ask &lt;b&gt;the platform team&lt;/b&gt; instead."),
+        "the description is escaped: {}",
+        page.body
+    );
+    assert!(!page.body.contains("<b>the platform team</b>"));
+
+    let rejected = person
+        .post(
+            &format!("/inbox/calls/{asked}/reject"),
+            &[
+                ("reason", "Not ours."),
+                ("option", "wrong_team"),
+                ("csrf", &page.csrf()),
+            ],
+        )
+        .await;
+    assert_eq!(rejected.status, StatusCode::SEE_OTHER, "{}", rejected.body);
+    let call = call_record(&server, &asked).await;
+    assert_eq!(call["status"], "rejected");
+    assert_eq!(call["error"]["details"]["option"], "wrong_team");
+    assert_eq!(
+        call["error"]["message"],
+        "Rejected: wrong_team (Ask <b>the platform team</b> instead.). Not ours."
+    );
+}

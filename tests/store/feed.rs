@@ -88,6 +88,7 @@ pub(crate) async fn the_feed_has_one_entry_per_change_in_order(store: Arc<dyn St
             "te2",
             Resolution::Reject {
                 reason: Some("no".into()),
+                option: None,
             },
             Some("ops"),
         )

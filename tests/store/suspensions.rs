@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 use toolgate::store::{
-    ApprovalState, CallError, CallStatus, NewCall, Outcome, Resolution, Resolved, Store, Timestamp,
+    ApprovalState, CallError, CallStatus, NewCall, Outcome, RejectOption, Resolution, Resolved,
+    Store, Timestamp,
 };
 
 use crate::calls::{kinds, new_call, suspended};
@@ -67,6 +68,7 @@ pub(crate) async fn reject_records_the_reason(store: Arc<dyn Store>) {
         .unwrap();
     let reject = Resolution::Reject {
         reason: Some("no".into()),
+        option: None,
     };
     match store
         .resolve("tr", reject.clone(), Some("ops"))
@@ -95,7 +97,10 @@ pub(crate) async fn reject_records_the_reason(store: Arc<dyn Store>) {
         .insert_call(new_call("r2"), Some(suspended("tr2")))
         .await
         .unwrap();
-    let quiet = Resolution::Reject { reason: None };
+    let quiet = Resolution::Reject {
+        reason: None,
+        option: None,
+    };
     match store.resolve("tr2", quiet, Some("ops")).await.unwrap() {
         Resolved::Rejected(call) => {
             assert_eq!(
@@ -107,6 +112,44 @@ pub(crate) async fn reject_records_the_reason(store: Arc<dyn Store>) {
         }
         other => panic!("expected rejected, got {other:?}"),
     }
+
+    // With an option of the tool's policy: named in the message and in the details, and
+    // read back so from the store.
+    store
+        .insert_call(new_call("r3"), Some(suspended("tr3")))
+        .await
+        .unwrap();
+    let option = RejectOption {
+        name: "too_large".into(),
+        description: "Above what an agent may refund.".into(),
+    };
+    let chosen = Resolution::Reject {
+        reason: Some("Ask for 100 at most.".into()),
+        option: Some(option),
+    };
+    let expected = CallError {
+        details: Some(json!({
+            "option": "too_large",
+            "description": "Above what an agent may refund.",
+        })),
+        ..CallError::new(
+            "rejected",
+            "Rejected: too_large (Above what an agent may refund.). Ask for 100 at most.",
+        )
+    };
+    match store.resolve("tr3", chosen, Some("ops")).await.unwrap() {
+        Resolved::Rejected(call) => {
+            assert_eq!(call.error.as_ref(), Some(&expected));
+            let last = call.events.last().unwrap();
+            assert_eq!(
+                last.details,
+                Some(json!({"reason": "Ask for 100 at most.", "option": "too_large"}))
+            );
+        }
+        other => panic!("expected rejected, got {other:?}"),
+    }
+    let read = store.call("r3").await.unwrap().unwrap();
+    assert_eq!(read.error, Some(expected));
 }
 
 pub(crate) async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>) {
@@ -125,6 +168,7 @@ pub(crate) async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>
                 } else {
                     Resolution::Reject {
                         reason: Some(format!("r{i}")),
+                        option: None,
                     }
                 };
                 store.resolve("tx", resolution, None).await.unwrap()
@@ -237,6 +281,7 @@ pub(crate) async fn counts_show_what_is_pending_now(store: Arc<dyn Store>) {
     assert_eq!(store.counts().await.unwrap().pending_approvals, 3);
     let reject = Resolution::Reject {
         reason: Some("no".into()),
+        option: None,
     };
     store.resolve("tc1", reject, None).await.unwrap();
     let approve = Resolution::Approve {

@@ -166,27 +166,19 @@ async fn commit_loop(
             }
         }
         let mut intents = Vec::new();
-        let mut keys = Vec::new();
         let mut outcomes = Vec::new();
         for entry in &batch {
             match entry {
-                Entry::Intent(call_id, _) => {
-                    intents.push(call_id.as_str());
-                    keys.push(call_id.as_str());
-                }
+                Entry::Intent(call_id, _) => intents.push(call_id.as_str()),
                 Entry::Outcome(call_id, _) => outcomes.push(call_id.as_str()),
             }
         }
-        let now = i64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis()),
-        )
-        .unwrap_or(0);
+        let now = toolgate::store::Timestamp::now().0;
+        // Each call's idempotency key is its id (unique, as the bench's write keys are).
         let committed = client
             .query_one(
                 &statement,
-                &[&intents, &keys, &EMAIL_BODY, &outcomes, &now, &OUTPUT],
+                &[&intents, &intents, &EMAIL_BODY, &outcomes, &now, &OUTPUT],
             )
             .await
             .ok()

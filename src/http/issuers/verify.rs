@@ -243,6 +243,7 @@ pub(super) fn principal(
         decides: rights.decides,
         scopes: Some(scopes.into()),
         display: None,
+        claims: Some(Arc::new(claims.clone())),
     })
 }
 

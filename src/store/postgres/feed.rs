@@ -111,7 +111,8 @@ fn cursor(xid: &str, seq: i64) -> FeedCursor {
 /// The final entries after a position, oldest first.
 const FEED: &str = "SELECT f.xid::text, f.seq, f.at, f.type, f.call_id, f.attempts, f.token, \
      c.tool, c.effect, c.caller, c.idempotency_key, c.created_at, s.reason, s.input_schema, \
-     s.created_at, s.expires_at \
+     s.created_at, s.expires_at, \
+     CASE WHEN f.type IN ('call.rejected', 'call.failed', 'call.expired') THEN c.error END \
      FROM feed f JOIN calls c ON c.call_id = f.call_id \
      LEFT JOIN suspensions s ON s.token = f.token \
      WHERE (f.xid, f.seq) > ($1::text::xid8, $2) \

@@ -236,7 +236,7 @@ impl PostgresStore {
     ) -> Result<T, StoreError> {
         bounded(async {
             let conn = self.reader().await?;
-            read(&Conn::Client(&conn)).await
+            read(&Conn(&conn)).await
         })
         .await
     }

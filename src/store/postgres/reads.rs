@@ -17,19 +17,14 @@ use crate::store::Timestamp;
 /// A connection to run statements on: a pooled one, or the writer's (with its batch's
 /// transaction open on it). Statements are prepared once per connection (deadpool's statement
 /// cache), not on every run.
-pub(super) enum Conn<'a> {
-    /// A pooled connection.
-    Client(&'a deadpool_postgres::ClientWrapper),
-}
+pub(super) struct Conn<'a>(pub(super) &'a deadpool_postgres::ClientWrapper);
 
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 impl Conn<'_> {
     /// `sql`, prepared (or taken from the cache), with the client to run it on.
     async fn prepare(&self, sql: &str) -> Result<(&tokio_postgres::Client, Statement), PgError> {
-        match self {
-            Conn::Client(client) => Ok((client, client.prepare_cached(sql).await?)),
-        }
+        Ok((self.0, self.0.prepare_cached(sql).await?))
     }
 
     pub(super) async fn query(&self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, PgError> {
@@ -208,6 +203,7 @@ fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
                 .map(Timestamp),
             caller: row.try_get(8).map_err(pg_error)?,
             input: None,
+            reject_options: Vec::new(),
         },
     ))
 }

@@ -102,6 +102,7 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Approval, String)>
             expires_at: row.get::<_, Option<i64>>(7)?.map(Timestamp),
             caller: row.get(8)?,
             input: None,
+            reject_options: Vec::new(),
         },
         row.get(5)?,
     ))
@@ -319,7 +320,8 @@ pub(super) fn feed(
         .prepare_cached(
             "SELECT f.seq, f.at, f.type, f.call_id, f.attempts, f.token, c.tool, c.effect, \
              c.caller, c.idempotency_key, c.created_at, s.reason, s.input_schema, s.created_at, \
-             s.expires_at \
+             s.expires_at, \
+             CASE WHEN f.type IN ('call.rejected', 'call.failed', 'call.expired') THEN c.error END \
              FROM feed f JOIN calls c ON c.call_id = f.call_id \
              LEFT JOIN suspensions s ON s.token = f.token \
              WHERE f.seq > ?1 ORDER BY f.seq LIMIT ?2",

@@ -304,7 +304,7 @@ pub(super) fn resolve(
     };
     let (resume_input, reject_reason) = match &resolution {
         Resolution::Approve { resume_input } => (Some(json_text(resume_input)), None),
-        Resolution::Reject { reason } => (None, reason.as_deref()),
+        Resolution::Reject { reason, .. } => (None, reason.as_deref()),
         Resolution::Complete { .. } | Resolution::Expire => (None, None),
     };
     // Conditional on `pending` and unexpired: of two resolutions of one token, the second
@@ -339,15 +339,15 @@ pub(super) fn resolve(
             append_event(conn, &call_id, now, "redispatched", None, None)?;
             Ok(Resolved::Approved(load_call(conn, &call_id, now)?))
         }
-        Resolution::Reject { reason } => {
-            let error = to_json(&rejected_error(reason.as_deref()))?;
+        Resolution::Reject { reason, option } => {
+            let error = to_json(&rejected_error(reason.as_deref(), option.as_ref()))?;
             conn.prepare_cached(
                 "UPDATE calls SET status = 'rejected', error = ?2, updated_at = ?3 \
                  WHERE call_id = ?1",
             )
             .and_then(|mut st| st.execute(params![call_id, error, now]))
             .map_err(backend)?;
-            let details = rejected_details(reason.as_deref());
+            let details = rejected_details(reason.as_deref(), option.as_ref());
             append_event_by(conn, &call_id, now, "rejected", by, details.as_ref())?;
             append_feed(conn, &call_id, now, CallStatus::Rejected, None)?;
             Ok(Resolved::Rejected(load_call(conn, &call_id, now)?))

@@ -211,6 +211,7 @@ pub(super) async fn existing(
 }
 
 /// The outcomes of a batch, recorded in one statement ([`FINISH_CALLS`]).
+#[derive(Default)]
 pub(super) struct OutcomeRows<'a> {
     call_ids: Vec<&'a str>,
     runs: Vec<Option<i32>>,
@@ -224,15 +225,7 @@ pub(super) struct OutcomeRows<'a> {
 impl<'a> OutcomeRows<'a> {
     /// The outcomes among `ops`.
     pub(super) fn of(ops: &'a [WriteOp]) -> Self {
-        let mut rows = OutcomeRows {
-            call_ids: Vec::new(),
-            runs: Vec::new(),
-            statuses: Vec::new(),
-            outputs: Vec::new(),
-            errors: Vec::new(),
-            attempts: Vec::new(),
-            events: Vec::new(),
-        };
+        let mut rows = OutcomeRows::default();
         for op in ops {
             if let WriteOp::Finish {
                 call_id,

@@ -82,7 +82,7 @@ pub(super) async fn resolve(
     let actor = by.name.as_deref();
     let (status, resume_input, reject_reason) = match resolution {
         Resolution::Approve { resume_input } => ("approved", Some(json_text(resume_input)), None),
-        Resolution::Reject { reason } => ("rejected", None, reason.as_deref()),
+        Resolution::Reject { reason, .. } => ("rejected", None, reason.as_deref()),
         Resolution::Complete { .. } => ("completed", None, None),
         // Whoever read it as expired has decided; this only writes it down.
         Resolution::Expire => return unresolved(c, token, feed, now).await,
@@ -121,9 +121,9 @@ pub(super) async fn resolve(
             .map_err(pg_error)?;
             Ok(Resolved::Approved(load_call(c, &call_id, now).await?))
         }
-        Resolution::Reject { reason } => {
-            let error = to_json(&rejected_error(reason.as_deref()))?;
-            let details = rejected_details(reason.as_deref());
+        Resolution::Reject { reason, option } => {
+            let error = to_json(&rejected_error(reason.as_deref(), option.as_ref()))?;
+            let details = rejected_details(reason.as_deref(), option.as_ref());
             let event = actor_event_json(now, "rejected", by, details.as_ref());
             let call = end(c, feed, &REJECTED, &call_id, &error, &event, now).await?;
             Ok(Resolved::Rejected(call))

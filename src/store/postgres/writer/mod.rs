@@ -266,6 +266,24 @@ async fn apply(
     records: &[(PreparedCall, Prepared)],
 ) -> Result<Results, StoreError> {
     let client: &deadpool_postgres::ClientWrapper = conn;
+    match applied(client, replica, ops, records).await {
+        Ok(results) => Ok(results),
+        Err(err) => {
+            // Ends the transaction if it is still open (after a COMMIT it is a no-op). A
+            // connection that cannot even do this is closed by the next batch's check.
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(err)
+        }
+    }
+}
+
+/// [`apply`]'s statements, from `BEGIN` to `COMMIT`.
+async fn applied(
+    client: &deadpool_postgres::ClientWrapper,
+    replica: &str,
+    ops: &[WriteOp],
+    records: &[(PreparedCall, Prepared)],
+) -> Result<Results, StoreError> {
     // Only the read records written behind, which nobody waits for and whose loss costs
     // nothing: their commit need not wait for the disk.
     let durable = ops.iter().any(|op| !matches!(op, WriteOp::Ping));
@@ -280,29 +298,7 @@ async fn apply(
         .prepare_cached(super::feed::BEGIN_WRITE)
         .await
         .map_err(pg_error)?;
-    let c = Conn::Client(client);
-    match applied(client, &c, &begin_write, begin, replica, ops, records).await {
-        Ok(results) => Ok(results),
-        Err(err) => {
-            // Ends the transaction if it is still open (after a COMMIT it is a no-op). A
-            // connection that cannot even do this is closed by the next batch's check.
-            let _ = client.batch_execute("ROLLBACK").await;
-            Err(err)
-        }
-    }
-}
-
-/// [`apply`]'s statements, from `BEGIN` to `COMMIT`.
-#[allow(clippy::too_many_arguments)]
-async fn applied(
-    client: &deadpool_postgres::ClientWrapper,
-    c: &Conn<'_>,
-    begin_write: &tokio_postgres::Statement,
-    begin: &str,
-    replica: &str,
-    ops: &[WriteOp],
-    records: &[(PreparedCall, Prepared)],
-) -> Result<Results, StoreError> {
+    let c = &Conn(client);
     let now = Timestamp::now().0;
     let mut results: Vec<Option<Result<Reply, StoreError>>> = ops.iter().map(|_| None).collect();
     let mut suspensions = SuspensionRows::default();
@@ -321,7 +317,7 @@ async fn applied(
     let outcomes = OutcomeRows::of(ops);
     let (begun, locked, inserted, finished) = futures_util::future::join4(
         client.batch_execute(begin),
-        client.execute(begin_write, &[]),
+        client.execute(&begin_write, &[]),
         rows.insert(c, replica),
         outcomes.record(c, replica, now),
     )

@@ -1,0 +1,359 @@
+//! Approval policies (issue 23), on the real binary and both backends: a CEL condition over the
+//! call's input decides which calls wait for a person; one that cannot be evaluated suspends
+//! (a policy fails closed); one that does not compile, or names a field the tool's input cannot
+//! have, stops the start naming its key.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{Backend, Binary, Location, Site, temp_dir};
+use reqwest::StatusCode;
+use serde_json::json;
+
+/// `issue_refund` never asks by itself here: the policy alone decides.
+const REFUNDS: &str = "[examples]\napproval_threshold_cents = 1000000000\n";
+
+fn config_file(dir: &Path, body: &str) -> PathBuf {
+    let path = dir.join("toolgate.toml");
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+fn serve(at: &(impl Site + ?Sized), config: &str) -> Binary {
+    let path = config_file(at.data_dir(), config);
+    Binary::start_with(at, &["--config", path.to_str().unwrap()], &[])
+}
+
+/// The binary with `config`, expected to refuse to start; what it wrote to stderr.
+fn refused_start(config: &str) -> String {
+    let data = temp_dir();
+    let path = config_file(data.path(), config);
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "the server started");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn refund(amount_cents: u64, order_id: &str) -> serde_json::Value {
+    json!({"order_id": order_id, "amount_cents": amount_cents, "reason": "damaged"})
+}
+
+async fn a_condition_over_the_input_asks_for_the_large_refund_only(backend: Backend) {
+    let location = Location::new(backend).await;
+    let server = serve(
+        &location,
+        &format!(
+            "{REFUNDS}[tools.issue_refund.approval]\n\
+             when = \"input.amount_cents > 10000\"\n\
+             reason = \"'Refund of ' + string(input.amount_cents) + ' cents on ' + input.order_id\"\n"
+        ),
+    );
+    let api = &server.api;
+
+    // Small: it runs at once. At the threshold: still small.
+    for (amount, order) in [(500, "A-1"), (10_000, "A-2")] {
+        let (status, body) = api.call("issue_refund", refund(amount, order)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["status"], "completed");
+        assert_eq!(body["output"]["amount_cents"], amount);
+    }
+
+    // Large: it waits, with the policy's reason, and nothing ran.
+    let (status, body) = api.call("issue_refund", refund(25_000, "B-7")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "suspended");
+    let suspension = &body["suspension"];
+    assert_eq!(suspension["reason"], "Refund of 25000 cents on B-7");
+    let token = suspension["token"].as_str().unwrap().to_owned();
+    let call_id = body["call_id"].as_str().unwrap().to_owned();
+    let (status, listed) = api.get("/approvals").await;
+    assert_eq!(status, StatusCode::OK);
+    let pending = listed["approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{listed}");
+    assert_eq!(pending[0]["call_id"], call_id);
+    let stored = location.stored_calls().await;
+    let large = stored.iter().find(|call| call.call_id == call_id).unwrap();
+    assert_eq!(large.status, "suspended");
+
+    // Approving runs it, once.
+    let (status, body) = api.approve(&token, json!({"note": "ok"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "completed");
+    assert_eq!(body["output"]["amount_cents"], 25_000);
+    assert_eq!(body["output"]["order_id"], "B-7");
+}
+
+#[tokio::test]
+async fn a_condition_over_the_input_asks_for_the_large_refund_only_sqlite() {
+    a_condition_over_the_input_asks_for_the_large_refund_only(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_condition_over_the_input_asks_for_the_large_refund_only_postgres() {
+    a_condition_over_the_input_asks_for_the_large_refund_only(Backend::Postgres).await;
+}
+
+async fn a_condition_that_cannot_be_evaluated_asks(backend: Backend) {
+    let location = Location::new(backend).await;
+    // Divides by zero for 500 cents; false for 1000.
+    let server = serve(
+        &location,
+        &format!(
+            "{REFUNDS}[tools.issue_refund.approval]\n\
+             when = \"100 / (input.amount_cents - 500) > 1\"\n"
+        ),
+    );
+    let api = &server.api;
+    let (status, body) = api.call("issue_refund", refund(1_000, "C-1")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    let (status, body) = api.call("issue_refund", refund(500, "C-2")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let reason = body["suspension"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("Calls of issue_refund need approval when `100 / (input.amount_cents - 500) > 1`, and the condition could not be evaluated for this call:"),
+        "{reason}"
+    );
+    assert!(reason.to_lowercase().contains("zero"), "{reason}");
+    // Nothing ran: the call is recorded suspended, and is approved like any other.
+    let token = body["suspension"]["token"].as_str().unwrap().to_owned();
+    let (status, body) = api.approve(&token, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["output"]["order_id"], "C-2");
+}
+
+#[tokio::test]
+async fn a_condition_that_cannot_be_evaluated_asks_sqlite() {
+    a_condition_that_cannot_be_evaluated_asks(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_condition_that_cannot_be_evaluated_asks_postgres() {
+    a_condition_that_cannot_be_evaluated_asks(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_condition_may_read_the_tool_and_the_principal() {
+    let location = Location::new(Backend::Sqlite).await;
+    let server = serve(
+        &location,
+        "[tools.send_email.approval]\n\
+         when = \"tool.effect == 'write' && principal.role == 'admin' && \
+                 !input.to.endsWith('@example.com')\"\n",
+    );
+    let api = &server.api;
+    let email = |to: &str| json!({"to": to, "subject": "hi", "body": "hello"});
+    let (status, body) = api.call("send_email", email("ops@example.com")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = api.call("send_email", email("someone@elsewhere.org")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(
+        body["suspension"]["reason"],
+        "Calls of send_email need approval."
+    );
+}
+
+#[test]
+fn an_expression_that_does_not_compile_stops_the_start_naming_its_key() {
+    let log = refused_start(&format!(
+        "{REFUNDS}[tools.issue_refund.approval]\nwhen = \"input.amount_cents >\"\n"
+    ));
+    assert!(log.contains("tools.issue_refund.approval.when"), "{log}");
+
+    let log = refused_start(&format!(
+        "{REFUNDS}[tools.issue_refund.approval]\nreason = \"amount + 1\"\n"
+    ));
+    assert!(log.contains("tools.issue_refund.approval.reason"), "{log}");
+    assert!(log.contains("`amount`"), "{log}");
+
+    // The short form and the table together say two things.
+    let log = refused_start(
+        "[tools.echo]\nrequire_approval = true\n[tools.echo.approval]\nwhen = \"true\"\n",
+    );
+    assert!(log.contains("tools.echo.require_approval"), "{log}");
+}
+
+#[test]
+fn a_field_the_input_cannot_have_stops_the_start_naming_it() {
+    let log = refused_start(&format!(
+        "{REFUNDS}[tools.issue_refund.approval]\nwhen = \"input.amount > 10000\"\n"
+    ));
+    assert!(log.contains("tools.issue_refund.approval.when"), "{log}");
+    assert!(log.contains("`input.amount`"), "{log}");
+}
+
+/// A webhook receiver on 127.0.0.1: the JSON bodies it got.
+#[derive(Clone, Default)]
+struct Receiver(std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>);
+
+impl Receiver {
+    async fn start(&self) -> String {
+        let got = self.0.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: String| {
+                let got = got.clone();
+                async move {
+                    got.lock()
+                        .unwrap()
+                        .push(serde_json::from_str(&body).unwrap());
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    async fn of_type(&self, kind: &str) -> serde_json::Value {
+        common::eventually(&format!("a {kind} webhook"), async || {
+            let got = self.0.lock().unwrap().clone();
+            got.into_iter().find(|message| message["type"] == kind)
+        })
+        .await
+    }
+}
+
+/// One stateless JSON-RPC `tools/call` over `/mcp`; its `result`.
+async fn mcp_call(
+    api: &common::Api,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> serde_json::Value {
+    let response = api
+        .client
+        .post(format!("{}/mcp", api.base))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": tool, "arguments": arguments}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: serde_json::Value = response.json().await.unwrap();
+    body["result"].clone()
+}
+
+const OPTIONS: &str = "reject_options = [\n\
+    { name = \"too_large\", description = \"Above what an agent may refund: ask for 10000 cents at most.\" },\n\
+    { name = \"duplicate\", description = \"The order was refunded already.\" },\n]\n";
+
+async fn a_rejection_option_reaches_the_caller_on_every_door(backend: Backend) {
+    let location = Location::new(backend).await;
+    let receiver = Receiver::default();
+    let hook = receiver.start().await;
+    let server = serve(
+        &location,
+        &format!(
+            "{REFUNDS}[[webhooks]]\nurl = \"{hook}\"\n\
+             secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n\
+             [tools.issue_refund.approval]\nwhen = \"input.amount_cents > 10000\"\n{OPTIONS}"
+        ),
+    );
+    let api = &server.api;
+
+    // An MCP client's large refund waits; the approver sees the options.
+    let pending = mcp_call(api, "issue_refund", refund(90_000, "D-1")).await;
+    assert_eq!(
+        pending["structuredContent"]["status"], "pending_approval",
+        "{pending}"
+    );
+    let call_id = pending["structuredContent"]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, listed) = api.get("/approvals").await;
+    let approval = &listed["approvals"][0];
+    assert_eq!(approval["call_id"], call_id.as_str());
+    assert_eq!(approval["reject_options"][0]["name"], "too_large");
+    assert_eq!(approval["reject_options"][1]["name"], "duplicate");
+    let token = approval["token"].as_str().unwrap().to_owned();
+    let (status, one) = api.get(&format!("/approvals/{token}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(one["reject_options"], approval["reject_options"]);
+
+    // An option the policy does not offer is refused, and the call still waits.
+    let reject = format!("/approvals/{token}/reject");
+    let (status, body) = api.post(&reject, json!({"option": "too_small"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    common::assert_error(&body, "bad_request");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`too_large`"),
+        "{body}"
+    );
+
+    let (status, body) = api
+        .post(
+            &reject,
+            json!({"option": "too_large", "reason": "Split it."}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "rejected");
+    let description = "Above what an agent may refund: ask for 10000 cents at most.";
+    let error = json!({
+        "code": "rejected",
+        "message": format!("Rejected: too_large ({description}). Split it."),
+        "details": {"option": "too_large", "description": description},
+    });
+    assert_eq!(body["error"], error);
+
+    // The REST reader of the call, the webhook, and the MCP client all learn which.
+    let (_, call) = api.get(&format!("/calls/{call_id}")).await;
+    assert_eq!(call["error"], error);
+    let message = receiver.of_type("call.rejected").await;
+    assert_eq!(message["data"]["call"]["call_id"], call_id.as_str());
+    assert_eq!(message["data"]["error"], error);
+    let awaited = mcp_call(
+        api,
+        "toolgate_await_call",
+        json!({"call_id": call_id, "wait_seconds": 0}),
+    )
+    .await;
+    assert_eq!(awaited["isError"], true, "{awaited}");
+    let text = awaited["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("too_large") && text.contains(description),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_rejection_option_reaches_the_caller_on_every_door_sqlite() {
+    a_rejection_option_reaches_the_caller_on_every_door(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_rejection_option_reaches_the_caller_on_every_door_postgres() {
+    a_rejection_option_reaches_the_caller_on_every_door(Backend::Postgres).await;
+}
+
+#[test]
+fn bad_rejection_options_stop_the_start_naming_the_key() {
+    for options in [
+        "reject_options = []",
+        "reject_options = [{ name = \"a b\", description = \"x\" }]",
+        "reject_options = [{ name = \"a\", description = \"x\" }, { name = \"a\", description = \"y\" }]",
+        "reject_options = [{ name = \"a\", description = \" \" }]",
+    ] {
+        let log = refused_start(&format!("[tools.echo.approval]\n{options}\n"));
+        assert!(
+            log.contains("tools.echo.approval.reject_options"),
+            "{options}: {log}"
+        );
+    }
+}
