@@ -755,6 +755,7 @@ async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again(backend
         store.insert_call(call, Some(suspended)).await.unwrap();
         let approve = Resolution::Approve {
             resume_input: json!({"answer": "yes, ship"}),
+            quorum: 1,
         };
         store
             .resolve("sus_asked", approve, Some("ops"))

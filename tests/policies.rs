@@ -357,3 +357,253 @@ fn bad_rejection_options_stop_the_start_naming_the_key() {
         );
     }
 }
+
+// Several approvers, and the four-eyes rule (§2).
+
+const ROOT: &str = "tg_root_0123456789abcdef";
+const ALICE: &str = "tg_alice_0123456789abcdef";
+const BOB: &str = "tg_bob_0123456789abcdef";
+const CAROL: &str = "tg_carol_0123456789abcdef";
+
+/// `[[auth.keys]]`: `root` (admin), and three approvers.
+fn keys() -> String {
+    let hash = |token: &str| hex::encode(toolgate::http::auth::token_sha256(token));
+    let mut keys = format!(
+        "[[auth.keys]]\nname = \"root\"\nrole = \"admin\"\ntoken_sha256 = \"{}\"\n",
+        hash(ROOT)
+    );
+    for (name, token) in [("alice", ALICE), ("bob", BOB), ("carol", CAROL)] {
+        keys += &format!(
+            "[[auth.keys]]\nname = \"{name}\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n",
+            hash(token)
+        );
+    }
+    keys
+}
+
+async fn as_key(
+    api: &common::Api,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (StatusCode, serde_json::Value) {
+    let (status, _, body) = common::send(api, method, path, body, Some(token)).await;
+    (status, body)
+}
+
+async fn get_as(api: &common::Api, token: &str, path: &str) -> (StatusCode, serde_json::Value) {
+    as_key(api, token, reqwest::Method::GET, path, None).await
+}
+
+async fn approve_as(
+    api: &common::Api,
+    token: &str,
+    suspension: &str,
+    note: &str,
+) -> (StatusCode, serde_json::Value) {
+    let path = format!("/approvals/{suspension}/approve");
+    let body = json!({"input": {"note": note}});
+    as_key(api, token, reqwest::Method::POST, &path, Some(body)).await
+}
+
+fn email(to: &str) -> serde_json::Value {
+    json!({"to": to, "subject": "quarterly numbers", "body": "attached"})
+}
+
+/// A `send_email` made by `root`, suspended by its policy: its call id and token.
+async fn suspended_email(api: &common::Api, to: &str) -> (String, String) {
+    let body = json!({"input": email(to)});
+    let (status, body) = as_key(
+        api,
+        ROOT,
+        reqwest::Method::POST,
+        "/tools/send_email/call",
+        Some(body),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    (
+        body["call_id"].as_str().unwrap().to_owned(),
+        body["suspension"]["token"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn two_distinct_approvers_release_a_call(backend: Backend) {
+    let location = Location::new(backend).await;
+    let receiver = Receiver::default();
+    let hook = receiver.start().await;
+    let server = serve(
+        &location,
+        &format!(
+            "{}[[webhooks]]\nurl = \"{hook}\"\n\
+             secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n\
+             [tools.send_email.approval]\napprovals = 2\n",
+            keys()
+        ),
+    );
+    let api = &server.api;
+    let (call_id, token) = suspended_email(api, "board@example.com").await;
+
+    // The caller may not approve its own call, though it is an admin.
+    let (status, body) = approve_as(api, ROOT, &token, "mine").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    common::assert_error(&body, "forbidden");
+
+    // The first approval is recorded; the call still waits, under the same token.
+    let (status, body) = approve_as(api, ALICE, &token, "looks right").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "suspended");
+    assert_eq!(body["call_id"], call_id.as_str());
+    assert_eq!(body["suspension"]["token"], token.as_str());
+    assert_eq!(body["approvals_required"], 2);
+    assert_eq!(body["approvals"][0]["approver"], "alice");
+    assert!(common::outbox(&location).is_empty(), "nothing was sent yet");
+
+    // Everyone who may decide sees the progress.
+    let (status, shown) = get_as(api, BOB, &format!("/approvals/{token}")).await;
+    assert_eq!(status, StatusCode::OK, "{shown}");
+    assert_eq!(shown["approvals_required"], 2);
+    assert_eq!(shown["approvals"].as_array().unwrap().len(), 1);
+    assert_eq!(shown["approvals"][0]["approver"], "alice");
+
+    // The same approver twice is refused, and told the approvals so far.
+    let (status, body) = approve_as(api, ALICE, &token, "again").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let details = common::assert_error(&body, "already_approved");
+    assert_eq!(details["approvals_required"], 2);
+    assert_eq!(details["approvals"][0]["approver"], "alice");
+    assert_eq!(details["approvals"].as_array().unwrap().len(), 1);
+
+    // One person's external completion would stand for both: refused.
+    let (status, body) = as_key(
+        api,
+        BOB,
+        reqwest::Method::POST,
+        &format!("/approvals/{token}/complete"),
+        Some(json!({"output": {"message_id": "m-1"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    common::assert_error(&body, "completion_not_allowed");
+
+    // The second distinct approver releases it: sent once, with the last approval's answer.
+    let (status, body) = approve_as(api, BOB, &token, "ship it").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "completed");
+    assert_eq!(common::outbox(&location).len(), 1);
+    let (_, call) = get_as(api, ROOT, &format!("/calls/{call_id}")).await;
+    let events: Vec<_> = call["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| (event["kind"].clone(), event["actor"].clone()))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            (json!("created"), json!("root")),
+            (json!("suspended"), json!(null)),
+            (json!("approval_recorded"), json!("alice")),
+            (json!("approved"), json!("bob")),
+            (json!("redispatched"), json!(null)),
+            (json!("completed"), json!(null)),
+        ],
+        "{call}"
+    );
+
+    // A webhook hears of the approval short of the quorum.
+    let message = receiver.of_type("call.approval_recorded").await;
+    assert_eq!(message["data"]["call"]["call_id"], call_id.as_str());
+    assert_eq!(message["data"]["call"]["status"], "suspended");
+
+    // One rejection ends a call however many approved it.
+    let (call_id, token) = suspended_email(api, "all@example.com").await;
+    let (status, _) = approve_as(api, CAROL, &token, "fine by me").await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (status, body) = as_key(
+        api,
+        BOB,
+        reqwest::Method::POST,
+        &format!("/approvals/{token}/reject"),
+        Some(json!({"reason": "not to everyone"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "rejected");
+    assert_eq!(body["call_id"], call_id.as_str());
+    let (status, body) = approve_as(api, ALICE, &token, "late").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    common::assert_error(&body, "already_resolved");
+    assert_eq!(
+        common::outbox(&location).len(),
+        1,
+        "the rejected call never ran"
+    );
+}
+
+#[tokio::test]
+async fn two_distinct_approvers_release_a_call_sqlite() {
+    two_distinct_approvers_release_a_call(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn two_distinct_approvers_release_a_call_postgres() {
+    two_distinct_approvers_release_a_call(Backend::Postgres).await;
+}
+
+/// Two replicas on one database, a call with one approval of two: the second approvals, sent at
+/// once to both replicas by two approvers, run the tool once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_second_approvals_on_two_replicas_run_the_tool_once() {
+    let location = Location::new(Backend::Postgres).await;
+    let config = format!("{}[tools.send_email.approval]\napprovals = 2\n", keys());
+    let a = serve(&location, &config);
+    let b = Binary::start_with(
+        &location,
+        &[
+            "--config",
+            location.data_dir().join("toolgate.toml").to_str().unwrap(),
+        ],
+        &[],
+    );
+    for round in 0..5 {
+        let (call_id, token) = suspended_email(&a.api, &format!("r{round}@example.com")).await;
+        let (status, body) = approve_as(&b.api, ALICE, &token, "first").await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let (on_a, on_b) = tokio::join!(
+            approve_as(&a.api, BOB, &token, "from a"),
+            approve_as(&b.api, CAROL, &token, "from b"),
+        );
+        let mut statuses = [on_a.0, on_b.0];
+        statuses.sort();
+        assert_eq!(
+            statuses,
+            [StatusCode::OK, StatusCode::CONFLICT],
+            "{} / {}",
+            on_a.1,
+            on_b.1
+        );
+        let loser = if on_a.0 == StatusCode::CONFLICT {
+            &on_a.1
+        } else {
+            &on_b.1
+        };
+        common::assert_error(loser, "already_resolved");
+        let (_, call) = get_as(&a.api, ROOT, &format!("/calls/{call_id}")).await;
+        assert_eq!(call["status"], "completed", "{call}");
+        assert_eq!(call["attempts"], 2, "{call}");
+    }
+    assert_eq!(common::outbox(&location).len(), 5, "each call sent once");
+}
+
+#[test]
+fn a_quorum_out_of_range_stops_the_start_naming_the_key() {
+    for approvals in ["0", "17"] {
+        let log = refused_start(&format!("[tools.echo.approval]\napprovals = {approvals}\n"));
+        assert!(
+            log.contains("tools.echo.approval.approvals"),
+            "{approvals}: {log}"
+        );
+    }
+}

@@ -234,6 +234,7 @@ async fn three_replicas_race_for_one_key_and_one_token() {
                         "tok",
                         Resolution::Approve {
                             resume_input: json!({"by": i}),
+                            quorum: 1,
                         },
                         Some("ops"),
                     )

@@ -139,6 +139,10 @@ impl ToolOverride {
                 when: compiled(&policy.when),
                 reason: compiled(&policy.reason),
                 reject_options: policy.reject_options.clone().unwrap_or_default(),
+                approvals: policy.approvals.unwrap_or(1).clamp(1, MAX_APPROVALS),
+                separate_from_caller: policy
+                    .separate_from_caller
+                    .unwrap_or(policy.approvals.is_some_and(|n| n > 1)),
                 ..asking_with(&policy.approval_schema)
             }),
             None => {
@@ -183,6 +187,14 @@ impl ToolOverride {
             check_reject_options(options)
                 .map_err(|message| ("approval.reject_options".to_owned(), message))?;
         }
+        if let Some(approvals) = policy.approvals
+            && !(1..=MAX_APPROVALS).contains(&approvals)
+        {
+            return Err((
+                "approval.approvals".into(),
+                format!("must be 1 to {MAX_APPROVALS} (distinct approvers), not {approvals}"),
+            ));
+        }
         Ok(())
     }
 }
@@ -202,7 +214,16 @@ pub struct ApprovalConfig {
     /// The named ways a person may reject a call (`{ name, description }`); a rejection that
     /// names one tells the caller which.
     pub reject_options: Option<Vec<RejectOption>>,
+    /// How many distinct approvers must approve a call before it runs (default 1, at most
+    /// 16); any one rejection rejects it.
+    pub approvals: Option<u32>,
+    /// The principal that made a call may not approve it, whatever its role (default: true
+    /// when `approvals` is above 1).
+    pub separate_from_caller: Option<bool>,
 }
+
+/// The most distinct approvers a policy may ask for.
+const MAX_APPROVALS: u32 = 16;
 
 /// The most rejection options one tool may have.
 const MAX_REJECT_OPTIONS: usize = 32;

@@ -53,7 +53,7 @@ pub mod who;
 pub use admit::{check_idempotency_key, client_key_scope};
 pub use condition::Expression;
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
-pub use resolve::{MAX_REASON_CHARS, rejection_reason, settlement_error};
+pub use resolve::{ApprovalRule, Approved, MAX_REASON_CHARS, rejection_reason, settlement_error};
 pub use running::Running;
 pub use settings::{ApprovalGate, CallOptions, DispatchConfig, ToolSettings};
 
@@ -190,9 +190,10 @@ impl Dispatcher {
 
 /// Runs `work` as its own task, in the current span, so it finishes even if the future awaiting
 /// it is dropped; `running` counts it until it does.
-async fn detached<F>(running: &Running, work: F) -> Result<CallResult, DispatchError>
+async fn detached<F, T>(running: &Running, work: F) -> Result<T, DispatchError>
 where
-    F: Future<Output = Result<CallResult, DispatchError>> + Send + 'static,
+    F: Future<Output = Result<T, DispatchError>> + Send + 'static,
+    T: Send + 'static,
 {
     let guard = running.enter();
     let work = async move {

@@ -259,6 +259,23 @@ pub enum DispatchError {
     /// The suspension was already approved, rejected or completed.
     #[error("the suspension was already resolved")]
     AlreadyResolved(Box<CallRecord>),
+    /// The approver approved this suspension before; it needs approvals from others too.
+    #[error("the approver approved this suspension before")]
+    AlreadyApproved {
+        /// The approvals so far.
+        approvals: Vec<crate::store::ApprovalVote>,
+        /// How many distinct approvers it needs.
+        required: u32,
+    },
+    /// An external completion of a suspension whose policy needs several approvers: one
+    /// person's completion would stand for all of them.
+    #[error("calls of tool `{tool}` need {required} approvals, so they cannot be completed")]
+    NeedsApprovals {
+        /// The tool.
+        tool: String,
+        /// How many distinct approvers it needs.
+        required: u32,
+    },
     /// The suspension expired (now recorded on the call).
     #[error("the suspension expired")]
     SuspensionExpired(Box<CallRecord>),

@@ -186,7 +186,11 @@ impl Dispatcher {
             Resolved::Expired(call) if call.updated_at >= asked => {
                 self.counted(&call.tool, CallStatus::Expired);
             }
-            Resolved::Expired(_) | Resolved::AlreadyResolved(_) | Resolved::UnknownToken => {}
+            Resolved::Expired(_)
+            | Resolved::AlreadyResolved(_)
+            | Resolved::Recorded { .. }
+            | Resolved::AlreadyApproved { .. }
+            | Resolved::UnknownToken => {}
         }
     }
 }

@@ -75,12 +75,16 @@ impl Dispatcher {
     ///
     /// Every decision is `principal`'s, recorded under its name; a suspension of a tool outside
     /// its `decides` is `UnknownToken` to it.
+    ///
+    /// When the tool's policy needs several approvers (`approvals = N`), an approval short of
+    /// them is recorded and answered as [`Approved::Recorded`]; the one that completes them runs
+    /// the tool, with its own input as `ctx.resume()`.
     pub async fn approve(
         &self,
         token: &str,
         resume_input: Value,
         principal: &Principal,
-    ) -> Result<CallResult, DispatchError> {
+    ) -> Result<Approved, DispatchError> {
         self.check_depth(&resume_input)?;
         self.check_decider(principal, token).await?;
         let this = self.clone();
@@ -137,6 +141,14 @@ impl Dispatcher {
         self.check_decider(principal, token).await?;
         let actor = principal.actor();
         let approval = self.pending(token).await?;
+        let rule = self.approval_rule(&approval.tool);
+        rule.check_separate(&approval, &actor)?;
+        if rule.required > 1 {
+            return Err(DispatchError::NeedsApprovals {
+                tool: approval.tool,
+                required: rule.required,
+            });
+        }
         let entry = self.entry(&approval.tool)?;
         let registered = &entry.registered;
         if !registered.has_output_schema() {
@@ -266,12 +278,24 @@ impl Dispatcher {
         }
     }
 
+    /// How many approvers `tool`'s policy needs, and whether its callers may be among them.
+    pub fn approval_rule(&self, tool: &str) -> ApprovalRule {
+        self.live
+            .current()
+            .policy(tool)
+            .and_then(|policy| policy.settings.approval.as_ref())
+            .map_or(ApprovalRule::ONE, |gate| ApprovalRule {
+                required: gate.approvals,
+                separate_from_caller: gate.separate_from_caller,
+            })
+    }
+
     async fn run_approval(
         &self,
         token: &str,
         resume_input: Value,
         actor: &Actor,
-    ) -> Result<CallResult, DispatchError> {
+    ) -> Result<Approved, DispatchError> {
         let approval = match self.pending(token).await {
             Err(DispatchError::AlreadyResolved(call)) => {
                 self.unsettled.check(&call.call_id)?;
@@ -279,12 +303,14 @@ impl Dispatcher {
                 // backend or the store was down): approving again runs it, with the input
                 // approved the first time.
                 if call.status == CallStatus::Interrupted {
-                    return self.rerun_approved(*call).await;
+                    return self.rerun_approved(*call).await.map(Approved::Ran);
                 }
                 return Err(DispatchError::AlreadyResolved(call));
             }
             other => other?,
         };
+        let rule = self.approval_rule(&approval.tool);
+        rule.check_separate(&approval, actor)?;
         resume_violations(&approval.input_schema, &resume_input)?;
         let entry = self.entry(&approval.tool)?;
         let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
@@ -302,6 +328,7 @@ impl Dispatcher {
 
         let resolution = Resolution::Approve {
             resume_input: resume_input.clone(),
+            quorum: rule.required,
         };
         let asked = Timestamp::now();
         let claiming = self.unsettled.begin(&approval.call_id).await?;
@@ -313,10 +340,25 @@ impl Dispatcher {
         self.count_resolution(&resolved, asked);
         let call = match resolved {
             Resolved::Approved(call) => call,
+            Resolved::Recorded { approvals, .. } => {
+                return Ok(Approved::Recorded(Box::new(Approval {
+                    approvals,
+                    approvals_required: rule.required,
+                    reject_options: self.reject_options(&approval.tool),
+                    ..approval
+                })));
+            }
+            Resolved::AlreadyApproved { approvals, .. } => {
+                return Err(DispatchError::AlreadyApproved {
+                    approvals,
+                    required: rule.required,
+                });
+            }
             other => return Err(unexpected_resolution(other)),
         };
         self.run_recorded(registered, policy, call, Start::Resume(resume_input))
             .await
+            .map(Approved::Ran)
     }
 
     /// Runs again the approved call `call`, whose run was released (interrupted) before its
@@ -351,16 +393,60 @@ impl Dispatcher {
     }
 }
 
+/// What an approval came to.
+#[derive(Debug)]
+pub enum Approved {
+    /// It released the call: the tool ran again, and this is the call's new outcome.
+    Ran(CallResult),
+    /// Recorded, short of the approvers the tool's policy needs: the suspension, still
+    /// pending, with the approvals so far.
+    Recorded(Box<Approval>),
+}
+
+/// Who must approve a tool's calls: how many distinct approvers, and whether its callers may be
+/// among them (the tool's approval policy, `approvals` and `separate_from_caller`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalRule {
+    /// Distinct approvers needed, at least one.
+    pub required: u32,
+    /// The principal that made a call may not approve it, whatever its role.
+    pub separate_from_caller: bool,
+}
+
+impl ApprovalRule {
+    /// One approver, anyone who may decide.
+    const ONE: ApprovalRule = ApprovalRule {
+        required: 1,
+        separate_from_caller: false,
+    };
+
+    /// Refuses `actor` releasing `approval` when it made the call and the rule keeps callers
+    /// apart (`DecidesOwnCall`). With auth off nobody has a name, so nobody is refused.
+    pub fn check_separate(&self, approval: &Approval, actor: &Actor) -> Result<(), DispatchError> {
+        if self.refuses(approval, actor.name.as_deref()) {
+            return Err(DispatchError::DecidesOwnCall(approval.call_id.clone()));
+        }
+        Ok(())
+    }
+
+    /// Whether the rule keeps the principal `name` from approving `approval`.
+    pub fn refuses(&self, approval: &Approval, name: Option<&str>) -> bool {
+        self.separate_from_caller && name.is_some() && approval.caller.as_deref() == name
+    }
+}
+
 /// The error for a resolution that did not go the expected way.
 pub(super) fn unexpected_resolution(resolved: Resolved) -> DispatchError {
     match resolved {
         Resolved::AlreadyResolved(call) => DispatchError::AlreadyResolved(Box::new(call)),
         Resolved::Expired(call) => DispatchError::SuspensionExpired(Box::new(call)),
         Resolved::UnknownToken => DispatchError::UnknownToken,
-        Resolved::Approved(_) | Resolved::Rejected(_) | Resolved::Completed(_) => {
-            DispatchError::Store(StoreError::Corrupt(
-                "the store resolved a suspension differently than asked".into(),
-            ))
-        }
+        Resolved::Approved(_)
+        | Resolved::Rejected(_)
+        | Resolved::Completed(_)
+        | Resolved::Recorded { .. }
+        | Resolved::AlreadyApproved { .. } => DispatchError::Store(StoreError::Corrupt(
+            "the store resolved a suspension differently than asked".into(),
+        )),
     }
 }

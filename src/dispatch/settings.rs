@@ -48,6 +48,12 @@ pub struct ApprovalGate {
     /// The named ways a person may reject a call of the tool (any suspension of it, whether
     /// the policy asked or the tool did), told to the caller with the rejection.
     pub reject_options: Vec<RejectOption>,
+    /// How many distinct approvers must approve a call before it runs (`approvals`, at least
+    /// one).
+    pub approvals: u32,
+    /// Whether the principal that made a call may not approve (or complete) it, whatever its
+    /// role (`separate_from_caller`).
+    pub separate_from_caller: bool,
 }
 
 impl Default for ApprovalGate {
@@ -62,6 +68,8 @@ impl Default for ApprovalGate {
             when: None,
             reason: None,
             reject_options: Vec::new(),
+            approvals: 1,
+            separate_from_caller: false,
         }
     }
 }

@@ -101,7 +101,7 @@ impl Dispatcher {
     ) -> Result<ApprovalPage, DispatchError> {
         if principal.decides.is_all() && principal.sees_all_calls() {
             let mut page = self.store.pending_approvals_of(tool, after, limit).await?;
-            self.add_reject_options(&mut page.approvals);
+            self.add_policy(&mut page.approvals);
             return Ok(page);
         }
         if !principal.sees_all_calls() || tool.is_some_and(|tool| !principal.may_decide(tool)) {
@@ -120,18 +120,24 @@ impl Dispatcher {
             |approval: &Approval| principal.may_decide(&approval.tool),
         )
         .await?;
-        self.add_reject_options(&mut approvals);
+        self.add_policy(&mut approvals);
         Ok(ApprovalPage {
             approvals,
             next_cursor,
         })
     }
 
-    /// Each approval with the rejection options its tool's policy offers now.
-    fn add_reject_options(&self, approvals: &mut [Approval]) {
+    /// Each approval with what its tool's policy says now: the rejection options it offers,
+    /// and how many approvers it needs.
+    fn add_policy(&self, approvals: &mut [Approval]) {
         for approval in approvals {
-            approval.reject_options = self.reject_options(&approval.tool);
+            self.add_policy_to(approval);
         }
+    }
+
+    fn add_policy_to(&self, approval: &mut Approval) {
+        approval.reject_options = self.reject_options(&approval.tool);
+        approval.approvals_required = self.approval_rule(&approval.tool).required;
     }
 
     /// What the suspension `token` stands for, if `principal` may decide it: one of a tool
@@ -143,7 +149,7 @@ impl Dispatcher {
     ) -> Result<Option<ApprovalState>, DispatchError> {
         let mut state = self.store.approval(token).await?;
         if let Some(ApprovalState::Pending(approval)) = &mut state {
-            approval.reject_options = self.reject_options(&approval.tool);
+            self.add_policy_to(approval);
         }
         Ok(state.filter(|state| {
             let tool = match state {

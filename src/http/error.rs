@@ -69,6 +69,13 @@ pub enum ApiError {
     InvalidResumeInput(Vec<InputViolation>),
     /// The suspension was already approved or rejected.
     AlreadyResolved(Box<CallRecord>),
+    /// The approver approved this suspension before; it needs others' approvals too.
+    AlreadyApproved {
+        /// The approvals so far.
+        approvals: Vec<crate::store::ApprovalVote>,
+        /// How many distinct approvers it needs.
+        required: u32,
+    },
     /// No valid bearer token.
     Unauthorized,
     /// A bearer token of an identity provider that was refused, and why.
@@ -113,6 +120,13 @@ pub enum ApiError {
     SuspensionExpired(Box<CallRecord>),
     /// The tool declares no output schema, so it cannot be completed externally.
     CompletionNotAllowed(String),
+    /// The tool's policy needs several approvers, so one person cannot complete its calls.
+    NeedsApprovals {
+        /// The tool.
+        tool: String,
+        /// How many distinct approvers it needs.
+        required: u32,
+    },
     /// A person's output does not fit the tool's output schema.
     OutputSchemaViolation(Vec<InputViolation>),
     /// The call does not need reconciliation.
@@ -160,6 +174,8 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::AlreadyResolved(_)
+            | ApiError::AlreadyApproved { .. }
+            | ApiError::NeedsApprovals { .. }
             | ApiError::CallInProgress(_)
             | ApiError::NeedsReconciliation { .. }
             | ApiError::CompletionNotAllowed(_)
@@ -201,6 +217,7 @@ impl ApiError {
             ApiError::InvalidInput { .. } => "invalid_input",
             ApiError::InvalidResumeInput(_) => "invalid_resume_input",
             ApiError::AlreadyResolved(_) => "already_resolved",
+            ApiError::AlreadyApproved { .. } => "already_approved",
             ApiError::Unauthorized | ApiError::InvalidToken(_) => "unauthorized",
             ApiError::Forbidden
             | ApiError::TokenForbidden(_)
@@ -214,7 +231,9 @@ impl ApiError {
             ApiError::CallInProgress(_) => "call_in_progress",
             ApiError::NeedsReconciliation { .. } => "needs_reconciliation",
             ApiError::SuspensionExpired(_) => "suspension_expired",
-            ApiError::CompletionNotAllowed(_) => "completion_not_allowed",
+            ApiError::CompletionNotAllowed(_) | ApiError::NeedsApprovals { .. } => {
+                "completion_not_allowed"
+            }
             ApiError::OutputSchemaViolation(_) => "output_schema_violation",
             ApiError::NotReconcilable(_) => "not_reconcilable",
             ApiError::NotReady => "not_ready",
@@ -265,6 +284,24 @@ impl ApiError {
                     call.status.as_str()
                 ),
                 serde_json::to_value(call).ok(),
+            ),
+            ApiError::AlreadyApproved {
+                approvals,
+                required,
+            } => (
+                format!(
+                    "You approved this already: {} of {required} approvals so far, and the \
+                     rest must come from other approvers.",
+                    approvals.len()
+                ),
+                Some(json!({ "approvals": approvals, "approvals_required": required })),
+            ),
+            ApiError::NeedsApprovals { tool, required } => (
+                format!(
+                    "Calls of `{tool}` need {required} distinct approvers, so no one person \
+                     may complete them: approve it instead."
+                ),
+                Some(json!({ "tool": tool, "approvals_required": required })),
             ),
             ApiError::Unauthorized => (
                 "A valid API key is required: send `Authorization: Bearer <token>`.".into(),
@@ -528,6 +565,16 @@ impl From<DispatchError> for ApiError {
             }
             DispatchError::UnknownToken => ApiError::UnknownToken,
             DispatchError::AlreadyResolved(call) => ApiError::AlreadyResolved(call),
+            DispatchError::AlreadyApproved {
+                approvals,
+                required,
+            } => ApiError::AlreadyApproved {
+                approvals,
+                required,
+            },
+            DispatchError::NeedsApprovals { tool, required } => {
+                ApiError::NeedsApprovals { tool, required }
+            }
             DispatchError::InvalidResumeInput(violations) => {
                 ApiError::InvalidResumeInput(violations)
             }

@@ -17,6 +17,7 @@ use super::session::{Signed, Visit};
 use super::views::{Answer, Expiry, Moment, Nav, PageError, ago};
 use crate::Effect;
 use crate::contract::error::InputViolation;
+use crate::dispatch::ApprovalRule;
 use crate::dispatch::who::Principal;
 use crate::store::{CallRecord, CallStatus, RejectOption, Timestamp};
 
@@ -99,14 +100,26 @@ async fn banner(
     let last = call.events.iter().rev().find(|event| {
         matches!(
             event.kind.as_str(),
-            "approved" | "rejected" | "completed_externally" | "reconciled"
+            "approved" | "approval_recorded" | "rejected" | "completed_externally" | "reconciled"
         )
     });
-    if last.is_none_or(|event| event.kind != done.event()) {
+    let Some(last) = last else {
+        return Ok(None);
+    };
+    let recorded = done == Done::Approved && last.kind == "approval_recorded";
+    if last.kind != done.event() && !recorded {
         return Ok(None);
     }
     let tool = &call.tool;
     let text = match (done, call.status) {
+        (Done::Approved, CallStatus::Suspended) if recorded => {
+            let required = visit.dispatcher().approval_rule(tool).required;
+            format!(
+                "Your approval is recorded: {} of {required}. {tool} runs once other approvers \
+                 approve it too.",
+                approvers(call).len()
+            )
+        }
         (Done::Approved, CallStatus::Completed) => format!("Approved. {tool} ran and completed."),
         (Done::Approved, CallStatus::Failed) => {
             format!("Approved. {tool} ran and failed: the history below says why.")
@@ -243,6 +256,68 @@ pub(crate) struct Pending {
     expiry: Expiry,
 }
 
+/// Where a call that needs several approvers stands, and why the person looking may not
+/// approve it, if they may not.
+pub(crate) struct Progress {
+    /// "1 of 2 approvals: corp:alice".
+    text: String,
+    /// Why there is no approve form for this person: they approved, or made the call.
+    withheld: Option<&'static str>,
+}
+
+/// The approvals recorded on `call` since it was last suspended: who gave each, as the page
+/// names them (its history holds them, written with the suspension's own record).
+fn approvers(call: &CallRecord) -> Vec<(Option<&str>, String)> {
+    let since = call
+        .events
+        .iter()
+        .rposition(|event| event.kind == "suspended")
+        .map_or(0, |i| i + 1);
+    call.events[since..]
+        .iter()
+        .filter(|event| event.kind == "approval_recorded")
+        .map(|event| {
+            let shown = match (&event.actor_name, &event.actor) {
+                (Some(name), Some(actor)) => format!("{name} ({actor})"),
+                (None, Some(actor)) => actor.clone(),
+                (_, None) => "(auth off)".to_owned(),
+            };
+            (event.actor.as_deref(), shown)
+        })
+        .collect()
+}
+
+/// Where `call`'s approvals stand for `principal`, when its tool's policy needs several or
+/// keeps callers apart; `None` when one approval by anyone who may decide releases it.
+fn progress(rule: ApprovalRule, call: &CallRecord, principal: &Principal) -> Option<Progress> {
+    let name = principal.name.as_deref();
+    let own = rule.separate_from_caller && name.is_some() && call.caller.as_deref() == name;
+    if rule.required <= 1 && !own {
+        return None;
+    }
+    let approvers = approvers(call);
+    let again = approvers.iter().any(|(actor, _)| *actor == name);
+    let shown: Vec<&str> = approvers.iter().map(|(_, shown)| shown.as_str()).collect();
+    let text = if shown.is_empty() {
+        format!("0 of {} approvals.", rule.required)
+    } else {
+        format!(
+            "{} of {} approvals: {}.",
+            shown.len(),
+            rule.required,
+            shown.join(", ")
+        )
+    };
+    let withheld = if own {
+        Some("You made this call: another approver must approve it.")
+    } else if again {
+        Some("You approved this call; the other approvals must come from other approvers.")
+    } else {
+        None
+    };
+    Some(Progress { text, withheld })
+}
+
 /// The confirmation step of approving a `write`.
 pub(crate) struct Confirm {
     /// The answer, as a readable list.
@@ -279,6 +354,8 @@ struct CallPage {
     output: Option<Shown>,
     error: Option<String>,
     pending: Option<Pending>,
+    /// Where the approvals stand, when the policy needs several or keeps callers apart.
+    progress: Option<Progress>,
     approve: Option<Form>,
     confirm: Option<Confirm>,
     reject: TextField,
@@ -389,6 +466,12 @@ pub(crate) fn call_page(
             hidden,
         });
     let complete_open = typed.complete.is_some();
+    let rule = visit.dispatcher().approval_rule(&call.tool);
+    let progress = suspension.and_then(|_| progress(rule, call, &signed.principal));
+    // Whoever may not approve (they did, or made the call) is offered no approve form, and
+    // completing externally would stand for every approver: offered only when one will do.
+    let may_approve = progress.as_ref().is_none_or(|p| p.withheld.is_none());
+    let may_complete = may_approve && rule.required <= 1;
     let view = CallPage {
         base: visit.base.0.clone(),
         nav: Some(signed.nav()),
@@ -416,11 +499,15 @@ pub(crate) fn call_page(
             asked_at: Moment::of(s.created_at, now),
             expiry: Expiry::of(s.expires_at, now),
         }),
-        approve: suspension.map(|s| form_of("approve", &s.input_schema, typed.approve)),
-        confirm,
+        approve: suspension
+            .filter(|_| may_approve)
+            .map(|s| form_of("approve", &s.input_schema, typed.approve)),
+        progress,
+        confirm: confirm.filter(|_| may_approve),
         reject: text(typed.reject),
         reject_options: visit.dispatcher().reject_options(&call.tool),
         complete: suspension
+            .filter(|_| may_complete)
             .and(output_schema)
             .map(|schema| form_of("complete", schema, typed.complete)),
         complete_open,

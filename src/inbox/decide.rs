@@ -140,6 +140,16 @@ impl Decision {
     /// The call's history, saying who decided it first: the answer to a decision that came
     /// too late.
     async fn too_late(&self, status: StatusCode) -> Answer {
+        self.with_notice(decided, status).await
+    }
+
+    /// The call's page as it is now, with the `notice` about it at its top, answered with
+    /// `status`.
+    async fn with_notice(
+        &self,
+        notice: impl FnOnce(&CallRecord) -> String,
+        status: StatusCode,
+    ) -> Answer {
         let now = self
             .dispatcher()
             .store()
@@ -147,7 +157,7 @@ impl Decision {
             .await?
             .unwrap_or_else(|| self.call.clone());
         let typed = Typed {
-            notice: Some(decided(&now)),
+            notice: Some(notice(&now)),
             ..Typed::default()
         };
         Ok(call_page(&self.visit, &self.signed, &now, typed, status))
@@ -190,6 +200,23 @@ impl Decision {
                  tool never decides on it. Another approver must."
                     .into(),
             )),
+            DispatchError::AlreadyApproved {
+                approvals,
+                required,
+            } => {
+                let notice = format!(
+                    "You approved this call already: {} of {required} approvals so far. The \
+                     others must come from other approvers.",
+                    approvals.len()
+                );
+                self.with_notice(|_| notice, StatusCode::CONFLICT).await
+            }
+            DispatchError::NeedsApprovals { tool, required } => {
+                Err(PageError::BadRequest(format!(
+                    "Calls of {tool} need {required} distinct approvers, so no one person may \
+                     complete them: approve it instead."
+                )))
+            }
             DispatchError::CompletionNotAllowed(tool) => Err(PageError::BadRequest(format!(
                 "Tool {tool} declares no output schema, so it cannot be completed externally."
             ))),

@@ -83,6 +83,10 @@ fn sentence(event: &CallEvent) -> String {
             Some(text) => format!("{}: {text}", by("Approved")),
             None => format!("{}.", by("Approved")),
         },
+        "approval_recorded" => match answer_text(event) {
+            Some(text) => format!("{}: {text}", by("Approval recorded")),
+            None => format!("{}, waiting for more approvers.", by("Approval recorded")),
+        },
         "rejected" => match detail(event, "reason") {
             Some(reason) => format!("{}: {reason}", by("Rejected")),
             None => format!("{} without a reason.", by("Rejected")),

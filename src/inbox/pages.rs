@@ -65,6 +65,8 @@ pub(crate) struct QueueItem {
     asked: String,
     asked_at: Moment,
     expiry: Expiry,
+    /// "1 of 2 approvals", when its tool's policy needs several.
+    progress: Option<String>,
 }
 
 /// The list of the queue: what the script swaps in when something changes.
@@ -109,6 +111,13 @@ async fn queue_list(
         .approvals
         .into_iter()
         .map(|approval| QueueItem {
+            progress: (approval.approvals_required > 1).then(|| {
+                format!(
+                    "{} of {} approvals",
+                    approval.approvals.len(),
+                    approval.approvals_required
+                )
+            }),
             call_id: approval.call_id,
             tool: approval.tool,
             reason: approval.reason,

@@ -1,20 +1,22 @@
 //! `/approvals`: the queue of pending suspensions, and a person's approve, reject or complete.
 
 use axum::extract::State;
-use axum::response::Response;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing;
 use axum::{Extension, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::RestState;
-use super::responses::{CallCompleted, CallSuspended, call_response};
+use super::responses::{CallCompleted, SuspensionTicket, call_response};
+use crate::dispatch::Approved;
 use crate::http::auth::{Access, Principal};
 use crate::http::error::{ApiError, ErrorEnvelope};
 use crate::http::extract::{JsonBody, PathParam, QueryParams};
 use crate::http::gate::Gates;
 use crate::http::hold::{Held, Wait};
-use crate::store::{Approval, ApprovalState, CallRecord};
+use crate::store::{Approval, ApprovalState, ApprovalVote, CallRecord};
 
 /// `/approvals*`: approvers.
 pub(super) fn router(gates: &Gates) -> Router<RestState> {
@@ -189,18 +191,57 @@ pub(super) async fn get(
     }
 }
 
+/// An approval recorded short of the approvers the tool's policy needs (`approvals = N`): the
+/// call is still suspended, under the same token, for the others.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ApprovalRecorded {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool called.
+    pub tool: String,
+    /// Always `suspended`.
+    #[schema(inline, value_type = String, pattern = "^suspended$")]
+    pub status: &'static str,
+    /// The suspension, still pending.
+    pub suspension: SuspensionTicket,
+    /// The approvals so far, this one last.
+    pub approvals: Vec<ApprovalVote>,
+    /// How many distinct approvers the call needs.
+    pub approvals_required: u32,
+}
+
+impl ApprovalRecorded {
+    fn of(approval: Approval) -> Self {
+        ApprovalRecorded {
+            call_id: approval.call_id,
+            tool: approval.tool,
+            status: "suspended",
+            suspension: SuspensionTicket {
+                token: approval.token,
+                reason: approval.reason,
+                input_schema: approval.input_schema,
+            },
+            approvals: approval.approvals,
+            approvals_required: approval.approvals_required,
+        }
+    }
+}
+
 /// Approves a suspension: the tool runs again with the call's input and this `input` as its
-/// resume value; its result is the call's new outcome.
+/// resume value; its result is the call's new outcome. When the tool's policy needs several
+/// distinct approvers, an approval short of them is recorded (`202`, the approvals so far) and
+/// the last one runs the tool.
 #[utoipa::path(
     post, path = "/approvals/{token}/approve", tag = "approvals", operation_id = "approve",
     params(("token" = String, Path, description = "The suspension's token.")),
     request_body = ApproveRequest,
     responses(
         (status = 200, description = "The tool ran again and completed.", body = CallCompleted),
-        (status = 202, description = "The tool ran again and suspended anew, with a new token.", body = CallSuspended),
+        (status = 202, description = "The tool ran again and suspended anew, with a new token (`CallSuspended`); or the approval was recorded, short of the approvers the tool's policy needs, and the call waits for the others under the same token (`ApprovalRecorded`).", body = ApprovalRecorded),
         (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: the principal made the call, and the tool's policy keeps callers from approving their own calls (`separate_from_caller`), or it is an approver deciding its own call.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches); or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
-        (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record. `lease_lost`: this replica lost its lease while the tool re-ran and the call was settled meanwhile; the outcome was refused and kept as `late_outcome` (`details` is the call).", body = ErrorEnvelope),
+        (status = 409, description = "`already_approved`: this principal approved it before and the policy needs others too; `details.approvals` are the approvals so far, `details.approvals_required` how many it needs. `already_resolved`: it was resolved before; `details` is the call's record. `lease_lost`: this replica lost its lease while the tool re-ran and the call was settled meanwhile; the outcome was refused and kept as `late_outcome` (`details` is the call).", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
@@ -215,11 +256,16 @@ pub(super) async fn approve(
     PathParam(token): PathParam,
     JsonBody(request): JsonBody<ApproveRequest>,
 ) -> Result<Response, ApiError> {
-    let result = app
+    let approved = app
         .dispatcher
         .approve(&token, request.input, &principal)
         .await?;
-    Ok(call_response(result))
+    Ok(match approved {
+        Approved::Ran(result) => call_response(result),
+        Approved::Recorded(approval) => {
+            (StatusCode::ACCEPTED, Json(ApprovalRecorded::of(*approval))).into_response()
+        }
+    })
 }
 
 /// Rejects a suspension: the call becomes `rejected` and the tool does not run.
@@ -261,7 +307,8 @@ pub(super) async fn reject(
         (status = 200, description = "Completed with this output.", body = CallCompleted),
         (status = 400, description = "`bad_request`: malformed JSON, a missing `output`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches); or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
-        (status = 409, description = "`completion_not_allowed`: the tool declares no output schema; or `already_resolved`.", body = ErrorEnvelope),
+        (status = 403, description = "`forbidden`: the principal made the call, and the tool's policy keeps callers apart (`separate_from_caller`).", body = ErrorEnvelope),
+        (status = 409, description = "`completion_not_allowed`: the tool declares no output schema, or its policy needs several approvers; or `already_resolved`.", body = ErrorEnvelope),
         (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
         (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
         (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),

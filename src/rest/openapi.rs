@@ -52,7 +52,7 @@ use crate::store::{
         CallFailed, SuspensionTicket, CallRecord, CallStatus, CallError, SuspensionView, Approval,
         CallEvent, CallSummary, crate::store::Delivery, crate::store::DeliveryStatus,
         webhooks::DeliveryList, crate::schema::Format, tools::ProviderToolList,
-        crate::store::RejectOption,
+        crate::store::RejectOption, crate::store::ApprovalVote, approvals::ApprovalRecorded,
     )),
     tags(
         (name = "tools", description = "Tool schemas, and calling tools."),

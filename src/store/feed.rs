@@ -23,22 +23,27 @@ pub struct FeedEntry {
     /// Its position: reading after it returns the entries that follow.
     pub cursor: FeedCursor,
     /// `call.<status>`: `call.suspended`, `call.completed`, `call.failed`, `call.rejected`,
-    /// `call.expired`, `call.interrupted`, `call.needs_reconciliation`.
+    /// `call.expired`, `call.interrupted`, `call.needs_reconciliation`; or
+    /// `call.approval_recorded` (the call still suspended).
     pub kind: String,
     /// When the change happened.
     pub at: Timestamp,
     /// The call as the change left it (its status, attempts and `updated_at` as of the entry).
     pub call: CallSummary,
-    /// For `call.suspended`: the suspension it made.
+    /// For `call.suspended`: the suspension it made; for `call.approval_recorded`, the one
+    /// approved.
     pub suspension: Option<SuspensionView>,
     /// For `call.rejected`, `call.failed` and `call.expired`: the call's error (a rejection's
     /// reason and option, say).
     pub error: Option<super::CallError>,
 }
 
-/// The types of feed entries, as `FeedEntry::kind` names them.
-pub const FEED_TYPES: [&str; 7] = [
+/// The types of feed entries, as `FeedEntry::kind` names them: a change of status, or
+/// `call.approval_recorded` (an approval short of the quorum the tool's policy asks for; the
+/// call stays suspended).
+pub const FEED_TYPES: [&str; 8] = [
     "call.suspended",
+    "call.approval_recorded",
     "call.completed",
     "call.failed",
     "call.rejected",

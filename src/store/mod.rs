@@ -110,7 +110,8 @@ pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
 pub use sqlite::SqliteStore;
 pub use suspensions::{
-    Approval, ApprovalPage, ApprovalState, RejectOption, Resolution, Resolved, SuspensionView,
+    Approval, ApprovalPage, ApprovalState, ApprovalVote, RejectOption, Resolution, Resolved,
+    SuspensionView,
 };
 pub use timestamp::Timestamp;
 

@@ -9,7 +9,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    Actor, CallError, CallStatus, NewCall, Outcome, RejectOption, Settlement, StoreError, Timestamp,
+    Actor, ApprovalVote, CallError, CallStatus, NewCall, Outcome, RejectOption, Settlement,
+    StoreError, Timestamp,
 };
 
 /// A new call with its JSON already serialized: that work is done by the caller's task, not by
@@ -361,6 +362,55 @@ pub(crate) fn feed_type(status: CallStatus) -> &'static str {
         CallStatus::NeedsReconciliation => "call.needs_reconciliation",
         // No entry is made for a change into `running`.
         CallStatus::Running => "call.running",
+    }
+}
+
+/// The feed entry type of an approval recorded short of its quorum: the call stays suspended.
+pub(crate) const APPROVAL_RECORDED: &str = "call.approval_recorded";
+
+/// The status a feed entry of type `kind` leaves its call in.
+pub(crate) fn feed_status(kind: &str) -> Option<CallStatus> {
+    match kind {
+        APPROVAL_RECORDED => Some(CallStatus::Suspended),
+        _ => kind.strip_prefix("call.").and_then(CallStatus::parse),
+    }
+}
+
+/// What one approval of a suspension that needs `quorum` distinct approvers comes to, given
+/// the approvals stored before it.
+pub(crate) enum Vote {
+    /// Its approver approved before: nothing changes (the approvals so far).
+    Again(Vec<ApprovalVote>),
+    /// Recorded, short of the quorum: the approvals to store, this one last.
+    Short(Vec<ApprovalVote>),
+    /// The quorum is reached: the approvals to store, this one last; the call runs.
+    Quorum(Vec<ApprovalVote>),
+}
+
+impl Vote {
+    /// `by`'s approval at `now`, after the approvals `stored` (as the column keeps them). Two
+    /// approvals are by the same approver when their names are equal (with auth off, every
+    /// approval is by the one anonymous approver).
+    pub(crate) fn cast(
+        stored: Option<&str>,
+        by: &Actor,
+        quorum: u32,
+        now: i64,
+    ) -> Result<Vote, StoreError> {
+        let mut votes = ApprovalVote::parse_all(stored)?;
+        if votes.iter().any(|vote| vote.approver == by.name) {
+            return Ok(Vote::Again(votes));
+        }
+        votes.push(ApprovalVote {
+            approver: by.name.clone(),
+            display_name: by.display.clone(),
+            at: Timestamp(now),
+        });
+        Ok(if votes.len() as u64 >= u64::from(quorum) {
+            Vote::Quorum(votes)
+        } else {
+            Vote::Short(votes)
+        })
     }
 }
 

@@ -256,10 +256,7 @@ impl RawFeedEntry {
     }
 
     pub(crate) fn decode(self) -> Result<super::FeedEntry, StoreError> {
-        let status = self
-            .kind
-            .strip_prefix("call.")
-            .and_then(CallStatus::parse)
+        let status = super::record::feed_status(&self.kind)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown feed entry type {}", self.kind)))?;
         let suspension = self.suspension.view()?;
         Ok(super::FeedEntry {

@@ -65,6 +65,46 @@ pub struct Approval {
     /// has none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reject_options: Vec<RejectOption>,
+    /// How many distinct approvers must approve before the call runs, from the tool's approval
+    /// policy (`approvals`); left out when it is one.
+    #[serde(skip_serializing_if = "is_one")]
+    #[schema(default = 1)]
+    pub approvals_required: u32,
+    /// The approvals recorded so far, oldest first, when the policy asks for more than one;
+    /// left out when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<ApprovalVote>,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
+}
+
+/// One approval of a suspension that needs several (`approvals = N`), short of the quorum or
+/// the last of it: who gave it, and when. (What they answered is in the call's history, as the
+/// `approval_recorded` event.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ApprovalVote {
+    /// The approver's name (an API key's, or an issuer's `issuer:subject`); `null` when auth
+    /// is off.
+    pub approver: Option<String>,
+    /// The name a person signed in with an identity provider is shown by, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// When it was recorded.
+    #[schema(value_type = String, format = DateTime)]
+    pub at: Timestamp,
+}
+
+impl ApprovalVote {
+    /// The votes as stored (a JSON array; `None`: none yet).
+    pub(crate) fn parse_all(stored: Option<&str>) -> Result<Vec<ApprovalVote>, super::StoreError> {
+        match stored {
+            None => Ok(Vec::new()),
+            Some(text) => serde_json::from_str(text)
+                .map_err(|e| super::StoreError::Corrupt(format!("stored approvals: {e}"))),
+        }
+    }
 }
 
 /// One page of the approvals queue.
@@ -90,10 +130,14 @@ pub enum ApprovalState {
 /// A person's decision on a suspension.
 #[derive(Debug, Clone)]
 pub enum Resolution {
-    /// Run the tool again with this (validated) input as `ctx.resume()`.
+    /// Run the tool again with this (validated) input as `ctx.resume()`, once `quorum`
+    /// distinct approvers have approved (this one included); short of it, the approval is
+    /// recorded and the suspension stays pending.
     Approve {
         /// The approver's input.
         resume_input: Value,
+        /// How many distinct approvers the call needs (1: this approval releases it).
+        quorum: u32,
     },
     /// Finish the call as rejected; the tool does not run.
     Reject {
@@ -120,6 +164,20 @@ pub enum Resolved {
     Rejected(CallRecord),
     /// Completed externally: the call is `completed`.
     Completed(CallRecord),
+    /// An approval short of the quorum: recorded, and the call still suspended.
+    Recorded {
+        /// The call as it is now.
+        call: CallRecord,
+        /// Every approval so far, this one last.
+        approvals: Vec<ApprovalVote>,
+    },
+    /// This approver had approved before: nothing changed.
+    AlreadyApproved {
+        /// The call as it is now.
+        call: CallRecord,
+        /// The approvals so far.
+        approvals: Vec<ApprovalVote>,
+    },
     /// Someone resolved it first; the call as it is now.
     AlreadyResolved(CallRecord),
     /// It had expired: now recorded as such; the call as it is now.

@@ -37,3 +37,18 @@ impl Serialize for Timestamp {
         serializer.collect_str(self)
     }
 }
+
+impl<'de> serde::Deserialize<'de> for Timestamp {
+    /// From RFC 3339, as it is serialized (what the store keeps in JSON columns).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        let at = humantime::parse_rfc3339(&text).map_err(serde::de::Error::custom)?;
+        let ms = at
+            .duration_since(UNIX_EPOCH)
+            .map_err(serde::de::Error::custom)?
+            .as_millis();
+        Ok(Timestamp(
+            i64::try_from(ms).map_err(serde::de::Error::custom)?,
+        ))
+    }
+}

@@ -8,7 +8,8 @@ use toolgate::ToolSet;
 
 use crate::common::{self, TestServer};
 use crate::{
-    APPROVER, CALLER, OTHER_APPROVER, Person, actor_of, api, call_record, keys, signed_in, suspend,
+    ADMIN, APPROVER, CALLER, OTHER_APPROVER, Person, actor_of, api, call_record, keys, signed_in,
+    suspend,
 };
 
 #[tokio::test]
@@ -493,4 +494,120 @@ async fn a_rejection_option_is_chosen_on_the_page() {
         call["error"]["message"],
         "Rejected: wrong_team (Ask <b>the platform team</b> instead.). Not ours."
     );
+}
+
+/// A policy of two distinct approvers, callers kept apart: the queue and the page show the
+/// progress; whoever approved, or made the call, is offered no approve form (and is refused if
+/// they post one anyway); the second approver's approval runs the tool.
+#[tokio::test]
+async fn two_approvers_see_the_progress_and_no_one_approves_twice() {
+    use toolgate::dispatch::{ApprovalGate, DispatchConfig, ToolSettings};
+    let dir = common::temp_dir();
+    let gate = ApprovalGate {
+        approvals: 2,
+        separate_from_caller: true,
+        // ask_human asks by itself; the policy adds only its approvers.
+        ..ApprovalGate::default().when("false").unwrap()
+    };
+    let config = DispatchConfig {
+        tools: [(
+            "ask_human".to_owned(),
+            ToolSettings {
+                approval: Some(gate),
+                ..ToolSettings::default()
+            },
+        )]
+        .into(),
+        ..DispatchConfig::default()
+    };
+    let server = crate::start(dir.path(), |b| b.dispatch_config(config)).await;
+    // The admin makes the call, and may then only watch it.
+    let (status, body) = api(
+        &server,
+        "POST",
+        "/tools/ask_human/call",
+        ADMIN,
+        Some(json!({"input": {"question": "Rotate the keys?"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let asked = body["call_id"].as_str().unwrap().to_owned();
+    let path = format!("/inbox/calls/{asked}");
+
+    let mut first = crate::Person::new(&server);
+    first.sign_in(APPROVER).await;
+    let queue = first.get("/inbox").await;
+    assert!(queue.body.contains("0 of 2 approvals"), "{}", queue.body);
+    let page = first.get(&path).await;
+    assert!(page.body.contains("0 of 2 approvals."), "{}", page.body);
+    assert!(page.body.contains("id=\"approve-form\""));
+    let approved = first
+        .post(
+            &format!("{path}/approve"),
+            &[("v/answer", "yes"), ("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(approved.status, StatusCode::SEE_OTHER, "{}", approved.body);
+    let after = first.get(&format!("{path}?done=approved")).await;
+    assert!(
+        after.body.contains("Your approval is recorded: 1 of 2."),
+        "{}",
+        after.body
+    );
+    assert!(after.body.contains("1 of 2 approvals: finance-ops."));
+    assert!(after.body.contains("id=\"approve-withheld\""));
+    assert!(
+        !after.body.contains("id=\"approve-form\""),
+        "{}",
+        after.body
+    );
+    assert!(
+        after.body.contains("id=\"reject-form\""),
+        "a rejection is still theirs"
+    );
+    assert!(
+        after.body.contains("Approval recorded by finance-ops: yes"),
+        "the history says who approved: {}",
+        after.body
+    );
+    // A second post anyway (an old tab): refused, nothing changes.
+    let again = first
+        .post(
+            &format!("{path}/approve"),
+            &[("v/answer", "yes again"), ("csrf", &after.csrf())],
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.body);
+    assert_eq!(call_record(&server, &asked).await["status"], "suspended");
+
+    let mut caller = crate::Person::new(&server);
+    caller.sign_in(ADMIN).await;
+    let own = caller.get(&path).await;
+    assert!(own.body.contains("You made this call"), "{}", own.body);
+    assert!(!own.body.contains("id=\"approve-form\""));
+
+    let mut second = crate::Person::new(&server);
+    second.sign_in(OTHER_APPROVER).await;
+    let page = second.get(&path).await;
+    assert!(page.body.contains("id=\"approve-form\""), "{}", page.body);
+    let approved = second
+        .post(
+            &format!("{path}/approve"),
+            &[("v/answer", "go"), ("csrf", &page.csrf())],
+        )
+        .await;
+    assert_eq!(approved.status, StatusCode::SEE_OTHER, "{}", approved.body);
+    let call = call_record(&server, &asked).await;
+    assert_eq!(call["status"], "completed");
+    assert_eq!(
+        call["output"],
+        json!({"answer": "go"}),
+        "the last approval's answer"
+    );
+    assert_eq!(
+        actor_of(&call, "approval_recorded").as_deref(),
+        Some("finance-ops")
+    );
+    assert_eq!(actor_of(&call, "approved").as_deref(), Some("on-call"));
+    server.stop().await;
 }

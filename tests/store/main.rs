@@ -61,6 +61,10 @@ macro_rules! suite {
                 super::suspensions::reject_records_the_reason(store().await.0).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn several_approvers_release_a_call_once() {
+                super::suspensions::several_approvers_release_a_call_once(store().await.0).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn concurrent_resolutions_have_one_winner() {
                 super::suspensions::concurrent_resolutions_have_one_winner(store().await.0).await;
             }
@@ -242,7 +246,8 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
     // The file as a build before migration 4 left it: no `tool` on suspensions.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
-        "ALTER TABLE suspensions DROP COLUMN tool; DROP TABLE feed; DROP TABLE feed_state; \
+        "ALTER TABLE suspensions DROP COLUMN tool; ALTER TABLE suspensions DROP COLUMN approvals; \
+         DROP TABLE feed; DROP TABLE feed_state; \
          DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
          PRAGMA user_version = 3;",
     )

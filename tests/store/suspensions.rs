@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 use toolgate::store::{
-    ApprovalState, CallError, CallStatus, NewCall, Outcome, RejectOption, Resolution, Resolved,
-    Store, Timestamp,
+    Actor, ApprovalState, CallError, CallStatus, NewCall, Outcome, RejectOption, Resolution,
+    Resolved, Store, Timestamp,
 };
 
 use crate::calls::{kinds, new_call, suspended};
@@ -25,6 +25,7 @@ pub(crate) async fn approve_is_single_use(store: Arc<dyn Store>) {
     }
     let approve = || Resolution::Approve {
         resume_input: json!({"yes": 1}),
+        quorum: 1,
     };
     match store.resolve("ta", approve(), Some("ops")).await.unwrap() {
         Resolved::Approved(call) => {
@@ -164,6 +165,7 @@ pub(crate) async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>
                 let resolution = if i % 2 == 0 {
                     Resolution::Approve {
                         resume_input: json!(i),
+                        quorum: 1,
                     }
                 } else {
                     Resolution::Reject {
@@ -286,6 +288,7 @@ pub(crate) async fn counts_show_what_is_pending_now(store: Arc<dyn Store>) {
     store.resolve("tc1", reject, None).await.unwrap();
     let approve = Resolution::Approve {
         resume_input: json!({}),
+        quorum: 1,
     };
     store.resolve("tc3", approve, None).await.unwrap();
     let counts = store.counts().await.unwrap();
@@ -340,6 +343,7 @@ pub(crate) async fn external_completion_and_expiry(store: Arc<dyn Store>) {
             "te2",
             Resolution::Approve {
                 resume_input: json!({}),
+                quorum: 1,
             },
             None,
         )
@@ -388,4 +392,156 @@ pub(crate) async fn pending_approvals_filter_by_tool_and_name_the_caller(store: 
         .await
         .unwrap();
     assert!(none.approvals.is_empty());
+}
+
+/// A suspension whose policy needs three distinct approvers: the first two are recorded (the
+/// call still suspended, a `call.approval_recorded` feed entry and event each), the same
+/// approver again changes nothing, and the third releases the call; concurrent approvals by
+/// distinct approvers reach the quorum exactly once.
+pub(crate) async fn several_approvers_release_a_call_once(store: Arc<dyn Store>) {
+    store
+        .insert_call(new_call("q1"), Some(suspended("tq")))
+        .await
+        .unwrap();
+    let head = store.feed_head().await.unwrap();
+    let approve = |n: i64| Resolution::Approve {
+        resume_input: json!({"n": n}),
+        quorum: 3,
+    };
+    let actor = |name: &str| Actor {
+        name: Some(name.to_owned()),
+        display: Some(format!("{name} (shown)")),
+    };
+    match store
+        .resolve_by("tq", approve(1), &actor("alice"))
+        .await
+        .unwrap()
+    {
+        Resolved::Recorded { call, approvals } => {
+            assert_eq!(call.status, CallStatus::Suspended);
+            assert_eq!(call.attempts, 1);
+            assert_eq!(call.suspension.as_ref().unwrap().token, "tq");
+            assert_eq!(kinds(&call), ["created", "suspended", "approval_recorded"]);
+            let event = call.events.last().unwrap();
+            assert_eq!(event.actor.as_deref(), Some("alice"));
+            assert_eq!(event.details, Some(json!({"answer": {"n": 1}})));
+            assert_eq!(approvals.len(), 1);
+            assert_eq!(approvals[0].approver.as_deref(), Some("alice"));
+            assert_eq!(approvals[0].display_name.as_deref(), Some("alice (shown)"));
+        }
+        other => panic!("expected recorded, got {other:?}"),
+    }
+    // The same approver again: nothing changes, and the approvals so far are told.
+    match store
+        .resolve_by("tq", approve(9), &actor("alice"))
+        .await
+        .unwrap()
+    {
+        Resolved::AlreadyApproved { call, approvals } => {
+            assert_eq!(call.status, CallStatus::Suspended);
+            assert_eq!(kinds(&call).len(), 3, "no event for a repeated approval");
+            assert_eq!(approvals.len(), 1);
+        }
+        other => panic!("expected already approved, got {other:?}"),
+    }
+    match store
+        .resolve_by("tq", approve(2), &actor("bob"))
+        .await
+        .unwrap()
+    {
+        Resolved::Recorded { approvals, .. } => {
+            let names: Vec<_> = approvals.iter().map(|a| a.approver.as_deref()).collect();
+            assert_eq!(names, [Some("alice"), Some("bob")]);
+        }
+        other => panic!("expected recorded, got {other:?}"),
+    }
+    // Read back: still pending, with both approvals, oldest first.
+    match store.approval("tq").await.unwrap() {
+        Some(ApprovalState::Pending(approval)) => {
+            let names: Vec<_> = approval
+                .approvals
+                .iter()
+                .map(|a| a.approver.as_deref())
+                .collect();
+            assert_eq!(names, [Some("alice"), Some("bob")]);
+        }
+        other => panic!("expected pending, got {other:?}"),
+    }
+    let listed = store.pending_approvals(None, 500).await.unwrap();
+    let listed = listed.approvals.iter().find(|a| a.token == "tq").unwrap();
+    assert_eq!(listed.approvals.len(), 2);
+    match store
+        .resolve_by("tq", approve(3), &actor("carol"))
+        .await
+        .unwrap()
+    {
+        Resolved::Approved(call) => {
+            assert_eq!(call.status, CallStatus::Running);
+            assert_eq!(call.attempts, 2);
+            assert_eq!(
+                kinds(&call),
+                [
+                    "created",
+                    "suspended",
+                    "approval_recorded",
+                    "approval_recorded",
+                    "approved",
+                    "redispatched"
+                ]
+            );
+            assert_eq!(call.events[4].actor.as_deref(), Some("carol"));
+        }
+        other => panic!("expected approved, got {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .resolve_by("tq", approve(4), &actor("dan"))
+            .await
+            .unwrap(),
+        Resolved::AlreadyResolved(_)
+    ));
+    // The feed: one entry per approval short of the quorum, naming the suspension; then none
+    // for the change into running.
+    let page = store.feed(Some(&head), 100).await.unwrap();
+    let ours: Vec<_> = page
+        .entries
+        .iter()
+        .filter(|entry| entry.call.call_id == "q1")
+        .collect();
+    let types: Vec<_> = ours.iter().map(|entry| entry.kind.as_str()).collect();
+    assert_eq!(types, ["call.approval_recorded", "call.approval_recorded"]);
+    for entry in ours {
+        assert_eq!(entry.call.status, CallStatus::Suspended);
+        assert_eq!(entry.suspension.as_ref().unwrap().token, "tq");
+    }
+
+    // Eight distinct approvers at once on a quorum of two: exactly one releases the call, one
+    // is recorded before it, the others find it resolved.
+    store
+        .insert_call(new_call("q2"), Some(suspended("tq2")))
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let approve = Resolution::Approve {
+                    resume_input: json!(i),
+                    quorum: 2,
+                };
+                let by = Actor::named(Some(&format!("approver-{i}")));
+                store.resolve_by("tq2", approve, &by).await.unwrap()
+            })
+        })
+        .collect();
+    let (mut released, mut recorded) = (0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            Resolved::Approved(_) => released += 1,
+            Resolved::Recorded { .. } => recorded += 1,
+            Resolved::AlreadyResolved(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((released, recorded), (1, 1));
 }

@@ -8,8 +8,8 @@ use tokio_postgres::{Error as PgError, Row, Statement};
 use super::super::record::parse_json;
 use super::super::rows::{Columns, RawCall, parse_effect};
 use super::super::{
-    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
-    CallSummary, StoreCounts, StoreError,
+    Approval, ApprovalPage, ApprovalState, ApprovalVote, CallFilter, CallPage, CallRecord,
+    CallStatus, CallSummary, StoreCounts, StoreError,
 };
 use super::pg_error;
 use crate::store::Timestamp;
@@ -182,9 +182,9 @@ fn page<T>(
 }
 
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
-/// expires_at.
+/// expires_at, the call's caller, and the approvals recorded so far.
 const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
-     s.input_schema, s.created_at, s.expires_at, c.caller";
+     s.input_schema, s.created_at, s.expires_at, c.caller, s.approvals";
 
 fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
     let schema: String = row.try_get(5).map_err(pg_error)?;
@@ -204,6 +204,10 @@ fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
             caller: row.try_get(8).map_err(pg_error)?,
             input: None,
             reject_options: Vec::new(),
+            approvals_required: 1,
+            approvals: ApprovalVote::parse_all(
+                row.try_get::<_, Option<&str>>(9).map_err(pg_error)?,
+            )?,
         },
     ))
 }
@@ -279,8 +283,8 @@ pub(super) async fn approval(
         return Ok(None);
     };
     let (_, mut approval) = approval_from_row(&row)?;
-    let input: String = row.try_get(9).map_err(pg_error)?;
-    let status: String = row.try_get(10).map_err(pg_error)?;
+    let input: String = row.try_get(10).map_err(pg_error)?;
+    let status: String = row.try_get(11).map_err(pg_error)?;
     let expired = status == "expired"
         || (status == "pending" && approval.expires_at.is_some_and(|at| at.0 <= now));
     if expired {

@@ -7,6 +7,7 @@
 //! and decoding it into a record are shared with every backend (`crate::store::rows`); what is
 //! SQLite's is the SQL and how one column of its rows is read (`Columns for Row`).
 
+use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
@@ -15,8 +16,8 @@ use crate::contract::meta::Effect;
 use crate::store::record::parse_json;
 use crate::store::rows::{Columns, RawCall, RawFeedEntry, parse_effect};
 use crate::store::{
-    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus,
-    CallSummary, FeedCursor, FeedPage, StoreCounts, StoreError, Timestamp,
+    Approval, ApprovalPage, ApprovalState, ApprovalVote, CallFilter, CallPage, CallRecord,
+    CallStatus, CallSummary, FeedCursor, FeedPage, StoreCounts, StoreError, Timestamp,
 };
 
 /// A call's columns, with its pending suspension joined, in the order [`RawCall::read`] reads
@@ -83,9 +84,9 @@ impl Columns for Row<'_> {
 }
 
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
-/// expires_at.
+/// expires_at, the call's caller, and the approvals recorded so far.
 const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
-     s.input_schema, s.created_at, s.expires_at, c.caller";
+     s.input_schema, s.created_at, s.expires_at, c.caller, s.approvals";
 
 /// Reads a row of [`APPROVAL_COLUMNS`]: its seq, the approval without its input schema, and
 /// the schema as stored.
@@ -103,6 +104,11 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Approval, String)>
             caller: row.get(8)?,
             input: None,
             reject_options: Vec::new(),
+            approvals_required: 1,
+            approvals: ApprovalVote::parse_all(row.get::<_, Option<String>>(9)?.as_deref())
+                .map_err(|e| {
+                    rusqlite::Error::FromSqlConversionFailure(9, Type::Text, Box::new(e))
+                })?,
         },
         row.get(5)?,
     ))
@@ -255,8 +261,8 @@ pub(super) fn approval(
             st.query_row([token], |row| {
                 Ok((
                     approval_from_row(row)?,
-                    row.get::<_, String>(9)?,
                     row.get::<_, String>(10)?,
+                    row.get::<_, String>(11)?,
                 ))
             })
             .optional()

@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 use super::backend;
 use super::reads::{find_call, load_call};
 use crate::store::record::{
-    Prepared, PreparedCall, actor_event_json, approved_details, event_json, events_json,
-    expired_error, feed_type, json_text, parse_json, rejected_details, rejected_error,
-    settled_columns, to_json,
+    APPROVAL_RECORDED, Prepared, PreparedCall, Vote, actor_event_json, approved_details,
+    event_json, events_json, expired_error, feed_type, json_text, parse_json, rejected_details,
+    rejected_error, settled_columns, to_json,
 };
 use crate::store::{
-    Actor, CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved, Settlement,
-    StoreError,
+    Actor, ApprovalVote, CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved,
+    Settlement, StoreError,
 };
 
 /// Claims the interrupted call `call_id` for another run; `None` when it is not interrupted.
@@ -277,11 +277,22 @@ pub(super) fn append_feed(
     status: CallStatus,
     token: Option<&str>,
 ) -> Result<(), StoreError> {
+    append_feed_of(conn, call_id, at, feed_type(status), token)
+}
+
+/// [`append_feed`], of the entry type `kind`.
+fn append_feed_of(
+    conn: &Connection,
+    call_id: &str,
+    at: i64,
+    kind: &str,
+    token: Option<&str>,
+) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT INTO feed (at, type, call_id, attempts, token) \
          SELECT ?2, ?3, call_id, attempts, ?4 FROM calls WHERE call_id = ?1",
     )
-    .and_then(|mut st| st.execute(params![call_id, at, feed_type(status), token]))
+    .and_then(|mut st| st.execute(params![call_id, at, kind, token]))
     .map_err(backend)
     .map(drop)
 }
@@ -302,8 +313,14 @@ pub(super) fn resolve(
         // Whoever read it as expired has decided; this only writes it down.
         Resolution::Expire => return unresolved(conn, token, now),
     };
+    if let Resolution::Approve { quorum, .. } = &resolution
+        && *quorum > 1
+        && let Some(answer) = vote(conn, token, *quorum, &resolution, by, now)?
+    {
+        return Ok(answer);
+    }
     let (resume_input, reject_reason) = match &resolution {
-        Resolution::Approve { resume_input } => (Some(json_text(resume_input)), None),
+        Resolution::Approve { resume_input, .. } => (Some(json_text(resume_input)), None),
         Resolution::Reject { reason, .. } => (None, reason.as_deref()),
         Resolution::Complete { .. } | Resolution::Expire => (None, None),
     };
@@ -327,7 +344,7 @@ pub(super) fn resolve(
         return unresolved(conn, token, now);
     };
     match resolution {
-        Resolution::Approve { resume_input } => {
+        Resolution::Approve { resume_input, .. } => {
             conn.prepare_cached(
                 "UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = ?2 \
                  WHERE call_id = ?1",
@@ -364,6 +381,67 @@ pub(super) fn resolve(
             Ok(Resolved::Completed(load_call(conn, &call_id, now)?))
         }
         Resolution::Expire => unreachable!("handled before the update"),
+    }
+}
+
+/// An approval of the suspension `token`, whose policy needs `quorum` distinct approvers,
+/// recorded if it is still pending and unexpired: the answer when it is short of the quorum or
+/// its approver approved before; `None` when it reaches the quorum (the approvals stored, the
+/// caller approves the suspension as with one approver) or the token is not pending (the
+/// caller says why).
+fn vote(
+    conn: &Connection,
+    token: &str,
+    quorum: u32,
+    resolution: &Resolution,
+    by: &Actor,
+    now: i64,
+) -> Result<Option<Resolved>, StoreError> {
+    let Resolution::Approve { resume_input, .. } = resolution else {
+        return Ok(None);
+    };
+    let row: Option<(String, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT call_id, approvals FROM suspensions WHERE token = ?1 AND status = 'pending' \
+             AND (expires_at IS NULL OR expires_at > ?2)",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![token, now], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(backend)?;
+    let Some((call_id, stored)) = row else {
+        return Ok(None);
+    };
+    let store = |votes: &[ApprovalVote]| -> Result<(), StoreError> {
+        let votes = to_json(&votes)?;
+        conn.prepare_cached("UPDATE suspensions SET approvals = ?2 WHERE token = ?1")
+            .and_then(|mut st| st.execute(params![token, votes]))
+            .map_err(backend)
+            .map(drop)
+    };
+    match Vote::cast(stored.as_deref(), by, quorum, now)? {
+        Vote::Again(approvals) => Ok(Some(Resolved::AlreadyApproved {
+            call: load_call(conn, &call_id, now)?,
+            approvals,
+        })),
+        Vote::Quorum(votes) => {
+            store(&votes)?;
+            Ok(None)
+        }
+        Vote::Short(approvals) => {
+            store(&approvals)?;
+            conn.prepare_cached("UPDATE calls SET updated_at = ?2 WHERE call_id = ?1")
+                .and_then(|mut st| st.execute(params![call_id, now]))
+                .map_err(backend)?;
+            let details = approved_details(resume_input);
+            append_event_by(conn, &call_id, now, "approval_recorded", by, Some(&details))?;
+            append_feed_of(conn, &call_id, now, APPROVAL_RECORDED, Some(token))?;
+            Ok(Some(Resolved::Recorded {
+                call: load_call(conn, &call_id, now)?,
+                approvals,
+            }))
+        }
     }
 }
 

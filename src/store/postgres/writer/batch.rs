@@ -366,6 +366,20 @@ impl FeedRows {
         self.add(&call.call_id, status, token, call.attempts);
     }
 
+    /// An entry of type `kind` about `call` (as it is after the change), not a change of its
+    /// status (`call.approval_recorded`).
+    pub(super) fn push_kind(
+        &mut self,
+        call: &crate::store::CallRecord,
+        kind: &'static str,
+        token: Option<&str>,
+    ) {
+        self.call_id.push(call.call_id.clone());
+        self.kind.push(kind);
+        self.token.push(token.map(str::to_owned));
+        self.attempts.push(attempts_i32(call.attempts));
+    }
+
     fn add(&mut self, call_id: &str, status: CallStatus, token: Option<&str>, attempts: u32) {
         self.call_id.push(call_id.to_owned());
         self.kind.push(feed_type(status));

@@ -13,8 +13,8 @@ use super::batch::FeedRows;
 use crate::store::postgres::pg_error;
 use crate::store::postgres::reads::{Conn, find_call, load_call};
 use crate::store::record::{
-    actor_event_json, approved_details, event_json, expired_error, json_text, parse_json,
-    rejected_details, rejected_error, settled_columns, to_json,
+    APPROVAL_RECORDED, Vote, actor_event_json, approved_details, event_json, expired_error,
+    json_text, parse_json, rejected_details, rejected_error, settled_columns, to_json,
 };
 use crate::store::{
     Actor, CallRecord, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
@@ -80,8 +80,19 @@ pub(super) async fn resolve(
     now: i64,
 ) -> Result<Resolved, StoreError> {
     let actor = by.name.as_deref();
+    if let Resolution::Approve {
+        quorum,
+        resume_input,
+    } = resolution
+        && *quorum > 1
+        && let Some(answer) = vote(c, token, *quorum, resume_input, by, feed, now).await?
+    {
+        return Ok(answer);
+    }
     let (status, resume_input, reject_reason) = match resolution {
-        Resolution::Approve { resume_input } => ("approved", Some(json_text(resume_input)), None),
+        Resolution::Approve { resume_input, .. } => {
+            ("approved", Some(json_text(resume_input)), None)
+        }
         Resolution::Reject { reason, .. } => ("rejected", None, reason.as_deref()),
         Resolution::Complete { .. } => ("completed", None, None),
         // Whoever read it as expired has decided; this only writes it down.
@@ -105,7 +116,7 @@ pub(super) async fn resolve(
         return unresolved(c, token, feed, now).await;
     };
     match resolution {
-        Resolution::Approve { resume_input } => {
+        Resolution::Approve { resume_input, .. } => {
             let details = approved_details(resume_input);
             let events = format!(
                 "[{},{}]",
@@ -136,6 +147,72 @@ pub(super) async fn resolve(
         }
         Resolution::Expire => unreachable!("handled before the update"),
     }
+}
+
+/// An approval of the suspension `token`, whose policy needs `quorum` distinct approvers,
+/// recorded if it is still pending and unexpired: the answer when it is short of the quorum or
+/// its approver approved before; `None` when it reaches the quorum (the approvals stored, the
+/// caller approves the suspension as with one approver) or the token is not pending (the
+/// caller says why). The suspension's row is locked first: of two approvals on two replicas,
+/// the second reads the first's, so that exactly one of them reaches the quorum.
+async fn vote(
+    c: &Conn<'_>,
+    token: &str,
+    quorum: u32,
+    resume_input: &Value,
+    by: &Actor,
+    feed: &mut FeedRows,
+    now: i64,
+) -> Result<Option<Resolved>, StoreError> {
+    let row = c
+        .query_opt(
+            "SELECT call_id, approvals FROM suspensions WHERE token = $1 AND status = 'pending' \
+             AND (expires_at IS NULL OR expires_at > $2) FOR UPDATE",
+            &[&token, &now],
+        )
+        .await
+        .map_err(pg_error)?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let call_id: String = row.try_get(0).map_err(pg_error)?;
+    let stored: Option<&str> = row.try_get(1).map_err(pg_error)?;
+    let (votes, short) = match Vote::cast(stored, by, quorum, now)? {
+        Vote::Again(approvals) => {
+            let call = load_call(c, &call_id, now).await?;
+            return Ok(Some(Resolved::AlreadyApproved { call, approvals }));
+        }
+        Vote::Quorum(votes) => (votes, false),
+        Vote::Short(votes) => (votes, true),
+    };
+    c.execute(
+        "UPDATE suspensions SET approvals = $2 WHERE token = $1",
+        &[&token, &to_json(&votes)?],
+    )
+    .await
+    .map_err(pg_error)?;
+    if !short {
+        return Ok(None);
+    }
+    let event = actor_event_json(
+        now,
+        "approval_recorded",
+        by,
+        Some(&approved_details(resume_input)),
+    );
+    c.execute(
+        "UPDATE calls SET updated_at = $2, events = events || $3::text::jsonb \
+         WHERE call_id = $1",
+        &[&call_id, &now, &event],
+    )
+    .await
+    .map_err(pg_error)?;
+    let call = load_call(c, &call_id, now).await?;
+    feed.push_kind(&call, APPROVAL_RECORDED, Some(token));
+    Ok(Some(Resolved::Recorded {
+        call,
+        approvals: votes,
+    }))
 }
 
 /// An end a resolved call comes to: its status, and the statement that writes it, binding the
