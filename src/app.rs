@@ -213,6 +213,7 @@ impl ServerBuilder {
             self.feed_retention,
             self.upkeep_interval,
         );
+        start_escalations(dispatcher.clone(), running.released());
 
         // The doors, side by side over one set of gates.
         let auth = !self.keys.is_empty() || self.issuers.enabled();
@@ -352,6 +353,25 @@ fn start_upkeep(
             }
             if let Err(err) = store.prune_sessions(Timestamp::now()).await {
                 tracing::debug!(error = %err, "cannot prune inbox sessions now");
+            }
+        }
+    });
+}
+
+/// The sweep of approvals left undecided past their policy's `escalate_after_s` (see
+/// `crate::dispatch`'s `escalate`), until the graceful stop; at a pace the shortest of them sets.
+fn start_escalations(dispatcher: Dispatcher, mut released: tokio::sync::watch::Receiver<bool>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(dispatcher.escalation_tick()) => {}
+                _ = released.wait_for(|released| *released) => return,
+            }
+            if let Err(err) = dispatcher.escalate_due().await {
+                tracing::debug!(error = %err, "cannot escalate approvals now");
             }
         }
     });

@@ -607,3 +607,137 @@ fn a_quorum_out_of_range_stops_the_start_naming_the_key() {
         );
     }
 }
+
+// Escalation (§4).
+
+const DESK: &str = "tg_desk_0123456789abcdef";
+const MANAGER: &str = "tg_manager_0123456789abcdef";
+
+/// An approval undecided for `escalate_after_s` is escalated once, whether or not the server
+/// restarted meanwhile: a `call.escalated` webhook, `escalated_at` on the approval, and the
+/// principals `escalate_to` names may decide it from then on (and not before); others still
+/// may not.
+async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides(backend: Backend) {
+    let location = Location::new(backend).await;
+    let receiver = Receiver::default();
+    let hook = receiver.start().await;
+    let hash = |token: &str| hex::encode(toolgate::http::auth::token_sha256(token));
+    let config = format!(
+        "{}[[auth.keys]]\nname = \"desk\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n\
+         decides = [\"ask_*\"]\n\
+         [[auth.keys]]\nname = \"manager\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n\
+         decides = [\"escalations\"]\n\
+         [[webhooks]]\nurl = \"{hook}\"\n\
+         secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n\
+         [tools.send_email.approval]\nescalate_after_s = 2\nescalate_to = [\"escalations\"]\n",
+        keys(),
+        hash(DESK),
+        hash(MANAGER),
+    );
+    let server = serve(&location, &config);
+    let (call_id, token) = suspended_email(&server.api, "cfo@example.com").await;
+    let approval = format!("/approvals/{token}");
+    // Not escalated yet: the manager's grant does not reach it.
+    let (status, body) = get_as(&server.api, MANAGER, &approval).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = approve_as(&server.api, MANAGER, &token, "early").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    common::assert_error(&body, "unknown_token");
+
+    // The server dies before the time is up, and comes back after it.
+    server.kill();
+    tokio::time::sleep(std::time::Duration::from_millis(2_200)).await;
+    let server = serve(&location, &config);
+    let api = &server.api;
+    let escalated = common::eventually("the approval is escalated", async || {
+        let (_, body) = get_as(api, ROOT, &approval).await;
+        body.get("escalated_at").is_some().then_some(body)
+    })
+    .await;
+    assert!(escalated["escalated_at"].as_str().is_some(), "{escalated}");
+    let message = receiver.of_type("call.escalated").await;
+    assert_eq!(message["data"]["call"]["call_id"], call_id.as_str());
+    assert_eq!(message["data"]["call"]["status"], "suspended");
+
+    // Now the manager sees it, listed and alone; the desk still does not.
+    let (status, listed) = get_as(api, MANAGER, "/approvals").await;
+    assert_eq!(status, StatusCode::OK);
+    let tokens: Vec<_> = listed["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|approval| approval["token"].clone())
+        .collect();
+    assert_eq!(tokens, [json!(token)], "{listed}");
+    let (status, _) = get_as(api, DESK, &approval).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = get_as(api, MANAGER, &format!("/calls/{call_id}")).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the manager reads the call it may decide"
+    );
+
+    // Several sweeps later, still one escalation.
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    let (status, body) = approve_as(api, MANAGER, &token, "approved on escalation").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "completed");
+    assert_eq!(common::outbox(&location).len(), 1);
+    let (_, call) = get_as(api, ROOT, &format!("/calls/{call_id}")).await;
+    let kinds: Vec<_> = call["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "created",
+            "suspended",
+            "escalated",
+            "approved",
+            "redispatched",
+            "completed"
+        ],
+        "{call}"
+    );
+    let escalations = receiver
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|message| message["type"] == "call.escalated")
+        .count();
+    assert_eq!(escalations, 1);
+}
+
+#[tokio::test]
+async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides_sqlite() {
+    an_escalation_fires_once_across_a_restart_and_widens_who_decides(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides_postgres() {
+    an_escalation_fires_once_across_a_restart_and_widens_who_decides(Backend::Postgres).await;
+}
+
+#[test]
+fn bad_escalation_keys_stop_the_start_naming_the_key() {
+    for (table, key) in [
+        ("escalate_after_s = 0", "approval.escalate_after_s"),
+        ("escalate_to = [\"managers\"]", "approval.escalate_to"),
+        (
+            "escalate_after_s = 60\nescalate_to = []",
+            "approval.escalate_to",
+        ),
+        (
+            "escalate_after_s = 60\nescalate_to = [\" \"]",
+            "approval.escalate_to",
+        ),
+    ] {
+        let log = refused_start(&format!("[tools.echo.approval]\n{table}\n"));
+        assert!(log.contains(&format!("tools.echo.{key}")), "{table}: {log}");
+    }
+}

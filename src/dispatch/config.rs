@@ -143,6 +143,10 @@ impl ToolOverride {
                 separate_from_caller: policy
                     .separate_from_caller
                     .unwrap_or(policy.approvals.is_some_and(|n| n > 1)),
+                escalate_after: policy
+                    .escalate_after_s
+                    .map(|s| Duration::from_secs(s.clamp(1, MAX_ESCALATE_AFTER_S))),
+                escalate_to: policy.escalate_to.clone().unwrap_or_default(),
                 ..asking_with(&policy.approval_schema)
             }),
             None => {
@@ -195,6 +199,33 @@ impl ToolOverride {
                 format!("must be 1 to {MAX_APPROVALS} (distinct approvers), not {approvals}"),
             ));
         }
+        if let Some(after) = policy.escalate_after_s
+            && !(1..=MAX_ESCALATE_AFTER_S).contains(&after)
+        {
+            return Err((
+                "approval.escalate_after_s".into(),
+                format!("must be 1 to {MAX_ESCALATE_AFTER_S} seconds, not {after}"),
+            ));
+        }
+        if let Some(names) = &policy.escalate_to {
+            let why = if policy.escalate_after_s.is_none() {
+                Some("needs escalate_after_s beside it: when to escalate".to_owned())
+            } else if names.is_empty() || names.len() > 32 {
+                Some("must name 1 to 32 grants or groups (leave it out for none)".to_owned())
+            } else {
+                names
+                    .iter()
+                    .find(|name| {
+                        name.trim().is_empty()
+                            || name.chars().count() > 128
+                            || name.chars().any(char::is_control)
+                    })
+                    .map(|name| format!("`{name}` is not a name: 1 to 128 printable characters"))
+            };
+            if let Some(why) = why {
+                return Err(("approval.escalate_to".into(), why));
+            }
+        }
         Ok(())
     }
 }
@@ -220,10 +251,19 @@ pub struct ApprovalConfig {
     /// The principal that made a call may not approve it, whatever its role (default: true
     /// when `approvals` is above 1).
     pub separate_from_caller: Option<bool>,
+    /// Seconds a suspension may wait undecided before it is escalated, once: a
+    /// `call.escalated` feed entry, `escalated_at` on the approval, and `escalate_to` may
+    /// decide it from then on.
+    pub escalate_after_s: Option<u64>,
+    /// Who else may decide an escalated approval: names matched against a principal's
+    /// `decides` globs, or its token's `groups` claim.
+    pub escalate_to: Option<Vec<String>>,
 }
 
 /// The most distinct approvers a policy may ask for.
 const MAX_APPROVALS: u32 = 16;
+/// The longest `escalate_after_s`: a year.
+const MAX_ESCALATE_AFTER_S: u64 = 365 * 24 * 3600;
 
 /// The most rejection options one tool may have.
 const MAX_REJECT_OPTIONS: usize = 32;

@@ -68,6 +68,13 @@ impl Generation {
     pub(crate) fn policy(&self, name: &str) -> Option<&ToolPolicy> {
         self.policies.get(name).map(Arc::as_ref)
     }
+
+    /// Every tool's name and policy.
+    pub(crate) fn policies(&self) -> impl Iterator<Item = (&str, &ToolPolicy)> {
+        self.policies
+            .iter()
+            .map(|(name, policy)| (name.as_str(), policy.as_ref()))
+    }
 }
 
 impl std::ops::Deref for Generation {

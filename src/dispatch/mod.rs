@@ -32,12 +32,14 @@
 //! By step: `admit` (a new call, its recording plan chosen up front), `attempt` (the run of
 //! attempts, and what each amounts to), `record` (outcomes written, and counted), `resolve` (a
 //! person's decisions), `unsettled` (a claim whose commit went unanswered), `wait`, `running`
-//! (the graceful stop's accounting), `settings`, and `outcome` (the answers and refusals).
+//! (the graceful stop's accounting), `settings`, `outcome` (the answers and refusals), and
+//! `escalate` (approvals left undecided past their policy's time).
 
 mod admit;
 mod attempt;
 pub mod condition;
 pub mod config;
+mod escalate;
 pub mod live;
 mod outcome;
 pub mod quota;
@@ -52,6 +54,7 @@ pub mod who;
 
 pub use admit::{check_idempotency_key, client_key_scope};
 pub use condition::Expression;
+pub(crate) use escalate::escalated;
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
 pub use resolve::{ApprovalRule, Approved, MAX_REASON_CHARS, rejection_reason, settlement_error};
 pub use running::Running;

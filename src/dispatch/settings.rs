@@ -54,6 +54,12 @@ pub struct ApprovalGate {
     /// Whether the principal that made a call may not approve (or complete) it, whatever its
     /// role (`separate_from_caller`).
     pub separate_from_caller: bool,
+    /// How long a suspension may wait undecided before it is escalated (`escalate_after_s`);
+    /// `None`: never.
+    pub escalate_after: Option<std::time::Duration>,
+    /// Who else may decide an escalated approval (`escalate_to`): see
+    /// [`Principal::reached_by_escalation`](super::who::Principal::reached_by_escalation).
+    pub escalate_to: Vec<String>,
 }
 
 impl Default for ApprovalGate {
@@ -70,6 +76,8 @@ impl Default for ApprovalGate {
             reject_options: Vec::new(),
             approvals: 1,
             separate_from_caller: false,
+            escalate_after: None,
+            escalate_to: Vec::new(),
         }
     }
 }

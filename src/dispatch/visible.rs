@@ -10,10 +10,11 @@
 
 use std::future::Future;
 
+use super::escalate::escalated;
 use super::who::{Principal, Role};
 use super::{DispatchError, Dispatcher};
 use crate::store::{
-    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, StoreError,
+    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus, StoreError,
 };
 
 /// The most store reads one page of a filtered listing takes.
@@ -58,7 +59,12 @@ impl Dispatcher {
         self.store
             .call(call_id)
             .await?
-            .filter(|call| principal.may_see(&call.caller, &call.tool))
+            .filter(|call| {
+                principal.may_see(&call.caller, &call.tool)
+                    || (call.status == CallStatus::Suspended
+                        && escalated(call)
+                        && self.escalation_reaches(principal, &call.tool))
+            })
             .ok_or_else(|| DispatchError::UnknownCall(call_id.to_owned()))
     }
 
@@ -104,7 +110,14 @@ impl Dispatcher {
             self.add_policy(&mut page.approvals);
             return Ok(page);
         }
-        if !principal.sees_all_calls() || tool.is_some_and(|tool| !principal.may_decide(tool)) {
+        let reaches = |approval: &Approval| {
+            principal.may_decide(&approval.tool)
+                || (approval.escalated_at.is_some()
+                    && self.escalation_reaches(principal, &approval.tool))
+        };
+        let out_of_reach =
+            |tool: &str| !principal.may_decide(tool) && !self.escalation_reaches(principal, tool);
+        if !principal.sees_all_calls() || tool.is_some_and(out_of_reach) {
             return Ok(ApprovalPage {
                 approvals: Vec::new(),
                 next_cursor: None,
@@ -117,7 +130,7 @@ impl Dispatcher {
                 let page = self.store.pending_approvals_of(tool, cursor, limit).await?;
                 Ok((page.approvals, page.next_cursor))
             },
-            |approval: &Approval| principal.may_decide(&approval.tool),
+            reaches,
         )
         .await?;
         self.add_policy(&mut approvals);
@@ -151,12 +164,15 @@ impl Dispatcher {
         if let Some(ApprovalState::Pending(approval)) = &mut state {
             self.add_policy_to(approval);
         }
-        Ok(state.filter(|state| {
-            let tool = match state {
-                ApprovalState::Pending(approval) => &approval.tool,
-                ApprovalState::Resolved(call) | ApprovalState::Expired(call) => &call.tool,
-            };
-            principal.may_decide(tool)
+        Ok(state.filter(|state| match state {
+            ApprovalState::Pending(approval) => {
+                principal.may_decide(&approval.tool)
+                    || (approval.escalated_at.is_some()
+                        && self.escalation_reaches(principal, &approval.tool))
+            }
+            ApprovalState::Resolved(call) | ApprovalState::Expired(call) => {
+                principal.may_decide(&call.tool)
+            }
         }))
     }
 
@@ -183,7 +199,10 @@ impl Dispatcher {
                 (&call.call_id, &call.tool, &call.caller)
             }
         };
-        if !principal.may_decide(tool) {
+        let escalated = matches!(&state, ApprovalState::Pending(a) if a.escalated_at.is_some());
+        let reached =
+            principal.may_decide(tool) || (escalated && self.escalation_reaches(principal, tool));
+        if !reached {
             return Err(DispatchError::UnknownToken);
         }
         own_call_refused(principal, call_id, caller)

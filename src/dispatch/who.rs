@@ -188,6 +188,24 @@ impl Principal {
         self.sees_all_calls() && self.decides.allows(tool)
     }
 
+    /// Whether an escalated approval whose policy names `escalate_to` reaches this principal:
+    /// an approver or admin whose `decides` allows one of the names, or whose token's `groups`
+    /// claim holds one. A caller never decides, escalated or not.
+    pub fn reached_by_escalation(&self, escalate_to: &[String]) -> bool {
+        if !self.sees_all_calls() {
+            return false;
+        }
+        let groups = self
+            .claims
+            .as_deref()
+            .and_then(|claims| claims.get("groups"))
+            .and_then(serde_json::Value::as_array);
+        escalate_to.iter().any(|name| {
+            self.decides.allows(name)
+                || groups.is_some_and(|groups| groups.iter().any(|g| g.as_str() == Some(name)))
+        })
+    }
+
     /// Whether this is an admin deciding every tool: nothing to check before it decides.
     pub fn decides_everything(&self) -> bool {
         self.role == Role::Admin && self.decides.is_all()

@@ -250,6 +250,8 @@ impl Shown {
 
 /// A pending suspension as the page shows it.
 pub(crate) struct Pending {
+    /// Whether it was escalated, undecided past its policy's time.
+    escalated: bool,
     reason: String,
     asked: String,
     asked_at: Moment,
@@ -268,12 +270,7 @@ pub(crate) struct Progress {
 /// The approvals recorded on `call` since it was last suspended: who gave each, as the page
 /// names them (its history holds them, written with the suspension's own record).
 fn approvers(call: &CallRecord) -> Vec<(Option<&str>, String)> {
-    let since = call
-        .events
-        .iter()
-        .rposition(|event| event.kind == "suspended")
-        .map_or(0, |i| i + 1);
-    call.events[since..]
+    call.events_since_suspended()
         .iter()
         .filter(|event| event.kind == "approval_recorded")
         .map(|event| {
@@ -494,6 +491,7 @@ pub(crate) fn call_page(
             .map(|output| Shown::of(output_schema.unwrap_or(&any), output)),
         error: call.error.as_ref().map(|error| error.message.clone()),
         pending: suspension.map(|s| Pending {
+            escalated: crate::dispatch::escalated(call),
             reason: s.reason.clone(),
             asked: ago(s.created_at, now),
             asked_at: Moment::of(s.created_at, now),

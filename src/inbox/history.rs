@@ -83,6 +83,7 @@ fn sentence(event: &CallEvent) -> String {
             Some(text) => format!("{}: {text}", by("Approved")),
             None => format!("{}.", by("Approved")),
         },
+        "escalated" => "Escalated: nobody decided within the policy's time.".into(),
         "approval_recorded" => match answer_text(event) {
             Some(text) => format!("{}: {text}", by("Approval recorded")),
             None => format!("{}, waiting for more approvers.", by("Approval recorded")),

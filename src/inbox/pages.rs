@@ -67,6 +67,8 @@ pub(crate) struct QueueItem {
     expiry: Expiry,
     /// "1 of 2 approvals", when its tool's policy needs several.
     progress: Option<String>,
+    /// How long ago it was escalated, if it was.
+    escalated: Option<String>,
 }
 
 /// The list of the queue: what the script swaps in when something changes.
@@ -111,6 +113,7 @@ async fn queue_list(
         .approvals
         .into_iter()
         .map(|approval| QueueItem {
+            escalated: approval.escalated_at.map(|at| ago(at, now)),
             progress: (approval.approvals_required > 1).then(|| {
                 format!(
                     "{} of {} approvals",

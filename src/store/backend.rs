@@ -307,6 +307,14 @@ impl<B: Backend> CallStore for B {
         self.write(op).await?.resolved()
     }
 
+    async fn escalate(&self, tool: &str, created_by: Timestamp) -> Result<Vec<String>, StoreError> {
+        let op = WriteOp::Escalate {
+            tool: tool.to_owned(),
+            created_by: created_by.0,
+        };
+        self.write(op).await?.escalated()
+    }
+
     async fn reconcile_by(
         &self,
         call_id: &str,

@@ -173,6 +173,19 @@ pub struct CallRecord {
     pub events: Vec<CallEvent>,
 }
 
+impl CallRecord {
+    /// Its events since it was last suspended (all of them, if it never was): what happened to
+    /// the suspension it waits on, when it waits.
+    pub fn events_since_suspended(&self) -> &[CallEvent] {
+        let since = self
+            .events
+            .iter()
+            .rposition(|event| event.kind == "suspended")
+            .map_or(0, |i| i + 1);
+        &self.events[since..]
+    }
+}
+
 /// A call about to be recorded.
 #[derive(Debug, Clone)]
 pub struct NewCall {

@@ -24,26 +24,28 @@ pub struct FeedEntry {
     pub cursor: FeedCursor,
     /// `call.<status>`: `call.suspended`, `call.completed`, `call.failed`, `call.rejected`,
     /// `call.expired`, `call.interrupted`, `call.needs_reconciliation`; or
-    /// `call.approval_recorded` (the call still suspended).
+    /// `call.approval_recorded` or `call.escalated` (the call still suspended).
     pub kind: String,
     /// When the change happened.
     pub at: Timestamp,
     /// The call as the change left it (its status, attempts and `updated_at` as of the entry).
     pub call: CallSummary,
-    /// For `call.suspended`: the suspension it made; for `call.approval_recorded`, the one
-    /// approved.
+    /// For `call.suspended`: the suspension it made; for `call.approval_recorded` and
+    /// `call.escalated`, the one approved or escalated.
     pub suspension: Option<SuspensionView>,
     /// For `call.rejected`, `call.failed` and `call.expired`: the call's error (a rejection's
     /// reason and option, say).
     pub error: Option<super::CallError>,
 }
 
-/// The types of feed entries, as `FeedEntry::kind` names them: a change of status, or
-/// `call.approval_recorded` (an approval short of the quorum the tool's policy asks for; the
-/// call stays suspended).
-pub const FEED_TYPES: [&str; 8] = [
+/// The types of feed entries, as `FeedEntry::kind` names them: a change of status;
+/// `call.approval_recorded` (an approval short of the quorum the tool's policy asks for) or
+/// `call.escalated` (a suspension undecided past its policy's `escalate_after_s`), where the
+/// call stays suspended.
+pub const FEED_TYPES: [&str; 9] = [
     "call.suspended",
     "call.approval_recorded",
+    "call.escalated",
     "call.completed",
     "call.failed",
     "call.rejected",

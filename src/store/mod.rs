@@ -286,6 +286,11 @@ pub trait CallStore: Send + Sync {
         actor: &Actor,
     ) -> Result<Resolved, StoreError>;
 
+    /// Escalates the pending, unexpired suspensions of `tool` made at or before `created_by`
+    /// that are not escalated yet, each once however many processes ask (its `escalated_at`, an
+    /// `escalated` event, a `call.escalated` feed entry); the calls escalated.
+    async fn escalate(&self, tool: &str, created_by: Timestamp) -> Result<Vec<String>, StoreError>;
+
     /// Settles a call that needs reconciliation (or an interrupted one). Settling it as failed
     /// releases its idempotency key: the effect did not happen, so a new request may make it.
     async fn reconcile(

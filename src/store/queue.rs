@@ -150,6 +150,11 @@ pub(crate) enum WriteOp {
     Reconcile(String, Settlement, Actor),
     /// Drops the feed entries older than this time (Unix ms).
     PruneFeed(i64),
+    /// Escalates the pending suspensions of `tool` made at or before `created_by` (Unix ms).
+    Escalate {
+        tool: String,
+        created_by: i64,
+    },
     /// Creates deliveries and moves the webhook outbox's cursor, if it is still `from`.
     EnqueueDeliveries {
         from: Option<String>,
@@ -187,6 +192,8 @@ pub(crate) enum Reply {
     Reconciled(Box<Reconciled>),
     /// How many rows were dropped: feed entries, or inbox sessions.
     Pruned(u64),
+    /// The calls whose suspensions were escalated.
+    Escalated(Vec<String>),
     /// Whether the webhook outbox's cursor moved (and the deliveries were created).
     Enqueued(bool),
     /// The deliveries claimed, oldest first.
@@ -201,7 +208,10 @@ impl WriteOp {
     pub(crate) fn may_feed(&self) -> bool {
         match self {
             WriteOp::Insert(_, outcome) => outcome.is_some(),
-            WriteOp::Finish { .. } | WriteOp::Resolve(..) | WriteOp::Reconcile(..) => true,
+            WriteOp::Finish { .. }
+            | WriteOp::Resolve(..)
+            | WriteOp::Reconcile(..)
+            | WriteOp::Escalate { .. } => true,
             WriteOp::Rerun(_)
             | WriteOp::PruneFeed(_)
             | WriteOp::EnqueueDeliveries { .. }
@@ -311,6 +321,7 @@ answers! {
     rerun -> Option<Rerun> { Reply::Rerun(rerun) => rerun.map(|r| *r) }
     resolved -> Resolved { Reply::Resolved(resolved) => *resolved }
     pruned -> u64 { Reply::Pruned(count) => count }
+    escalated -> Vec<String> { Reply::Escalated(calls) => calls }
     reconciled -> Reconciled { Reply::Reconciled(reconciled) => *reconciled }
     enqueued -> bool { Reply::Enqueued(moved) => moved }
     claimed -> Vec<Delivery> { Reply::Claimed(deliveries) => deliveries }

@@ -368,10 +368,14 @@ pub(crate) fn feed_type(status: CallStatus) -> &'static str {
 /// The feed entry type of an approval recorded short of its quorum: the call stays suspended.
 pub(crate) const APPROVAL_RECORDED: &str = "call.approval_recorded";
 
+/// The feed entry type of a suspension escalated, undecided past its policy's
+/// `escalate_after_s`: the call stays suspended.
+pub(crate) const ESCALATED: &str = "call.escalated";
+
 /// The status a feed entry of type `kind` leaves its call in.
 pub(crate) fn feed_status(kind: &str) -> Option<CallStatus> {
     match kind {
-        APPROVAL_RECORDED => Some(CallStatus::Suspended),
+        APPROVAL_RECORDED | ESCALATED => Some(CallStatus::Suspended),
         _ => kind.strip_prefix("call.").and_then(CallStatus::parse),
     }
 }

@@ -74,6 +74,11 @@ pub struct Approval {
     /// left out when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<ApprovalVote>,
+    /// When it was escalated, undecided past its policy's `escalate_after_s`; left out until it
+    /// is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub escalated_at: Option<Timestamp>,
 }
 
 fn is_one(n: &u32) -> bool {

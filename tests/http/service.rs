@@ -216,6 +216,14 @@ impl toolgate::store::CallStore for BrokenStore {
     ) -> Result<toolgate::store::Reconciled, toolgate::store::StoreError> {
         broken()
     }
+
+    async fn escalate(
+        &self,
+        _tool: &str,
+        _created_by: toolgate::store::Timestamp,
+    ) -> Result<Vec<String>, toolgate::store::StoreError> {
+        broken()
+    }
 }
 
 #[toolgate::async_trait]

@@ -501,7 +501,7 @@ async fn a_rejection_option_is_chosen_on_the_page() {
 /// they post one anyway); the second approver's approval runs the tool.
 #[tokio::test]
 async fn two_approvers_see_the_progress_and_no_one_approves_twice() {
-    use toolgate::dispatch::{ApprovalGate, DispatchConfig, ToolSettings};
+    use toolgate::dispatch::ApprovalGate;
     let dir = common::temp_dir();
     let gate = ApprovalGate {
         approvals: 2,
@@ -509,18 +509,7 @@ async fn two_approvers_see_the_progress_and_no_one_approves_twice() {
         // ask_human asks by itself; the policy adds only its approvers.
         ..ApprovalGate::default().when("false").unwrap()
     };
-    let config = DispatchConfig {
-        tools: [(
-            "ask_human".to_owned(),
-            ToolSettings {
-                approval: Some(gate),
-                ..ToolSettings::default()
-            },
-        )]
-        .into(),
-        ..DispatchConfig::default()
-    };
-    let server = crate::start(dir.path(), |b| b.dispatch_config(config)).await;
+    let server = crate::start(dir.path(), |b| b.dispatch_config(ask_human_policy(gate))).await;
     // The admin makes the call, and may then only watch it.
     let (status, body) = api(
         &server,
@@ -610,4 +599,59 @@ async fn two_approvers_see_the_progress_and_no_one_approves_twice() {
     );
     assert_eq!(actor_of(&call, "approved").as_deref(), Some("on-call"));
     server.stop().await;
+}
+
+/// An approval left undecided past its policy's `escalate_after_s` says so in the queue, on its
+/// page and in its history.
+#[tokio::test]
+async fn an_escalated_approval_says_so() {
+    use toolgate::dispatch::ApprovalGate;
+    let dir = common::temp_dir();
+    let gate = ApprovalGate {
+        escalate_after: Some(std::time::Duration::from_millis(300)),
+        ..ApprovalGate::default().when("false").unwrap()
+    };
+    let server = crate::start(dir.path(), |b| b.dispatch_config(ask_human_policy(gate))).await;
+    let mut person = crate::Person::new(&server);
+    person.sign_in(APPROVER).await;
+    let asked = suspend(&server, "ask_human", json!({"question": "Renew the cert?"})).await;
+    let path = format!("/inbox/calls/{asked}");
+    let page = person.get(&path).await;
+    assert!(!page.body.contains("id=\"escalated\""), "not yet");
+    common::eventually("the approval is escalated", async || {
+        let call = call_record(&server, &asked).await;
+        let kinds = call["events"].as_array().unwrap().clone();
+        kinds
+            .iter()
+            .any(|event| event["kind"] == "escalated")
+            .then_some(())
+    })
+    .await;
+    let page = person.get(&path).await;
+    assert!(page.body.contains("id=\"escalated\""), "{}", page.body);
+    assert!(
+        page.body
+            .contains("Escalated: nobody decided within the policy&#39;s time.")
+            || page
+                .body
+                .contains("Escalated: nobody decided within the policy&#x27;s time."),
+        "{}",
+        page.body
+    );
+    let queue = person.get("/inbox").await;
+    assert!(queue.body.contains("class=\"escalated\""), "{}", queue.body);
+    server.stop().await;
+}
+
+/// The examples' settings with `gate` as `ask_human`'s approval policy.
+fn ask_human_policy(gate: toolgate::dispatch::ApprovalGate) -> toolgate::dispatch::DispatchConfig {
+    use toolgate::dispatch::{DispatchConfig, ToolSettings};
+    let settings = ToolSettings {
+        approval: Some(gate),
+        ..ToolSettings::default()
+    };
+    DispatchConfig {
+        tools: [("ask_human".to_owned(), settings)].into(),
+        ..DispatchConfig::default()
+    }
 }

@@ -61,6 +61,10 @@ macro_rules! suite {
                 super::suspensions::reject_records_the_reason(store().await.0).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn escalation_happens_once() {
+                super::suspensions::escalation_happens_once(store().await.0).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn several_approvers_release_a_call_once() {
                 super::suspensions::several_approvers_release_a_call_once(store().await.0).await;
             }
@@ -247,6 +251,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(
         "ALTER TABLE suspensions DROP COLUMN tool; ALTER TABLE suspensions DROP COLUMN approvals; \
+         ALTER TABLE suspensions DROP COLUMN escalated_at; \
          DROP TABLE feed; DROP TABLE feed_state; \
          DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
          PRAGMA user_version = 3;",

@@ -545,3 +545,120 @@ pub(crate) async fn several_approvers_release_a_call_once(store: Arc<dyn Store>)
     }
     assert_eq!((released, recorded), (1, 1));
 }
+
+/// Escalation: the pending, unexpired suspensions of one tool made by a time are escalated
+/// once (their `escalated_at`, an `escalated` event, a `call.escalated` feed entry); others,
+/// and a second sweep, change nothing. Concurrent sweeps escalate each once.
+pub(crate) async fn escalation_happens_once(store: Arc<dyn Store>) {
+    let head = store.feed_head().await.unwrap();
+    let of = |id: &str, tool: &str| NewCall {
+        tool: tool.to_owned(),
+        ..new_call(id)
+    };
+    store
+        .insert_call(of("e1", "tool"), Some(suspended("te1")))
+        .await
+        .unwrap();
+    store
+        .insert_call(of("e2", "other"), Some(suspended("te2")))
+        .await
+        .unwrap();
+    let lapsed = Outcome::Suspended {
+        token: "te3".into(),
+        reason: "decide te3".into(),
+        input_schema: json!({"type": "object"}),
+        expires_at: Some(Timestamp(Timestamp::now().0 - 1_000)),
+    };
+    store
+        .insert_call(of("e3", "tool"), Some(lapsed))
+        .await
+        .unwrap();
+    store
+        .insert_call(of("e4", "tool"), Some(suspended("te4")))
+        .await
+        .unwrap();
+    let reject = Resolution::Reject {
+        reason: None,
+        option: None,
+    };
+    store.resolve("te4", reject, Some("ops")).await.unwrap();
+
+    // Made before a time long past: nothing is due yet.
+    let long_ago = Timestamp(Timestamp::now().0 - 3_600_000);
+    assert!(store.escalate("tool", long_ago).await.unwrap().is_empty());
+
+    let due = Timestamp(Timestamp::now().0 + 1_000);
+    assert_eq!(store.escalate("tool", due).await.unwrap(), ["e1"]);
+    assert!(
+        store.escalate("tool", due).await.unwrap().is_empty(),
+        "once"
+    );
+    match store.approval("te1").await.unwrap() {
+        Some(ApprovalState::Pending(approval)) => assert!(approval.escalated_at.is_some()),
+        other => panic!("expected pending, got {other:?}"),
+    }
+    match store.approval("te2").await.unwrap() {
+        Some(ApprovalState::Pending(approval)) => assert_eq!(approval.escalated_at, None),
+        other => panic!("expected pending, got {other:?}"),
+    }
+    let call = store.call("e1").await.unwrap().unwrap();
+    assert_eq!(call.status, CallStatus::Suspended);
+    assert_eq!(kinds(&call), ["created", "suspended", "escalated"]);
+    let page = store.feed(Some(&head), 100).await.unwrap();
+    let escalations: Vec<_> = page
+        .entries
+        .iter()
+        .filter(|entry| entry.kind == "call.escalated")
+        .collect();
+    assert_eq!(escalations.len(), 1);
+    assert_eq!(escalations[0].call.call_id, "e1");
+    assert_eq!(escalations[0].call.status, CallStatus::Suspended);
+    assert_eq!(escalations[0].suspension.as_ref().unwrap().token, "te1");
+    // Approving an escalated suspension works as any other.
+    let approve = Resolution::Approve {
+        resume_input: json!({}),
+        quorum: 1,
+    };
+    assert!(matches!(
+        store.resolve("te1", approve, Some("ops")).await.unwrap(),
+        Resolved::Approved(_)
+    ));
+
+    // Eight sweeps at once over twenty suspensions: each escalated once.
+    for i in 0..20 {
+        store
+            .insert_call(
+                of(&format!("m{i}"), "many"),
+                Some(suspended(&format!("tm{i}"))),
+            )
+            .await
+            .unwrap();
+    }
+    let due = Timestamp(Timestamp::now().0 + 1_000);
+    let sweeps: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.escalate("many", due).await.unwrap() })
+        })
+        .collect();
+    let mut escalated = Vec::new();
+    for sweep in sweeps {
+        escalated.extend(sweep.await.unwrap());
+    }
+    let total: usize = 20;
+    assert_eq!(
+        escalated.len(),
+        total,
+        "no sweep escalated what another did"
+    );
+    escalated.sort();
+    escalated.dedup();
+    assert_eq!(escalated.len(), total);
+    let page = store.feed(Some(&head), 500).await.unwrap();
+    let entries = page
+        .entries
+        .iter()
+        .filter(|entry| entry.kind == "call.escalated" && entry.call.tool == "many")
+        .count();
+    assert_eq!(entries, total, "one call.escalated per suspension");
+}

@@ -182,9 +182,9 @@ fn page<T>(
 }
 
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
-/// expires_at, the call's caller, and the approvals recorded so far.
+/// expires_at, the call's caller, the approvals recorded so far, and when it was escalated.
 const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
-     s.input_schema, s.created_at, s.expires_at, c.caller, s.approvals";
+     s.input_schema, s.created_at, s.expires_at, c.caller, s.approvals, s.escalated_at";
 
 fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
     let schema: String = row.try_get(5).map_err(pg_error)?;
@@ -208,6 +208,10 @@ fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
             approvals: ApprovalVote::parse_all(
                 row.try_get::<_, Option<&str>>(9).map_err(pg_error)?,
             )?,
+            escalated_at: row
+                .try_get::<_, Option<i64>>(10)
+                .map_err(pg_error)?
+                .map(Timestamp),
         },
     ))
 }
@@ -283,8 +287,8 @@ pub(super) async fn approval(
         return Ok(None);
     };
     let (_, mut approval) = approval_from_row(&row)?;
-    let input: String = row.try_get(10).map_err(pg_error)?;
-    let status: String = row.try_get(11).map_err(pg_error)?;
+    let input: String = row.try_get(11).map_err(pg_error)?;
+    let status: String = row.try_get(12).map_err(pg_error)?;
     let expired = status == "expired"
         || (status == "pending" && approval.expires_at.is_some_and(|at| at.0 <= now));
     if expired {

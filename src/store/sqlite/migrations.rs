@@ -19,7 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0006_webhooks.sql"),
     include_str!("../migrations/sqlite/0007_inbox_sessions.sql"),
     include_str!("../migrations/sqlite/0008_inbox_people.sql"),
-    include_str!("../migrations/sqlite/0009_approval_votes.sql"),
+    include_str!("../migrations/sqlite/0009_approval_policies.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive

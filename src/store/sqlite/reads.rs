@@ -84,9 +84,9 @@ impl Columns for Row<'_> {
 }
 
 /// The approvals columns: seq, token, call_id, tool, reason, input_schema, created_at,
-/// expires_at, the call's caller, and the approvals recorded so far.
+/// expires_at, the call's caller, the approvals recorded so far, and when it was escalated.
 const APPROVAL_COLUMNS: &str = "SELECT s.seq, s.token, s.call_id, s.tool, s.reason, \
-     s.input_schema, s.created_at, s.expires_at, c.caller, s.approvals";
+     s.input_schema, s.created_at, s.expires_at, c.caller, s.approvals, s.escalated_at";
 
 /// Reads a row of [`APPROVAL_COLUMNS`]: its seq, the approval without its input schema, and
 /// the schema as stored.
@@ -109,6 +109,7 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Approval, String)>
                 .map_err(|e| {
                     rusqlite::Error::FromSqlConversionFailure(9, Type::Text, Box::new(e))
                 })?,
+            escalated_at: row.get::<_, Option<i64>>(10)?.map(Timestamp),
         },
         row.get(5)?,
     ))
@@ -261,8 +262,8 @@ pub(super) fn approval(
             st.query_row([token], |row| {
                 Ok((
                     approval_from_row(row)?,
-                    row.get::<_, String>(10)?,
                     row.get::<_, String>(11)?,
+                    row.get::<_, String>(12)?,
                 ))
             })
             .optional()

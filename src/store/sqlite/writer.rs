@@ -13,7 +13,8 @@ use std::sync::{Mutex, mpsc};
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::writes::{
-    INSERT_CALL, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun, resolve,
+    INSERT_CALL, escalate, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun,
+    resolve,
 };
 use super::{backend, sessions, webhooks};
 use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteOp};
@@ -151,6 +152,9 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
                 .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
         }
         WriteOp::PruneFeed(before) => prune_feed(conn, before).map(Reply::Pruned),
+        WriteOp::Escalate { tool, created_by } => {
+            escalate(conn, &tool, created_by, now).map(Reply::Escalated)
+        }
         WriteOp::EnqueueDeliveries {
             from,
             to,

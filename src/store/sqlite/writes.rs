@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::backend;
 use super::reads::{find_call, load_call};
 use crate::store::record::{
-    APPROVAL_RECORDED, Prepared, PreparedCall, Vote, actor_event_json, approved_details,
+    APPROVAL_RECORDED, ESCALATED, Prepared, PreparedCall, Vote, actor_event_json, approved_details,
     event_json, events_json, expired_error, feed_type, json_text, parse_json, rejected_details,
     rejected_error, settled_columns, to_json,
 };
@@ -443,6 +443,37 @@ fn vote(
             }))
         }
     }
+}
+
+/// Escalates the pending, unexpired suspensions of `tool` made at or before `created_by` that
+/// are not escalated yet; the calls escalated.
+pub(super) fn escalate(
+    conn: &Connection,
+    tool: &str,
+    created_by: i64,
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let escalated: Vec<(String, String)> = conn
+        .prepare_cached(
+            "UPDATE suspensions SET escalated_at = ?3 WHERE status = 'pending' AND tool = ?1 \
+             AND escalated_at IS NULL AND created_at <= ?2 \
+             AND (expires_at IS NULL OR expires_at > ?3) RETURNING token, call_id",
+        )
+        .and_then(|mut st| {
+            st.query_map(params![tool, created_by, now], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?
+            .collect()
+        })
+        .map_err(backend)?;
+    for (token, call_id) in &escalated {
+        conn.prepare_cached("UPDATE calls SET updated_at = ?2 WHERE call_id = ?1")
+            .and_then(|mut st| st.execute(params![call_id, now]))
+            .map_err(backend)?;
+        append_event(conn, call_id, now, "escalated", None, None)?;
+        append_feed_of(conn, call_id, now, ESCALATED, Some(token))?;
+    }
+    Ok(escalated.into_iter().map(|(_, call_id)| call_id).collect())
 }
 
 /// Why a token could not be resolved: it never existed, was resolved before, or has expired

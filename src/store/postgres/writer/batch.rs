@@ -370,14 +370,15 @@ impl FeedRows {
     /// status (`call.approval_recorded`).
     pub(super) fn push_kind(
         &mut self,
-        call: &crate::store::CallRecord,
+        call_id: &str,
+        attempts: i32,
         kind: &'static str,
         token: Option<&str>,
     ) {
-        self.call_id.push(call.call_id.clone());
+        self.call_id.push(call_id.to_owned());
         self.kind.push(kind);
         self.token.push(token.map(str::to_owned));
-        self.attempts.push(attempts_i32(call.attempts));
+        self.attempts.push(attempts);
     }
 
     fn add(&mut self, call_id: &str, status: CallStatus, token: Option<&str>, attempts: u32) {

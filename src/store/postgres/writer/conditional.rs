@@ -13,8 +13,9 @@ use super::batch::FeedRows;
 use crate::store::postgres::pg_error;
 use crate::store::postgres::reads::{Conn, find_call, load_call};
 use crate::store::record::{
-    APPROVAL_RECORDED, Vote, actor_event_json, approved_details, event_json, expired_error,
-    json_text, parse_json, rejected_details, rejected_error, settled_columns, to_json,
+    APPROVAL_RECORDED, ESCALATED, Vote, actor_event_json, approved_details, event_json,
+    expired_error, json_text, parse_json, rejected_details, rejected_error, settled_columns,
+    to_json,
 };
 use crate::store::{
     Actor, CallRecord, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
@@ -208,11 +209,48 @@ async fn vote(
     .await
     .map_err(pg_error)?;
     let call = load_call(c, &call_id, now).await?;
-    feed.push_kind(&call, APPROVAL_RECORDED, Some(token));
+    let attempts = i32::try_from(call.attempts).unwrap_or(i32::MAX);
+    feed.push_kind(&call.call_id, attempts, APPROVAL_RECORDED, Some(token));
     Ok(Some(Resolved::Recorded {
         call,
         approvals: votes,
     }))
+}
+
+/// Escalates the pending, unexpired suspensions of `tool` made at or before `created_by` that
+/// are not escalated yet; the calls escalated. Conditional on `escalated_at IS NULL`: of two
+/// replicas sweeping at once, the second waits for the first's row locks and then changes
+/// nothing, so each suspension is escalated once.
+pub(super) async fn escalate(
+    c: &Conn<'_>,
+    tool: &str,
+    created_by: i64,
+    feed: &mut FeedRows,
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let event = event_json::<Value>(now, "escalated", None, None);
+    let rows = c
+        .query(
+            "WITH escalated AS (UPDATE suspensions SET escalated_at = $3 \
+               WHERE status = 'pending' AND tool = $1 AND escalated_at IS NULL \
+               AND created_at <= $2 AND (expires_at IS NULL OR expires_at > $3) \
+               RETURNING token, call_id) \
+             UPDATE calls c SET updated_at = $3, events = c.events || $4::text::jsonb \
+             FROM escalated e WHERE c.call_id = e.call_id \
+             RETURNING c.call_id, c.attempts, e.token",
+            &[&tool, &created_by, &now, &event],
+        )
+        .await
+        .map_err(pg_error)?;
+    let mut calls = Vec::with_capacity(rows.len());
+    for row in rows {
+        let call_id: String = row.try_get(0).map_err(pg_error)?;
+        let attempts: i32 = row.try_get(1).map_err(pg_error)?;
+        let token: String = row.try_get(2).map_err(pg_error)?;
+        feed.push_kind(&call_id, attempts, ESCALATED, Some(&token));
+        calls.push(call_id);
+    }
+    Ok(calls)
 }
 
 /// An end a resolved call comes to: its status, and the statement that writes it, binding the

@@ -43,7 +43,7 @@ use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteO
 use crate::store::record::{Prepared, PreparedCall};
 use crate::store::{Inserted, StoreError, Timestamp};
 use batch::{CallRows, FeedRows, OutcomeRows, SuspensionRows, existing, settle_outcomes};
-use conditional::{prune_feed, reconcile, rerun, resolve};
+use conditional::{escalate, prune_feed, reconcile, rerun, resolve};
 
 /// The most writes someone waits for committed in one transaction.
 const MAX_BATCH: usize = 512;
@@ -376,6 +376,11 @@ async fn applied(
                     .map(|reconciled| Reply::Reconciled(Box::new(reconciled)))
             }
             WriteOp::PruneFeed(before) => prune_feed(c, *before).await.map(Reply::Pruned),
+            WriteOp::Escalate { tool, created_by } => {
+                escalate(c, tool, *created_by, &mut feed, now)
+                    .await
+                    .map(Reply::Escalated)
+            }
             WriteOp::EnqueueDeliveries {
                 from,
                 to,
