@@ -243,8 +243,10 @@ fn add_auth_responses(responses: &mut Map<String, Value>, envelope: &dyn Fn(&str
         let mut response = envelope(
             "`forbidden`: the key's role may not use this route, a provider's token matches no \
              grant, or (deciding) the call was made under the decider's own name \
-             (`details.call_id`). `insufficient_scope` (calling a tool): a provider's token \
-             lacks a scope the tool's `required_scopes` names; nothing ran.",
+             (`details.call_id`; an admin's too, approving or completing a call of a tool \
+             whose approval policy keeps callers apart, `separate_from_caller`). \
+             `insufficient_scope` (calling a tool): a provider's token lacks a scope the tool's \
+             `required_scopes` names; nothing ran.",
             false,
         );
         response["headers"] = json!({"WWW-Authenticate": {
