@@ -684,6 +684,15 @@ async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides(backen
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "completed");
     assert_eq!(common::outbox(&location).len(), 1);
+    // Decided, it stays the manager's to read; still nobody else's.
+    let (status, read) = get_as(api, MANAGER, &format!("/calls/{call_id}")).await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    assert_eq!(read["status"], "completed");
+    let (status, body) = get_as(api, MANAGER, &approval).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    common::assert_error(&body, "already_resolved");
+    let (status, _) = get_as(api, DESK, &format!("/calls/{call_id}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let (_, call) = get_as(api, ROOT, &format!("/calls/{call_id}")).await;
     let kinds: Vec<_> = call["events"]
         .as_array()

@@ -303,6 +303,10 @@ impl Dispatcher {
                 // backend or the store was down): approving again runs it, with the input
                 // approved the first time.
                 if call.status == CallStatus::Interrupted {
+                    let rule = self.approval_rule(&call.tool);
+                    if rule.refuses(call.caller.as_deref(), actor.name.as_deref()) {
+                        return Err(DispatchError::DecidesOwnCall(call.call_id));
+                    }
                     return self.rerun_approved(*call).await.map(Approved::Ran);
                 }
                 return Err(DispatchError::AlreadyResolved(call));
@@ -423,15 +427,15 @@ impl ApprovalRule {
     /// Refuses `actor` releasing `approval` when it made the call and the rule keeps callers
     /// apart (`DecidesOwnCall`). With auth off nobody has a name, so nobody is refused.
     pub fn check_separate(&self, approval: &Approval, actor: &Actor) -> Result<(), DispatchError> {
-        if self.refuses(approval, actor.name.as_deref()) {
+        if self.refuses(approval.caller.as_deref(), actor.name.as_deref()) {
             return Err(DispatchError::DecidesOwnCall(approval.call_id.clone()));
         }
         Ok(())
     }
 
-    /// Whether the rule keeps the principal `name` from approving `approval`.
-    pub fn refuses(&self, approval: &Approval, name: Option<&str>) -> bool {
-        self.separate_from_caller && name.is_some() && approval.caller.as_deref() == name
+    /// Whether the rule keeps the principal `name` from approving a call made by `caller`.
+    pub fn refuses(&self, caller: Option<&str>, name: Option<&str>) -> bool {
+        self.separate_from_caller && name.is_some() && caller == name
     }
 }
 

@@ -14,7 +14,7 @@ use super::escalate::escalated;
 use super::who::{Principal, Role};
 use super::{DispatchError, Dispatcher};
 use crate::store::{
-    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStatus, StoreError,
+    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, StoreError,
 };
 
 /// The most store reads one page of a filtered listing takes.
@@ -60,10 +60,10 @@ impl Dispatcher {
             .call(call_id)
             .await?
             .filter(|call| {
+                // Reached by an escalation: the call stays visible once decided, so that whoever
+                // decided it reads what came of it.
                 principal.may_see(&call.caller, &call.tool)
-                    || (call.status == CallStatus::Suspended
-                        && escalated(call)
-                        && self.escalation_reaches(principal, &call.tool))
+                    || (escalated(call) && self.escalation_reaches(principal, &call.tool))
             })
             .ok_or_else(|| DispatchError::UnknownCall(call_id.to_owned()))
     }
@@ -164,16 +164,19 @@ impl Dispatcher {
         if let Some(ApprovalState::Pending(approval)) = &mut state {
             self.add_policy_to(approval);
         }
-        Ok(state.filter(|state| match state {
-            ApprovalState::Pending(approval) => {
-                principal.may_decide(&approval.tool)
-                    || (approval.escalated_at.is_some()
-                        && self.escalation_reaches(principal, &approval.tool))
-            }
+        Ok(state.filter(|state| self.reaches(principal, state)))
+    }
+
+    /// Whether `principal` may decide the approval in `state` (or, decided, be told so): one of
+    /// a tool its `decides` allows, or one escalated to it (see `escalate`).
+    fn reaches(&self, principal: &Principal, state: &ApprovalState) -> bool {
+        let (tool, escalated) = match state {
+            ApprovalState::Pending(approval) => (&approval.tool, approval.escalated_at.is_some()),
             ApprovalState::Resolved(call) | ApprovalState::Expired(call) => {
-                principal.may_decide(&call.tool)
+                (&call.tool, escalated(call))
             }
-        }))
+        };
+        principal.may_decide(tool) || (escalated && self.escalation_reaches(principal, tool))
     }
 
     /// Refuses a decision on `token` by a principal that may not take it: one whose `decides`
@@ -191,18 +194,13 @@ impl Dispatcher {
         let Some(state) = self.store.approval(token).await? else {
             return Ok(());
         };
-        let (call_id, tool, caller) = match &state {
-            ApprovalState::Pending(approval) => {
-                (&approval.call_id, &approval.tool, &approval.caller)
-            }
+        let (call_id, caller) = match &state {
+            ApprovalState::Pending(approval) => (&approval.call_id, &approval.caller),
             ApprovalState::Resolved(call) | ApprovalState::Expired(call) => {
-                (&call.call_id, &call.tool, &call.caller)
+                (&call.call_id, &call.caller)
             }
         };
-        let escalated = matches!(&state, ApprovalState::Pending(a) if a.escalated_at.is_some());
-        let reached =
-            principal.may_decide(tool) || (escalated && self.escalation_reaches(principal, tool));
-        if !reached {
+        if !self.reaches(principal, &state) {
             return Err(DispatchError::UnknownToken);
         }
         own_call_refused(principal, call_id, caller)

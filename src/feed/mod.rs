@@ -75,7 +75,7 @@ struct Inner {
     store: Arc<dyn Store>,
     /// Requests waiting for a change of these calls.
     calls: Mutex<HashMap<String, Vec<oneshot::Sender<()>>>>,
-    /// Bumped for every `call.suspended` entry.
+    /// Bumped for every `call.suspended` and `call.escalated` entry.
     suspensions: watch::Sender<u64>,
     /// Set once the watcher runs.
     started: OnceLock<()>,
@@ -292,7 +292,8 @@ impl Inner {
                 let _ = waiter.send(());
             }
         }
-        if entry.kind == "call.suspended" {
+        // An escalation brings an approval to principals it did not reach before.
+        if entry.kind == "call.suspended" || entry.kind == "call.escalated" {
             self.suspensions
                 .send_modify(|count| *count = count.wrapping_add(1));
         }

@@ -288,7 +288,7 @@ fn approvers(call: &CallRecord) -> Vec<(Option<&str>, String)> {
 /// keeps callers apart; `None` when one approval by anyone who may decide releases it.
 fn progress(rule: ApprovalRule, call: &CallRecord, principal: &Principal) -> Option<Progress> {
     let name = principal.name.as_deref();
-    let own = rule.separate_from_caller && name.is_some() && call.caller.as_deref() == name;
+    let own = rule.refuses(call.caller.as_deref(), name);
     if rule.required <= 1 && !own {
         return None;
     }
