@@ -56,7 +56,10 @@ pub use admit::{check_idempotency_key, client_key_scope};
 pub use condition::Expression;
 pub(crate) use escalate::escalated;
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
-pub use resolve::{ApprovalRule, Approved, MAX_REASON_CHARS, rejection_reason, settlement_error};
+pub use resolve::{
+    ApprovalProgress, ApprovalRule, Approved, MAX_REASON_CHARS, Withheld, rejection_reason,
+    settlement_error,
+};
 pub use running::Running;
 pub use settings::{ApprovalGate, CallOptions, DispatchConfig, ToolSettings};
 

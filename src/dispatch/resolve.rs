@@ -439,6 +439,62 @@ impl ApprovalRule {
     }
 }
 
+/// Where the approvals of a waiting call stand, for one principal: who approved it since it was
+/// last suspended (its history holds them, written with the suspension's own record), how many
+/// its policy needs, and why this principal may not approve it, if it may not.
+#[derive(Debug)]
+pub struct ApprovalProgress<'a> {
+    /// The `approval_recorded` events, oldest first.
+    pub approvals: Vec<&'a crate::store::CallEvent>,
+    /// Distinct approvers the call needs.
+    pub required: u32,
+    /// Why the principal asking may not approve, if it may not.
+    pub withheld: Option<Withheld>,
+}
+
+/// Why a principal may not approve a call that waits for several approvers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withheld {
+    /// It made the call, and the policy keeps callers apart.
+    OwnCall,
+    /// It approved the call already.
+    ApprovedAlready,
+}
+
+impl Dispatcher {
+    /// Where `call`'s approvals stand for `principal`, when its tool's policy needs several or
+    /// keeps callers apart; `None` when one approval by anyone who may decide releases it.
+    pub fn approval_progress<'a>(
+        &self,
+        call: &'a CallRecord,
+        principal: &Principal,
+    ) -> Option<ApprovalProgress<'a>> {
+        let rule = self.approval_rule(&call.tool);
+        let name = principal.name.as_deref();
+        let own = rule.refuses(call.caller.as_deref(), name);
+        if rule.required <= 1 && !own {
+            return None;
+        }
+        let approvals: Vec<_> = call
+            .events_since_suspended()
+            .iter()
+            .filter(|event| event.kind == "approval_recorded")
+            .collect();
+        let withheld = if own {
+            Some(Withheld::OwnCall)
+        } else if approvals.iter().any(|event| event.actor.as_deref() == name) {
+            Some(Withheld::ApprovedAlready)
+        } else {
+            None
+        };
+        Some(ApprovalProgress {
+            approvals,
+            required: rule.required,
+            withheld,
+        })
+    }
+}
+
 /// The error for a resolution that did not go the expected way.
 pub(super) fn unexpected_resolution(resolved: Resolved) -> DispatchError {
     match resolved {

@@ -17,7 +17,7 @@ use super::session::{Signed, Visit};
 use super::views::{Answer, Expiry, Moment, Nav, PageError, ago};
 use crate::Effect;
 use crate::contract::error::InputViolation;
-use crate::dispatch::ApprovalRule;
+use crate::dispatch::Withheld;
 use crate::dispatch::who::Principal;
 use crate::store::{CallRecord, CallStatus, RejectOption, Timestamp};
 
@@ -113,11 +113,12 @@ async fn banner(
     let tool = &call.tool;
     let text = match (done, call.status) {
         (Done::Approved, CallStatus::Suspended) if recorded => {
-            let required = visit.dispatcher().approval_rule(tool).required;
+            let progress = visit.dispatcher().approval_progress(call, principal);
+            let (given, required) = progress.map_or((0, 1), |p| (p.approvals.len(), p.required));
             format!(
                 "Your approval is recorded: {} of {required}. {tool} runs once other approvers \
                  approve it too.",
-                approvers(call).len()
+                given
             )
         }
         (Done::Approved, CallStatus::Completed) => format!("Approved. {tool} ran and completed."),
@@ -267,51 +268,34 @@ pub(crate) struct Progress {
     withheld: Option<&'static str>,
 }
 
-/// The approvals recorded on `call` since it was last suspended: who gave each, as the page
-/// names them (its history holds them, written with the suspension's own record).
-fn approvers(call: &CallRecord) -> Vec<(Option<&str>, String)> {
-    call.events_since_suspended()
+/// Where `call`'s approvals stand for `principal`, as the page says it.
+fn progress(visit: &Visit, call: &CallRecord, principal: &Principal) -> Option<Progress> {
+    let progress = visit.dispatcher().approval_progress(call, principal)?;
+    let shown: Vec<String> = progress
+        .approvals
         .iter()
-        .filter(|event| event.kind == "approval_recorded")
-        .map(|event| {
-            let shown = match (&event.actor_name, &event.actor) {
-                (Some(name), Some(actor)) => format!("{name} ({actor})"),
-                (None, Some(actor)) => actor.clone(),
-                (_, None) => "(auth off)".to_owned(),
-            };
-            (event.actor.as_deref(), shown)
+        .map(|event| match (&event.actor_name, &event.actor) {
+            (Some(name), Some(actor)) => format!("{name} ({actor})"),
+            (None, Some(actor)) => actor.clone(),
+            (_, None) => "(auth off)".to_owned(),
         })
-        .collect()
-}
-
-/// Where `call`'s approvals stand for `principal`, when its tool's policy needs several or
-/// keeps callers apart; `None` when one approval by anyone who may decide releases it.
-fn progress(rule: ApprovalRule, call: &CallRecord, principal: &Principal) -> Option<Progress> {
-    let name = principal.name.as_deref();
-    let own = rule.refuses(call.caller.as_deref(), name);
-    if rule.required <= 1 && !own {
-        return None;
-    }
-    let approvers = approvers(call);
-    let again = approvers.iter().any(|(actor, _)| *actor == name);
-    let shown: Vec<&str> = approvers.iter().map(|(_, shown)| shown.as_str()).collect();
+        .collect();
+    let required = progress.required;
     let text = if shown.is_empty() {
-        format!("0 of {} approvals.", rule.required)
+        format!("0 of {required} approvals.")
     } else {
         format!(
-            "{} of {} approvals: {}.",
+            "{} of {required} approvals: {}.",
             shown.len(),
-            rule.required,
             shown.join(", ")
         )
     };
-    let withheld = if own {
-        Some("You made this call: another approver must approve it.")
-    } else if again {
-        Some("You approved this call; the other approvals must come from other approvers.")
-    } else {
-        None
-    };
+    let withheld = progress.withheld.map(|why| match why {
+        Withheld::OwnCall => "You made this call: another approver must approve it.",
+        Withheld::ApprovedAlready => {
+            "You approved this call; the other approvals must come from other approvers."
+        }
+    });
     Some(Progress { text, withheld })
 }
 
@@ -464,7 +448,7 @@ pub(crate) fn call_page(
         });
     let complete_open = typed.complete.is_some();
     let rule = visit.dispatcher().approval_rule(&call.tool);
-    let progress = suspension.and_then(|_| progress(rule, call, &signed.principal));
+    let progress = suspension.and_then(|_| progress(visit, call, &signed.principal));
     // Whoever may not approve (they did, or made the call) is offered no approve form, and
     // completing externally would stand for every approver: offered only when one will do.
     let may_approve = progress.as_ref().is_none_or(|p| p.withheld.is_none());
