@@ -299,7 +299,7 @@ async fn replicas_that_start_together_migrate_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 7, "each of the seven migrations applied once");
+    assert_eq!(versions, 8, "each of the eight migrations applied once");
     let leases: i64 = client
         .query_one("SELECT count(*) FROM replicas", &[])
         .await

@@ -25,8 +25,11 @@ const RENEW: &str = "INSERT INTO replicas (replica_id, lease_expires_at) \
      ON CONFLICT (replica_id) DO UPDATE SET lease_expires_at = EXCLUDED.lease_expires_at";
 
 /// Settles up to 1,000 running calls whose owner has no live lease, and names them.
+/// The candidates are found in `running_calls`; the lock is taken on the call (and its status
+/// checked again once locked), before its `running_calls` row is deleted, in the order every
+/// writer takes them.
 const SWEEP: &str = "WITH dead AS ( \
-       SELECT c.call_id FROM calls c \
+       SELECT c.call_id FROM running_calls rc JOIN calls c ON c.call_id = rc.call_id \
        WHERE c.status = 'running' AND NOT EXISTS ( \
          SELECT 1 FROM replicas r \
          WHERE r.replica_id = c.owner AND r.lease_expires_at > clock_timestamp()) \
@@ -44,6 +47,8 @@ const SWEEP: &str = "WITH dead AS ( \
              'replica', c.owner)) \
        FROM settled s WHERE c.call_id = s.call_id \
        RETURNING c.call_id, c.tool, c.status, c.owner, c.attempts \
+     ), ended AS ( \
+       DELETE FROM running_calls rc USING updated u WHERE rc.call_id = u.call_id \
      ), fed AS ( \
        INSERT INTO feed (at, type, call_id, attempts) \
        SELECT $1, 'call.' || status, call_id, attempts FROM updated \
@@ -52,7 +57,7 @@ const SWEEP: &str = "WITH dead AS ( \
 
 /// Forgets replicas whose lease has expired and who own no running call.
 const FORGET: &str = "DELETE FROM replicas r WHERE r.lease_expires_at <= clock_timestamp() \
-     AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.status = 'running' AND c.owner = r.replica_id)";
+     AND NOT EXISTS (SELECT 1 FROM running_calls rc WHERE rc.owner = r.replica_id)";
 
 /// Ends this replica's lease at once, so that any calls it leaves running are swept by the
 /// next heartbeat of another replica rather than after the lease.

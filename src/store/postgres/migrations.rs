@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0005_quota_buckets.sql"),
     include_str!("../migrations/postgres/0006_inbox_people.sql"),
     include_str!("../migrations/postgres/0007_approval_policies.sql"),
+    include_str!("../migrations/postgres/0008_running_calls.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

@@ -17,24 +17,35 @@ use crate::store::{CallStatus, Inserted, StoreError};
 
 /// Inserts calls (new ones, and read records written behind) from `unnest` arrays; a call whose
 /// id or (tool, idempotency key) is taken is skipped. Returns the ids inserted.
-pub(super) const INSERT_CALLS: &str = "INSERT INTO calls (call_id, tool, effect, caller, status, \
-     input, output, error, idempotency_key, attempts, created_at, updated_at, owner, events) \
-     SELECT u.call_id, u.tool, u.effect, u.caller, u.status, u.input, u.output, u.error, \
-       u.idempotency_key, u.attempts, u.created_at, u.updated_at, $14, u.events::jsonb \
-     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-       $7::text[], $8::text[], $9::text[], $10::int4[], $11::int8[], $12::int8[], $13::text[]) \
-       AS u(call_id, tool, effect, caller, status, input, output, error, idempotency_key, \
-            attempts, created_at, updated_at, events) \
-     ON CONFLICT DO NOTHING RETURNING call_id";
+/// Those inserted running are entered in `running_calls`.
+pub(super) const INSERT_CALLS: &str = "WITH inserted AS ( \
+       INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
+         idempotency_key, attempts, created_at, updated_at, owner, events) \
+       SELECT u.call_id, u.tool, u.effect, u.caller, u.status, u.input, u.output, u.error, \
+         u.idempotency_key, u.attempts, u.created_at, u.updated_at, $14, u.events::jsonb \
+       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+         $7::text[], $8::text[], $9::text[], $10::int4[], $11::int8[], $12::int8[], $13::text[]) \
+         AS u(call_id, tool, effect, caller, status, input, output, error, idempotency_key, \
+              attempts, created_at, updated_at, events) \
+       ON CONFLICT DO NOTHING RETURNING call_id, status \
+     ), running AS ( \
+       INSERT INTO running_calls (call_id, owner) \
+       SELECT call_id, $14 FROM inserted WHERE status = 'running' \
+     ) SELECT call_id FROM inserted";
 
-/// Records the outcomes of runs that still own their call; returns the ids recorded.
-pub(super) const FINISH_CALLS: &str = "UPDATE calls c SET status = u.status, output = u.output, \
-     error = u.error, updated_at = $9, attempts = u.attempts, events = c.events || u.event::jsonb \
-     FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int4[], \
-       $7::text[]) AS u(call_id, run, status, output, error, attempts, event) \
-     WHERE c.call_id = u.call_id AND c.status = 'running' AND c.owner = $8 \
-       AND (u.run IS NULL OR c.attempts = u.run) \
-     RETURNING c.call_id";
+/// Records the outcomes of runs that still own their call, and takes those calls out of
+/// `running_calls`; returns the ids recorded. The update touches no indexed column of `calls`.
+pub(super) const FINISH_CALLS: &str = "WITH finished AS ( \
+       UPDATE calls c SET status = u.status, output = u.output, error = u.error, \
+         updated_at = $9, attempts = u.attempts, events = c.events || u.event::jsonb \
+       FROM unnest($1::text[], $2::int4[], $3::text[], $4::text[], $5::text[], $6::int4[], \
+         $7::text[]) AS u(call_id, run, status, output, error, attempts, event) \
+       WHERE c.call_id = u.call_id AND c.status = 'running' AND c.owner = $8 \
+         AND (u.run IS NULL OR c.attempts = u.run) \
+       RETURNING c.call_id \
+     ), ended AS ( \
+       DELETE FROM running_calls r USING finished f WHERE r.call_id = f.call_id \
+     ) SELECT call_id FROM finished";
 
 /// Creates suspensions, each with its call's tool.
 const INSERT_SUSPENSIONS: &str = "INSERT INTO suspensions (token, call_id, tool, reason, \

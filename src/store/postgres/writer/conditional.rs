@@ -35,9 +35,12 @@ pub(super) async fn rerun(
     );
     let claimed = c
         .execute(
-            "UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = $2, \
-             owner = $3, events = events || $4::text::jsonb \
-             WHERE call_id = $1 AND status = 'interrupted'",
+            "WITH claimed AS ( \
+               UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = $2, \
+               owner = $3, events = events || $4::text::jsonb \
+               WHERE call_id = $1 AND status = 'interrupted' RETURNING call_id \
+             ) INSERT INTO running_calls (call_id, owner) SELECT call_id, $3 FROM claimed \
+             ON CONFLICT (call_id) DO UPDATE SET owner = EXCLUDED.owner",
             &[&call_id, &now, &replica, &event],
         )
         .await
@@ -125,8 +128,12 @@ pub(super) async fn resolve(
                 event_json::<Value>(now, "redispatched", None, None)
             );
             c.execute(
-                "UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = $2, \
-                 owner = $3, events = events || $4::text::jsonb WHERE call_id = $1",
+                "WITH resumed AS ( \
+                   UPDATE calls SET status = 'running', attempts = attempts + 1, \
+                   updated_at = $2, owner = $3, events = events || $4::text::jsonb \
+                   WHERE call_id = $1 RETURNING call_id \
+                 ) INSERT INTO running_calls (call_id, owner) SELECT call_id, $3 FROM resumed \
+                 ON CONFLICT (call_id) DO UPDATE SET owner = EXCLUDED.owner",
                 &[&call_id, &now, &replica, &events],
             )
             .await
