@@ -382,7 +382,13 @@ fn start_escalations(dispatcher: Dispatcher, mut released: tokio::sync::watch::R
 /// per request. Both are DEBUG, and the layer is only there when DEBUG is on for either when
 /// the router is built: at the default INFO it would cost about a tenth of an echo call's CPU,
 /// and what is logged about a call at INFO and above names its `call_id` and `tool` itself.
-fn traced(router: Router) -> Router {
+///
+/// When traces are exported, each request also has its OpenTelemetry `SERVER` span
+/// ([`crate::http::traces`]).
+fn traced(mut router: Router) -> Router {
+    if crate::telemetry::enabled() {
+        router = router.layer(axum::middleware::from_fn(crate::http::traces::traced));
+    }
     let traced = tracing::enabled!(target: "toolgate::app", Level::DEBUG)
         || tracing::enabled!(target: "tower_http::trace::on_response", Level::DEBUG);
     if !traced {

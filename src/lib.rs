@@ -39,6 +39,8 @@
 //!   into one `axum::Router` you can serve alone or mount in your own app.
 //! - [`config`]: the binary's configuration (file, environment, flags), read once.
 //! - `metrics`: what the server does, counted, for `GET /metrics` in the Prometheus text format.
+//! - [`telemetry`]: OpenTelemetry traces of every door and of the call lifecycle, exported over
+//!   OTLP/HTTP, and the log lines' format.
 //! - [`examples`]: demo tools (`echo`, `ask_human`, `issue_refund`, `send_email`), written the
 //!   way a user writes tools.
 //!
@@ -63,6 +65,7 @@ pub mod rest;
 pub mod schema;
 mod slots;
 pub mod store;
+pub mod telemetry;
 pub mod upstream;
 
 pub use async_trait::async_trait;

@@ -1,7 +1,7 @@
 //! The `toolgate` binary: parse the command line, read the configuration once, open the store,
 //! build the router, serve until SIGINT or SIGTERM, then finish the requests in flight.
 
-use std::io::{IsTerminal, Read};
+use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -74,23 +74,36 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            init_tracing(&config.log);
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
             {
                 Ok(runtime) => runtime,
                 Err(err) => {
-                    tracing::error!(error = %err, "cannot start the async runtime");
+                    eprintln!("toolgate: cannot start the async runtime: {err}");
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(serve(config, insecure_no_auth)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    tracing::error!("{err}");
-                    ExitCode::FAILURE
+            // The trace exporter is a task of the runtime.
+            let telemetry = {
+                let _entered = runtime.enter();
+                match init_tracing(&config) {
+                    Ok(telemetry) => telemetry,
+                    Err(err) => {
+                        eprintln!("toolgate: {err}");
+                        return ExitCode::from(2);
+                    }
                 }
+            };
+            let served = runtime.block_on(serve(config, insecure_no_auth));
+            if let Err(err) = &served {
+                tracing::error!("{err}");
+            }
+            // The spans of the last requests, before the process is gone.
+            runtime.block_on(telemetry.flush(std::time::Duration::from_secs(5)));
+            match served {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
             }
         }
     }
@@ -139,20 +152,19 @@ fn quiet_sdk(filter: &str) -> String {
     }
 }
 
-/// Logs to stderr with `RUST_LOG`'s filter when it is set and valid, else `configured` (the
-/// `log` key), else `info`; each with the SDK's INFO lines left out ([`quiet_sdk`]).
-fn init_tracing(configured: &str) {
+/// Logs to stderr with `RUST_LOG`'s filter when it is set and valid, else the `log` key's,
+/// else `info`; each with the SDK's INFO lines left out ([`quiet_sdk`]); in `log_format`. And
+/// exports traces when `[telemetry]` (or the standard variables) name a collector.
+fn init_tracing(config: &Config) -> Result<toolgate::telemetry::Telemetry, String> {
     let from_env = std::env::var(EnvFilter::DEFAULT_ENV)
         .ok()
         .and_then(|filter| EnvFilter::try_new(quiet_sdk(&filter)).ok());
     let filter = from_env
-        .or_else(|| EnvFilter::try_new(quiet_sdk(configured)).ok())
+        .or_else(|| EnvFilter::try_new(quiet_sdk(&config.log)).ok())
         .unwrap_or_else(|| EnvFilter::new(quiet_sdk("info")));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    toolgate::telemetry::init(filter, config.log_format, &config.telemetry, |name| {
+        std::env::var(name).ok()
+    })
 }
 
 async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std::error::Error>> {

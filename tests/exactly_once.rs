@@ -632,6 +632,7 @@ async fn an_interrupted_read_runs_again_when_its_request_comes_back(backend: Bac
                     idempotency_key: Some(client_key_scope(None, "echo-1")),
                     attempts: 1,
                     created_at: Timestamp::now(),
+                    trace: None,
                 },
                 None,
             )
@@ -745,6 +746,7 @@ async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again(backend
             idempotency_key: Some(key),
             attempts: 1,
             created_at: Timestamp::now(),
+            trace: None,
         };
         let suspended = Outcome::Suspended {
             token: "sus_asked".into(),
@@ -790,6 +792,7 @@ async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver(backend
             idempotency_key: None,
             attempts: 1,
             created_at: Timestamp::now(),
+            trace: None,
         };
         store.insert_call(call, None).await.unwrap();
     }

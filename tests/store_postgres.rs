@@ -27,6 +27,7 @@ fn keyed(id: &str, key: Option<&str>, effect: Effect) -> NewCall {
         idempotency_key: key.map(str::to_owned),
         attempts: 1,
         created_at: Timestamp::now(),
+        trace: None,
     }
 }
 
@@ -299,7 +300,7 @@ async fn replicas_that_start_together_migrate_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 8, "each of the eight migrations applied once");
+    assert_eq!(versions, 9, "each of the nine migrations applied once");
     let leases: i64 = client
         .query_one("SELECT count(*) FROM replicas", &[])
         .await

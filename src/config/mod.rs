@@ -11,7 +11,8 @@
 //! beside its code, with the translation into its runtime options, and they are re-exported
 //! here: `[tool_defaults]`, `[tools]` and `[retry]` in `dispatch/config.rs`, `[store]` in
 //! `store/config.rs`, `[[webhooks]]` and `[webhook_delivery]` in `feed/webhooks/config.rs`,
-//! `[mcp]`, `[inbox]`, `[examples]` and `[[upstreams]]` in their modules' `config.rs`. The
+//! `[mcp]`, `[inbox]`, `[examples]`, `[telemetry]` and `[[upstreams]]` in their modules'
+//! `config.rs`. The
 //! sections of the HTTP server as a whole (`[auth]`, `[feed]`) are in `server.rs` here; the
 //! checks across sections, run once the file is read, in `checks.rs`.
 
@@ -40,6 +41,7 @@ pub use crate::http::config::ServerConfig;
 pub use crate::inbox::config::InboxConfig;
 pub use crate::mcp::config::McpConfig;
 pub use crate::store::config::StoreConfig;
+pub use crate::telemetry::config::{LogFormat, TelemetryConfig};
 pub use server::{AuthConfig, FeedConfig, KeyConfig};
 
 /// The prefix of configuration environment variables.
@@ -52,6 +54,8 @@ const STRING_KEYS: &[&str] = &[
     "log",
     "store.database_url",
     "webhook_delivery.proxy",
+    "telemetry.otlp_endpoint",
+    "telemetry.service_name",
 ];
 
 /// Everything the binary is configured with.
@@ -65,6 +69,8 @@ pub struct Config {
     /// The log filter (tracing's `EnvFilter` syntax); `RUST_LOG` wins when set. Either way the
     /// binary keeps the MCP SDK (`rmcp`) to warnings unless the filter names it.
     pub log: String,
+    /// How log lines are written: `text` (the default) or `json`, one object per line.
+    pub log_format: LogFormat,
     /// The largest request body accepted, in bytes.
     pub max_body_bytes: usize,
     /// The deepest JSON nesting accepted in inputs and outputs.
@@ -100,6 +106,8 @@ pub struct Config {
     pub inbox: InboxConfig,
     /// `[[upstreams]]`: MCP servers whose tools are served as toolgate's.
     pub upstreams: Vec<UpstreamConfig>,
+    /// `[telemetry]`: traces, sent over OTLP/HTTP to a collector.
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for Config {
@@ -108,6 +116,7 @@ impl Default for Config {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("toolgate-data"),
             log: "info".into(),
+            log_format: LogFormat::default(),
             max_body_bytes: crate::http::DEFAULT_MAX_BODY_BYTES,
             max_json_depth: crate::dispatch::DEFAULT_MAX_JSON_DEPTH,
             max_in_flight: crate::http::DEFAULT_MAX_IN_FLIGHT,
@@ -128,6 +137,7 @@ impl Default for Config {
             mcp: McpConfig::default(),
             inbox: InboxConfig::default(),
             upstreams: Vec::new(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -266,6 +276,13 @@ impl Config {
         config.api_keys()?;
         config.auth.check_issuers()?;
         config.check_inbox()?;
+        config
+            .telemetry
+            .check()
+            .map_err(|message| ConfigError::Invalid {
+                key: "telemetry".into(),
+                message,
+            })?;
         config.check_numbers()?;
         config.check_approvals()?;
         config.check_quotas()?;

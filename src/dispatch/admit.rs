@@ -8,6 +8,7 @@
 //! MCP's `_meta`.
 
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::attempt::Start;
 use super::condition::Scope;
@@ -20,6 +21,7 @@ use crate::contract::outcome::Suspension;
 use crate::contract::registry::Registered;
 use crate::ids;
 use crate::store::{CallRecord, CallStatus, Inserted, NewCall, Outcome, StoreError, Timestamp};
+use crate::telemetry::spans;
 
 /// The longest idempotency key accepted.
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
@@ -193,11 +195,14 @@ impl Dispatcher {
         // A read without an idempotency key has no effect to protect and no intent record that
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.
+        let span = spans::call(tool, effect.as_str());
         if key.is_none() && effect == Effect::Read {
             let result = self
                 .run_call(&entry, plan, asked, input, principal.name, key)
+                .instrument(span.clone())
                 .await;
             drop(permit);
+            traced(&span, &result);
             return result;
         }
         // A keyed call may meet another caller's call (the tool's own key): kept to tell.
@@ -206,17 +211,22 @@ impl Dispatcher {
         let asker = (!principal.may_decide(tool)).then(|| principal.name.clone());
         let shared_key = declared_key;
         let this = self.clone();
-        let result = detached(&self.running, async move {
-            let result = this
-                .run_call(&entry, plan, asked, input, principal.name, key)
-                .await;
-            // Counted as running until here, and not at all if its key's record answered.
-            if let Some(permit) = permit {
-                permit.settle(answered_from_record(&result)).await;
+        let result = detached(
+            &self.running,
+            async move {
+                let result = this
+                    .run_call(&entry, plan, asked, input, principal.name, key)
+                    .await;
+                // Counted as running until here, and not at all if its key's record answered.
+                if let Some(permit) = permit {
+                    permit.settle(answered_from_record(&result)).await;
+                }
+                result
             }
-            result
-        })
+            .instrument(span.clone()),
+        )
         .await;
+        traced(&span, &result);
         match (result, asker) {
             // Another caller's call waits for a person: say so, not what it holds.
             (Err(DispatchError::NeedsReconciliation { call_id, call }), Some(own))
@@ -299,6 +309,7 @@ impl Dispatcher {
         let created_at = Timestamp::now();
         let call_id = ids::new_call_id(created_at.0);
         tracing::Span::current().record("call_id", call_id.as_str());
+        spans::call_id(&call_id);
         let call = NewCall {
             call_id: call_id.clone(),
             tool: dyn_tool.name().to_owned(),
@@ -310,6 +321,7 @@ impl Dispatcher {
             idempotency_key: key,
             attempts: 1,
             created_at,
+            trace: spans::traceparent(),
         };
         let run = NewRun {
             dispatcher: self,
@@ -348,6 +360,7 @@ impl Dispatcher {
         asked: Option<&Suspension>,
     ) -> Result<CallResult, DispatchError> {
         tracing::Span::current().record("call_id", existing.call_id.as_str());
+        spans::call_id(&existing.call_id);
         if existing.input != *input {
             return Err(DispatchError::IdempotencyKeyReused {
                 call_id: Some(existing.call_id),
@@ -509,5 +522,28 @@ impl NewRun<'_> {
             .repeat(existing, input, registered, policy, self.asked)
             .await
             .map(Recorded::Repeated)
+    }
+}
+
+/// Records what came of a call on its `execute_tool` span (nothing when traces are off).
+pub(super) fn traced(span: &tracing::Span, result: &Result<CallResult, DispatchError>) {
+    if span.is_none() {
+        return;
+    }
+    match result {
+        Ok(answer) => match &answer.outcome {
+            CallOutcome::Failed { status, failure } => {
+                spans::outcome(span, status.as_str(), Some(failure.kind.code()));
+            }
+            outcome => spans::outcome(span, outcome.status().as_str(), None),
+        },
+        Err(err) => {
+            let kind = match err.kind() {
+                super::ErrorKind::InvalidRequest => "refused",
+                super::ErrorKind::Unavailable => "unavailable",
+                super::ErrorKind::Internal => "internal",
+            };
+            spans::outcome(span, "not_run", Some(kind));
+        }
     }
 }

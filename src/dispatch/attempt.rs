@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use super::live::ToolPolicy;
 use super::record::Ran;
@@ -22,6 +23,7 @@ use crate::contract::outcome::{Suspension, ToolOutcome};
 use crate::contract::registry::{Registered, compile_schema};
 use crate::ids;
 use crate::store::{CallStatus, Timestamp};
+use crate::telemetry::spans;
 
 /// How a run of attempts begins.
 pub(super) enum Start {
@@ -97,12 +99,16 @@ impl Dispatcher {
             };
             // A panicking handler fails its call; it does not take the call's record with it.
             let run = AssertUnwindSafe(tool.call_json(&ctx, argument)).catch_unwind();
-            let result = tokio::time::timeout(policy.settings.timeout, run).await;
+            let span = spans::attempt(attempt);
+            let result = tokio::time::timeout(policy.settings.timeout, run)
+                .instrument(span.clone())
+                .await;
             match result {
                 Ok(Ok(Err(ToolError::Handler { source, .. })))
                     if !source.is_permanent() && policy.retry.allows_another(made) =>
                 {
                     let wait = policy.retry.backoff(made);
+                    spans::retried(&span, "tool_failed", wait);
                     tracing::warn!(
                         tool = tool.name(),
                         call_id,
@@ -118,6 +124,7 @@ impl Dispatcher {
                 // (its policy allows no second attempt).
                 Err(_elapsed) if policy.retry.allows_another(made) => {
                     let wait = policy.retry.backoff(made);
+                    spans::retried(&span, "tool_timeout", wait);
                     tracing::warn!(
                         tool = tool.name(),
                         call_id,

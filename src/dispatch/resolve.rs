@@ -7,6 +7,7 @@
 //! settlement's `error` must say something; both are at most [`MAX_REASON_CHARS`].
 
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::attempt::Start;
 use super::who::Principal;
@@ -16,6 +17,7 @@ use crate::store::{
     Actor, Approval, ApprovalState, CallRecord, CallStatus, Reconciled, RejectOption, Resolution,
     Resolved, Settlement, StoreError, Timestamp,
 };
+use crate::telemetry::spans;
 
 /// The longest text a person or a tool writes on a call, in characters: a rejection's reason,
 /// a settlement's error, and a suspension's own reason (cut there, see `attempt`).
@@ -90,9 +92,12 @@ impl Dispatcher {
         let this = self.clone();
         let token = token.to_owned();
         let actor = principal.actor();
-        detached(&self.running, async move {
-            this.run_approval(&token, resume_input, &actor).await
-        })
+        // The decision's request span goes with it, so its re-run is the request's child.
+        detached(
+            &self.running,
+            async move { this.run_approval(&token, resume_input, &actor).await }
+                .instrument(tracing::Span::current()),
+        )
         .await
     }
 
@@ -344,7 +349,8 @@ impl Dispatcher {
         self.count_resolution(&resolved, asked);
         let call = match resolved {
             Resolved::Approved(call) => call,
-            Resolved::Recorded { approvals, .. } => {
+            Resolved::Recorded { approvals, call } => {
+                spans::link_to_call(call.traceparent.as_deref());
                 return Ok(Approved::Recorded(Box::new(Approval {
                     approvals,
                     approvals_required: rule.required,
@@ -360,9 +366,19 @@ impl Dispatcher {
             }
             other => return Err(unexpected_resolution(other)),
         };
-        self.run_recorded(registered, policy, call, Start::Resume(resume_input))
-            .await
-            .map(Approved::Ran)
+        spans::link_to_call(call.traceparent.as_deref());
+        let span = spans::rerun(
+            &call.tool,
+            call.effect.as_str(),
+            &call.call_id,
+            call.traceparent.as_deref(),
+        );
+        let result = self
+            .run_recorded(registered, policy, call, Start::Resume(resume_input))
+            .instrument(span.clone())
+            .await;
+        super::admit::traced(&span, &result);
+        result.map(Approved::Ran)
     }
 
     /// Runs again the approved call `call`, whose run was released (interrupted) before its

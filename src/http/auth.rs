@@ -224,6 +224,9 @@ impl Gate {
             Principal::anonymous()
         };
         self.permit(&principal)?;
+        if let Some(name) = &principal.name {
+            crate::telemetry::spans::principal(name);
+        }
         request.extensions_mut().insert(principal);
         Ok(Checked::Admitted)
     }
@@ -293,6 +296,9 @@ impl RoutePolicy for Gate {
                         .map_err(|refused| gate.refusal(token_refusal(refused)))?;
                     gate.permit(&principal)
                         .map_err(|refused| gate.refusal(refused))?;
+                    if let Some(name) = &principal.name {
+                        crate::telemetry::spans::principal(name);
+                    }
                     let mut found = axum::http::Extensions::new();
                     found.insert(principal);
                     let kept = gate.keys.issuers.resource().map(|_| gate.clone());

@@ -25,6 +25,7 @@ pub(crate) mod layer;
 pub(crate) mod requests;
 pub(crate) mod shed;
 pub mod sse;
+pub(crate) mod traces;
 
 /// The default largest request body, in bytes (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;

@@ -146,6 +146,7 @@ pub(super) async fn answer(State(door): State<Door>, request: Request, next: Nex
         parts: &parts,
         meta: &meta,
         tasks: shape.tasks,
+        id: &id,
     };
     let mut status = StatusCode::OK;
     let message = match door.call(params, &asked).await {

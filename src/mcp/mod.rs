@@ -36,14 +36,15 @@ use axum::http::request::Parts;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
     CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, RequestMetaObject, ServerCapabilities, ServerConfig,
-    Tool, UpdateTaskParams,
+    PaginatedRequestParams, ProtocolVersion, RequestId, RequestMetaObject, ServerCapabilities,
+    ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use crate::dispatch::live::Derived;
 use crate::dispatch::{CallOptions, CallOutcome, DispatchError, Dispatcher};
@@ -183,6 +184,8 @@ pub(super) struct Asked<'a> {
     parts: &'a Parts,
     meta: &'a RequestMetaObject,
     tasks: bool,
+    /// The JSON-RPC request's id, as written.
+    id: &'a RequestId,
 }
 
 impl<'a> Asked<'a> {
@@ -199,7 +202,18 @@ impl<'a> Asked<'a> {
             parts,
             meta: &context.meta,
             tasks,
+            id: &context.id,
         })
+    }
+
+    /// The protocol version the request speaks: its header's, else its `_meta`'s.
+    fn protocol_version(&self) -> Option<String> {
+        self.parts
+            .headers
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| self.meta.protocol_version().map(|v| v.as_str().to_owned()))
     }
 
     /// Who is asking, as the route's gate admitted them.
@@ -282,6 +296,32 @@ impl Door {
     /// `tools/call`, however the request reached the door: the SDK's handler
     /// ([`ServerHandler::call_tool`]) and the direct way ([`direct`]) both end here.
     async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: &Asked<'_>,
+    ) -> Result<CallToolResponse, McpError> {
+        if !crate::telemetry::enabled() {
+            return self.run(request, context).await;
+        }
+        let span = crate::telemetry::spans::mcp_call(
+            &request.name,
+            &context.id.to_string(),
+            context.protocol_version().as_deref(),
+            Some(&context.meta.0.0),
+        );
+        let answer = self.run(request, context).instrument(span.clone()).await;
+        match &answer {
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+                crate::telemetry::spans::mcp_error(&span, "tool_error");
+            }
+            Err(error) => crate::telemetry::spans::mcp_error(&span, &error.code.0.to_string()),
+            Ok(_) => {}
+        }
+        answer
+    }
+
+    /// A `tools/call`, as [`Door::call`] answers it.
+    async fn run(
         &self,
         request: CallToolRequestParams,
         context: &Asked<'_>,

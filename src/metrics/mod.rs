@@ -47,6 +47,7 @@ const RATE_LIMITED: &str = "toolgate_rate_limited";
 const TOKEN_VERIFICATIONS: &str = "toolgate_token_verifications";
 const KEY_SET_FETCHES: &str = "toolgate_key_set_fetches";
 const REPLICAS_LIVE: &str = "toolgate_replicas_live";
+const TRACE_SPANS: &str = "toolgate_trace_spans";
 
 /// A run, from echo's microseconds to a slow tool's minutes (retries included).
 const CALL_DURATION_BUCKETS: [f64; 18] = [
@@ -134,6 +135,7 @@ struct Metrics {
     rate_limited: SortedFamily<QuotaLabels, Counter>,
     token_verifications: SortedFamily<IssuerLabels, Counter>,
     key_set_fetches: SortedFamily<IssuerLabels, Counter>,
+    trace_spans: SortedFamily<ResultLabel, Counter>,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -153,6 +155,7 @@ impl Metrics {
             rate_limited: SortedFamily::default(),
             token_verifications: SortedFamily::default(),
             key_set_fetches: SortedFamily::default(),
+            trace_spans: SortedFamily::default(),
         };
         let mut registry = Registry::default();
         registry.register(
@@ -215,6 +218,12 @@ impl Metrics {
             KEY_SET_FETCHES,
             "Fetches of an issuer's key set (JWKS), by issuer and result (fetched, failed)",
             metrics.key_set_fetches.clone(),
+        );
+        registry.register(
+            TRACE_SPANS,
+            "Spans handed to the trace exporter ([telemetry]), by what came of them: exported, \
+             or dropped because the queue was full or the collector did not take them",
+            metrics.trace_spans.clone(),
         );
         Metrics {
             registry,
@@ -327,6 +336,17 @@ pub(crate) fn webhook_delivery(result: &str) {
             result: result.to_owned(),
         })
         .inc();
+}
+
+/// Counts `spans` spans of the trace exporter that came to `result` (`exported`,
+/// `dropped_queue_full`, `dropped_export_failed`).
+pub(crate) fn trace_spans(result: &'static str, spans: u64) {
+    METRICS
+        .trace_spans
+        .get_or_create(&ResultLabel {
+            result: result.to_owned(),
+        })
+        .inc_by(spans);
 }
 
 /// Counts a request refused by `quota` (a quota key), for `tool` (empty when it is none's):

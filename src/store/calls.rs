@@ -171,6 +171,13 @@ pub struct CallRecord {
     /// What happened to the call, oldest first. Left out of lists.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<CallEvent>,
+    /// The trace the call was made in, when traces were exported (32 hex digits): find the
+    /// call, the decision that released it and its re-run in a trace viewer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The call's span context, to link what follows to it (not shown).
+    #[serde(skip)]
+    pub traceparent: Option<String>,
 }
 
 impl CallRecord {
@@ -206,6 +213,8 @@ pub struct NewCall {
     pub attempts: u32,
     /// When the call was made.
     pub created_at: Timestamp,
+    /// The W3C `traceparent` of the call's span, when traces are exported.
+    pub trace: Option<String>,
 }
 
 /// What inserting a call did.

@@ -24,6 +24,7 @@ pub(crate) struct PreparedCall {
     pub(crate) idempotency_key: Option<String>,
     pub(crate) attempts: u32,
     pub(crate) created_at: i64,
+    pub(crate) trace: Option<String>,
 }
 
 impl PreparedCall {
@@ -38,6 +39,7 @@ impl PreparedCall {
             idempotency_key: call.idempotency_key,
             attempts: call.attempts,
             created_at: call.created_at.0,
+            trace: call.trace,
         }
     }
 }

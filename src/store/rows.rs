@@ -57,6 +57,7 @@ pub(crate) struct RawCall {
     pub(crate) updated_at: i64,
     pub(crate) suspension: RawSuspension,
     pub(crate) events: String,
+    pub(crate) trace: Option<String>,
 }
 
 /// A suspension's joined columns, all null when the row has none.
@@ -66,6 +67,12 @@ pub(crate) struct RawSuspension {
     input_schema: Option<String>,
     created_at: Option<i64>,
     expires_at: Option<i64>,
+}
+
+/// The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`).
+fn trace_id_of(traceparent: &str) -> Option<&str> {
+    let id = traceparent.get(3..35)?;
+    (traceparent.get(2..3) == Some("-") && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
 }
 
 /// The effect stored as `s`.
@@ -98,6 +105,7 @@ impl RawCall {
             updated_at: row.bigint(11)?,
             suspension: RawSuspension::read(row, 12, 13)?,
             events: row.text(17)?,
+            trace: row.text_or_null(18)?,
         })
     }
 
@@ -143,6 +151,12 @@ impl RawCall {
             updated_at: Timestamp(self.updated_at),
             attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
             events,
+            trace_id: self
+                .trace
+                .as_deref()
+                .and_then(trace_id_of)
+                .map(str::to_owned),
+            traceparent: self.trace,
         })
     }
 }

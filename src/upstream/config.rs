@@ -337,7 +337,7 @@ impl UpstreamConfig {
 }
 
 /// `value` with each `${NAME}` replaced by `env(NAME)`. `$` not followed by `{` is kept.
-fn expand(value: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(crate) fn expand(value: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(at) = rest.find("${") {

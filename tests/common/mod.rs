@@ -591,7 +591,11 @@ impl Binary {
             let mut tx = Some(tx);
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split("listening on http://").nth(1) {
-                    let addr: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+                    // The text line ends the address with a space, a JSON line with its quote.
+                    let addr: String = rest
+                        .chars()
+                        .take_while(|c| !c.is_whitespace() && *c != '"')
+                        .collect();
                     if let Some(tx) = tx.take() {
                         let _ = tx.send(addr);
                     }

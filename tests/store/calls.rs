@@ -21,6 +21,7 @@ pub(crate) fn new_call(id: &str) -> NewCall {
         idempotency_key: None,
         attempts: 1,
         created_at: Timestamp::now(),
+        trace: None,
     }
 }
 

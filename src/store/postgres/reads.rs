@@ -51,7 +51,7 @@ impl Conn<'_> {
 const CALL: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
      s.token, s.reason, s.input_schema, s.created_at, s.expires_at, \
-     coalesce(c.events::text, '') \
+     coalesce(c.events::text, ''), c.trace \
      FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
      WHERE c.call_id = $1";
 

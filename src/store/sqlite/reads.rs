@@ -24,7 +24,7 @@ use crate::store::{
 /// them.
 const CALL_COLUMNS: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
-     s.token, s.reason, s.input_schema, s.created_at, s.expires_at, c.events \
+     s.token, s.reason, s.input_schema, s.created_at, s.expires_at, c.events, c.trace \
      FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending'";
 
 /// The call `call_id`, which must exist.

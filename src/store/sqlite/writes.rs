@@ -70,8 +70,9 @@ pub(super) fn rerun(
 
 /// Inserts a call; with an idempotency key that another call of the tool holds, nothing.
 pub(super) const INSERT_CALL: &str = "INSERT INTO calls (call_id, tool, effect, caller, \
-    status, input, output, error, idempotency_key, attempts, created_at, updated_at, events) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING";
+    status, input, output, error, idempotency_key, attempts, created_at, updated_at, events, \
+    trace) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+    ON CONFLICT DO NOTHING";
 
 /// Runs [`INSERT_CALL`] for `call`. A call recorded with its outcome is inserted as it ends, in
 /// one row with both its events: no `running` row to update a moment later.
@@ -97,7 +98,8 @@ pub(super) fn execute_insert(
         i64::from(call.attempts),
         call.created_at,
         updated_at,
-        events_json(call, outcome)
+        events_json(call, outcome),
+        call.trace
     ])
 }
 

@@ -20,13 +20,15 @@ use crate::store::{CallStatus, Inserted, StoreError};
 /// Those inserted running are entered in `running_calls`.
 pub(super) const INSERT_CALLS: &str = "WITH inserted AS ( \
        INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
-         idempotency_key, attempts, created_at, updated_at, owner, events) \
+         idempotency_key, attempts, created_at, updated_at, owner, events, trace) \
        SELECT u.call_id, u.tool, u.effect, u.caller, u.status, u.input, u.output, u.error, \
-         u.idempotency_key, u.attempts, u.created_at, u.updated_at, $14, u.events::jsonb \
+         u.idempotency_key, u.attempts, u.created_at, u.updated_at, $14, u.events::jsonb, \
+         u.trace \
        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-         $7::text[], $8::text[], $9::text[], $10::int4[], $11::int8[], $12::int8[], $13::text[]) \
+         $7::text[], $8::text[], $9::text[], $10::int4[], $11::int8[], $12::int8[], $13::text[], \
+         $15::text[]) \
          AS u(call_id, tool, effect, caller, status, input, output, error, idempotency_key, \
-              attempts, created_at, updated_at, events) \
+              attempts, created_at, updated_at, events, trace) \
        ON CONFLICT DO NOTHING RETURNING call_id, status \
      ), running AS ( \
        INSERT INTO running_calls (call_id, owner) \
@@ -75,6 +77,7 @@ pub(super) struct CallRows<'a> {
     created_at: Vec<i64>,
     updated_at: Vec<i64>,
     events: Vec<Option<String>>,
+    trace: Vec<Option<&'a str>>,
 }
 
 impl<'a> CallRows<'a> {
@@ -99,6 +102,7 @@ impl<'a> CallRows<'a> {
         // A call inserted already completed keeps its events implicit (`NULL`).
         self.events
             .push((events != DERIVED_EVENTS).then_some(events));
+        self.trace.push(call.trace.as_deref());
     }
 
     pub(super) async fn insert(
@@ -127,6 +131,7 @@ impl<'a> CallRows<'a> {
                     &self.updated_at,
                     &self.events,
                     &replica,
+                    &self.trace,
                 ],
             )
             .await

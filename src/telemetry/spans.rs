@@ -1,0 +1,213 @@
+//! The spans toolgate makes, one function each, so their names and attributes are written in
+//! one place. Each is made only when [`enabled`](super::enabled) (the caller asks first, or
+//! gets [`Span::none`]), at INFO, under [`TARGET`](super::TARGET).
+
+use opentelemetry::trace::TraceContextExt as _;
+use tracing::Span;
+use tracing::field::Empty;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use super::{TARGET, enabled, propagation};
+
+/// The W3C `traceparent` of the current span, when traces are exported and one is active.
+pub fn traceparent() -> Option<String> {
+    if !enabled() {
+        return None;
+    }
+    let cx = Span::current().context();
+    let span = cx.span();
+    let context = span.span_context();
+    context.is_valid().then(|| {
+        format!(
+            "00-{}-{}-{:02x}",
+            context.trace_id(),
+            context.span_id(),
+            context.trace_flags().to_u8()
+        )
+    })
+}
+
+/// The span context a stored `traceparent` names.
+fn stored(traceparent: &str) -> Option<opentelemetry::trace::SpanContext> {
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "traceparent".into(),
+        serde_json::Value::String(traceparent.to_owned()),
+    );
+    propagation::from_meta(&meta).map(|cx| cx.span().span_context().clone())
+}
+
+/// Links the current span (a person's decision, say) to the call whose span `traceparent`
+/// stored, made hours before, maybe in another process.
+pub fn link_to_call(traceparent: Option<&str>) {
+    if !enabled() {
+        return;
+    }
+    if let Some(context) = traceparent.and_then(stored) {
+        Span::current().add_link(context);
+    }
+}
+
+/// The run of a call an approval released: an `execute_tool` span, a child of the approval's
+/// request, linked to the call's own span (`traceparent`).
+pub fn rerun(tool: &str, effect: &str, call_id: &str, traceparent: Option<&str>) -> Span {
+    let span = call(tool, effect);
+    if span.is_none() {
+        return span;
+    }
+    span.record("toolgate.call_id", call_id);
+    if let Some(context) = traceparent.and_then(stored) {
+        span.add_link(context);
+    }
+    span
+}
+
+/// An HTTP request's `SERVER` span, named by its method and route template (never its path),
+/// a child of the context its headers carry.
+pub fn server(method: &str, route: &str, headers: &axum::http::HeaderMap) -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    let span = tracing::info_span!(
+        target: TARGET,
+        "request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        http.request.method = method,
+        http.route = route,
+        http.response.status_code = Empty,
+        enduser.id = Empty,
+    );
+    let parent = propagation::from_headers(headers);
+    for attribute in propagation::baggage_attributes(&parent) {
+        span.set_attribute(attribute.key, attribute.value);
+    }
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
+    }
+    span
+}
+
+/// Records the response's status on a [`server`] span; a 5xx is an error.
+pub fn answered(span: &Span, status: u16) {
+    span.record("http.response.status_code", status);
+    if status >= 500 {
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// Names the principal of the request being served, on its [`server`] span.
+pub fn principal(name: &str) {
+    if enabled() {
+        Span::current().record("enduser.id", name);
+    }
+}
+
+/// A call of `tool`: the `execute_tool <tool>` span its attempts and records are children of.
+pub fn call(tool: &str, effect: &str) -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        target: TARGET,
+        "execute_tool",
+        otel.name = %format_args!("execute_tool {tool}"),
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = tool,
+        toolgate.effect = effect,
+        toolgate.call_id = Empty,
+        toolgate.status = Empty,
+        error.type = Empty,
+    )
+}
+
+/// Records the id of the call the current span is about, once it has one.
+pub fn call_id(call_id: &str) {
+    if enabled() {
+        Span::current().record("toolgate.call_id", call_id);
+    }
+}
+
+/// Records a call's outcome on its [`call`] span: its status, or the error code it was
+/// refused with.
+pub fn outcome(span: &Span, status: &str, error: Option<&str>) {
+    span.record("toolgate.status", status);
+    if let Some(error) = error {
+        span.record("error.type", error);
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// One attempt of a call's run (the first is 1); `toolgate.retry_wait_ms` is recorded on it
+/// when another attempt follows after a wait.
+pub fn attempt(number: u32) -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        target: TARGET,
+        "attempt",
+        otel.name = %format_args!("attempt {number}"),
+        toolgate.attempt = number,
+        toolgate.retry_wait_ms = Empty,
+        error.type = Empty,
+    )
+}
+
+/// Records on an [`attempt`] span that it failed with `error` and another follows after
+/// `wait`.
+pub fn retried(span: &Span, error: &str, wait: std::time::Duration) {
+    span.record("error.type", error);
+    span.record(
+        "toolgate.retry_wait_ms",
+        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+    );
+}
+
+/// `/mcp`'s `tools/call <tool>` `SERVER` span, by the MCP semantic conventions. Its parent is
+/// the context in the request's `_meta` when it carries one (the HTTP request's span is then
+/// a link), else the HTTP request's span.
+pub fn mcp_call(
+    tool: &str,
+    request_id: &str,
+    protocol_version: Option<&str>,
+    meta: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    let span = tracing::info_span!(
+        target: TARGET,
+        "tools/call",
+        otel.name = %format_args!("tools/call {tool}"),
+        otel.kind = "server",
+        otel.status_code = Empty,
+        mcp.method.name = "tools/call",
+        gen_ai.tool.name = tool,
+        gen_ai.operation.name = "execute_tool",
+        jsonrpc.request.id = request_id,
+        mcp.protocol.version = protocol_version.unwrap_or(""),
+        error.type = Empty,
+    );
+    if let Some(parent) = meta.and_then(propagation::from_meta) {
+        let http = Span::current().context().span().span_context().clone();
+        for attribute in propagation::baggage_attributes(&parent) {
+            span.set_attribute(attribute.key, attribute.value);
+        }
+        let _ = span.set_parent(parent);
+        if http.is_valid() {
+            span.add_link(http);
+        }
+    }
+    span
+}
+
+/// Records how an MCP `tools/call` ended: `tool_error` for a result with `isError`, else the
+/// JSON-RPC error code, if any.
+pub fn mcp_error(span: &Span, error: &str) {
+    span.record("error.type", error);
+    span.record("otel.status_code", "error");
+}
