@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
-use common::{Backend, Binary, Location, eventually};
+use common::{Backend, Binary, Location, Site, ci_python, eventually, repo_root, temp_dir};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -61,6 +61,17 @@ impl Received {
 struct Collector {
     spans: Arc<Mutex<Vec<Received>>>,
     requests: Arc<Mutex<usize>>,
+    /// The `traceparent` of each webhook delivery posted to `/hook`.
+    hooks: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+async fn hook(State(collector): State<Collector>, headers: axum::http::HeaderMap) -> StatusCode {
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    collector.hooks.lock().unwrap().push(traceparent);
+    StatusCode::NO_CONTENT
 }
 
 async fn receive(State(collector): State<Collector>, body: Bytes) -> StatusCode {
@@ -99,6 +110,7 @@ impl Collector {
         let collector = Collector::default();
         let app = axum::Router::new()
             .route("/v1/traces", post(receive))
+            .route("/hook", post(hook))
             .with_state(collector.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -262,6 +274,83 @@ async fn a_rest_call_is_a_child_of_the_callers_span_with_its_call_and_attempt_be
     let attempt = collector.span(TRACE, "attempt 1").await;
     assert_eq!(attempt.parent_id(), call.span_id());
 
+    nothing_leaks(&collector.spans(), "a secret input");
+}
+
+#[tokio::test]
+async fn a_write_commits_under_its_call_and_its_webhook_delivery_links_to_it() {
+    let (collector, url) = Collector::start().await;
+    let location = Location::new(Backend::Sqlite).await;
+    let config = location.data_dir().join("toolgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[webhooks]]\nurl = \"{url}/hook\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n\
+             allow_private = true\n"
+        ),
+    )
+    .unwrap();
+    let env = traced(&url, &[]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Binary::start_with(&location, &["--config", config.to_str().unwrap()], &env);
+    let (status, body) = post_traced(
+        &server,
+        "/tools/send_email/call",
+        (TRACE, PARENT),
+        json!({"input": {"to": "a@example.com", "subject": "hi", "body": "a secret input"}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let call = collector.span(TRACE, "execute_tool send_email").await;
+    // The intent and the outcome, each committed under the call.
+    for write in ["store commit insert", "store commit finish"] {
+        let commit = collector.span(TRACE, write).await;
+        assert!(
+            commit.parent_id() == call.span_id()
+                || collector
+                    .spans()
+                    .iter()
+                    .any(|s| s.span_id() == commit.parent_id() && s.parent_id() == call.span_id()),
+            "{write} is under the call"
+        );
+        let size: u64 = commit
+            .attribute("toolgate.store.batch_size")
+            .expect("the batch size")
+            .parse()
+            .unwrap();
+        assert!(size >= 1);
+    }
+    // The delivery: a traceparent in the request, of a CLIENT span linked to the call.
+    let sent = eventually("a webhook delivery", async || {
+        collector
+            .hooks
+            .lock()
+            .unwrap()
+            .iter()
+            .flatten()
+            .next()
+            .cloned()
+    })
+    .await;
+    let span_id = sent.split('-').nth(2).unwrap().to_owned();
+    let delivery = eventually("the delivery's span", async || {
+        collector
+            .spans()
+            .into_iter()
+            .find(|s| s.span.name == "POST webhook" && s.span_id() == span_id)
+    })
+    .await;
+    assert_eq!(delivery.span.kind, SpanKind::Client as i32);
+    assert_eq!(
+        delivery.attribute("http.response.status_code").as_deref(),
+        Some("204")
+    );
+    assert!(
+        delivery.span.links.iter().any(|link| {
+            hex::encode(&link.trace_id) == TRACE && hex::encode(&link.span_id) == call.span_id()
+        }),
+        "the delivery links to the call"
+    );
     nothing_leaks(&collector.spans(), "a secret input");
 }
 
@@ -520,4 +609,67 @@ async fn a_suspension_is_one_story_the_call_the_decision_and_the_rerun() {
         Some("completed")
     );
     nothing_leaks(&collector.spans(), "Deploy?");
+}
+
+#[tokio::test]
+async fn an_upstream_server_receives_the_context_of_toolgates_client_span() {
+    let (collector, url) = Collector::start().await;
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let config = data.path().join("toolgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[upstreams]]\nname = \"files\"\ncommand = [{python:?}, {script:?}, \"--transport\", \
+             \"stdio\", \"--dir\", {dir:?}]\n",
+            python = ci_python().to_str().unwrap(),
+            script = repo_root()
+                .join("tests/upstream/server.py")
+                .to_str()
+                .unwrap(),
+            dir = upstream.path().to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    let env = traced(&url, &[]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Binary::start_with(data.path(), &["--config", config.to_str().unwrap()], &env);
+    eventually("the upstream's tools", async || {
+        let (_, tools) = server.api.get("/tools").await;
+        tools["tools"]
+            .as_array()?
+            .iter()
+            .any(|tool| tool["name"] == "files__traced")
+            .then_some(())
+    })
+    .await;
+    let (status, body) = post_traced(
+        &server,
+        "/tools/files__traced/call",
+        (TRACE, PARENT),
+        json!({"input": {}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let received = body["output"]["traceparent"].as_str().unwrap().to_owned();
+
+    let client = collector.span(TRACE, "tools/call traced").await;
+    assert_eq!(client.span.kind, SpanKind::Client as i32);
+    assert_eq!(
+        client.attribute("mcp.method.name").as_deref(),
+        Some("tools/call")
+    );
+    assert_eq!(
+        client.attribute("gen_ai.tool.name").as_deref(),
+        Some("traced")
+    );
+    assert_eq!(
+        received,
+        format!("00-{TRACE}-{}-01", client.span_id()),
+        "the upstream got toolgate's client span as its parent"
+    );
+    let attempt = collector.span(TRACE, "attempt 1").await;
+    assert_eq!(client.parent_id(), attempt.span_id());
+    let call = collector.span(TRACE, "execute_tool files__traced").await;
+    assert_eq!(attempt.parent_id(), call.span_id());
 }

@@ -176,6 +176,7 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
         "files__plain",
         "files__lookup",
         "files__grow",
+        "files__traced",
         "echo",
     ] {
         assert!(names.contains(&name.to_owned()), "{name} in {names:?}");
@@ -269,7 +270,7 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
         .filter(|line| line.contains("the upstream MCP server is up"))
         .collect();
     assert_eq!(up.len(), 1, "{log:#?}");
-    assert!(up[0].contains("upstream=\"files\" tools=7"), "{up:?}");
+    assert!(up[0].contains("upstream=\"files\" tools=8"), "{up:?}");
     assert!(!log.iter().any(|line| line.contains("rmcp")), "{log:#?}");
 }
 

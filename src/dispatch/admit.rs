@@ -7,6 +7,9 @@
 //! characters ([`check_idempotency_key`]), whether it came as REST's `Idempotency-Key` header or
 //! MCP's `_meta`.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use serde_json::Value;
 use tracing::Instrument as _;
 
@@ -195,14 +198,14 @@ impl Dispatcher {
         // A read without an idempotency key has no effect to protect and no intent record that
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.
-        let span = spans::call(tool, effect.as_str());
         if key.is_none() && effect == Effect::Read {
-            let result = self
-                .run_call(&entry, plan, asked, input, principal.name, key)
-                .instrument(span.clone())
-                .await;
+            let run = self.run_call(&entry, plan, asked, input, principal.name, key);
+            let result = if crate::telemetry::enabled() {
+                under_call_span(tool, effect, run).await
+            } else {
+                run.await
+            };
             drop(permit);
-            traced(&span, &result);
             return result;
         }
         // A keyed call may meet another caller's call (the tool's own key): kept to tell.
@@ -211,22 +214,20 @@ impl Dispatcher {
         let asker = (!principal.may_decide(tool)).then(|| principal.name.clone());
         let shared_key = declared_key;
         let this = self.clone();
-        let result = detached(
-            &self.running,
-            async move {
-                let result = this
-                    .run_call(&entry, plan, asked, input, principal.name, key)
-                    .await;
-                // Counted as running until here, and not at all if its key's record answered.
-                if let Some(permit) = permit {
-                    permit.settle(answered_from_record(&result)).await;
-                }
-                result
+        let result = detached(&self.running, async move {
+            let run = this.run_call(&entry, plan, asked, input, principal.name, key);
+            let result = if crate::telemetry::enabled() {
+                under_call_span(entry.registered.tool.name(), effect, run).await
+            } else {
+                run.await
+            };
+            // Counted as running until here, and not at all if its key's record answered.
+            if let Some(permit) = permit {
+                permit.settle(answered_from_record(&result)).await;
             }
-            .instrument(span.clone()),
-        )
+            result
+        })
         .await;
-        traced(&span, &result);
         match (result, asker) {
             // Another caller's call waits for a person: say so, not what it holds.
             (Err(DispatchError::NeedsReconciliation { call_id, call }), Some(own))
@@ -523,6 +524,21 @@ impl NewRun<'_> {
             .await
             .map(Recorded::Repeated)
     }
+}
+
+/// `run` under an `execute_tool` span, with what came of it recorded there. Boxed: with traces
+/// off a call's future is no larger than without them (moving a future copies it whole).
+fn under_call_span<'a>(
+    tool: &str,
+    effect: Effect,
+    run: impl Future<Output = Result<CallResult, DispatchError>> + Send + 'a,
+) -> Pin<Box<dyn Future<Output = Result<CallResult, DispatchError>> + Send + 'a>> {
+    let span = spans::call(tool, effect.as_str());
+    Box::pin(async move {
+        let result = run.instrument(span.clone()).await;
+        traced(&span, &result);
+        result
+    })
 }
 
 /// Records what came of a call on its `execute_tool` span (nothing when traces are off).

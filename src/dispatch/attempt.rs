@@ -99,10 +99,15 @@ impl Dispatcher {
             };
             // A panicking handler fails its call; it does not take the call's record with it.
             let run = AssertUnwindSafe(tool.call_json(&ctx, argument)).catch_unwind();
-            let span = spans::attempt(attempt);
-            let result = tokio::time::timeout(policy.settings.timeout, run)
-                .instrument(span.clone())
-                .await;
+            let timed = tokio::time::timeout(policy.settings.timeout, run);
+            // With traces on, the attempt has its span (boxed: the attempt's future stays as
+            // small as without traces).
+            let (result, span) = if crate::telemetry::enabled() {
+                let span = spans::attempt(attempt);
+                (Box::pin(timed.instrument(span.clone())).await, span)
+            } else {
+                (timed.await, tracing::Span::none())
+            };
             match result {
                 Ok(Ok(Err(ToolError::Handler { source, .. })))
                     if !source.is_permanent() && policy.retry.allows_another(made) =>

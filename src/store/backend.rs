@@ -47,6 +47,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn write(&self, op: WriteOp) -> impl Future<Output = Result<Reply, StoreError>> + Send {
         async move {
             let (reply, answer) = oneshot::channel();
+            let span = crate::telemetry::spans::store_commit(op.name());
+            let reply = super::queue::Waiter { reply, span };
             self.send(Msg::Write(Job { op, reply }))?;
             answer.await.map_err(|_| Self::stopped())?
         }

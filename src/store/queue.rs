@@ -87,7 +87,14 @@ impl Behind {
 /// One write and where its result goes once committed.
 pub(crate) struct Job {
     pub(crate) op: WriteOp,
+    pub(crate) reply: Waiter,
+}
+
+/// Who waits for a write: its result's way back, and the span of its commit (none unless
+/// traces are exported), which is told the size of the batch the write was committed in.
+pub(crate) struct Waiter {
     pub(crate) reply: oneshot::Sender<Result<Reply, StoreError>>,
+    pub(crate) span: tracing::Span,
 }
 
 /// What a writer commits at once: the writes it took from its queue, and the records written
@@ -95,7 +102,7 @@ pub(crate) struct Job {
 pub(crate) struct Batch {
     pub(crate) ops: Vec<WriteOp>,
     /// The callers of `ops`, in their order.
-    pub(crate) replies: Vec<oneshot::Sender<Result<Reply, StoreError>>>,
+    pub(crate) replies: Vec<Waiter>,
     pub(crate) records: Vec<(PreparedCall, Prepared)>,
     /// Whether a write of the batch may grow the feed.
     pub(crate) fed: bool,
@@ -122,12 +129,13 @@ impl Batch {
     }
 }
 
-/// Answers the callers of a batch's writes, each with its write's result.
-pub(crate) fn answer(
-    replies: Vec<oneshot::Sender<Result<Reply, StoreError>>>,
-    results: Vec<Result<Reply, StoreError>>,
-) {
-    for (reply, result) in replies.into_iter().zip(results) {
+/// Answers the callers of a batch's writes, each with its write's result; `writes` is the
+/// batch's size, records written behind included.
+pub(crate) fn answer(replies: Vec<Waiter>, results: Vec<Result<Reply, StoreError>>, writes: usize) {
+    for (Waiter { reply, span }, result) in replies.into_iter().zip(results) {
+        if !span.is_none() {
+            span.record("toolgate.store.batch_size", writes);
+        }
         // The caller went away: a failure must still be heard.
         if let Err(Err(err)) = reply.send(result) {
             tracing::error!(error = %err, "a write whose caller went away failed");
@@ -203,6 +211,27 @@ pub(crate) enum Reply {
 }
 
 impl WriteOp {
+    /// What kind of write it is, as the span of its commit is named.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            WriteOp::Insert(..) => "insert",
+            WriteOp::Finish { .. } => "finish",
+            WriteOp::Rerun(_) => "rerun",
+            WriteOp::Resolve(..) => "resolve",
+            WriteOp::Reconcile(..) => "reconcile",
+            WriteOp::PruneFeed(_) => "prune_feed",
+            WriteOp::Escalate { .. } => "escalate",
+            WriteOp::EnqueueDeliveries { .. } => "enqueue_deliveries",
+            WriteOp::ClaimDeliveries { .. } => "claim_deliveries",
+            WriteOp::SettleDelivery(..) => "settle_delivery",
+            WriteOp::RetryDelivery(_) => "retry_delivery",
+            WriteOp::CreateSession(_) => "create_session",
+            WriteOp::DeleteSession(_) => "delete_session",
+            WriteOp::PruneSessions(_) => "prune_sessions",
+            WriteOp::Ping => "ping",
+        }
+    }
+
     /// Whether applying it may append to the change feed (so that a commit wakes the feed's
     /// readers): any change of a call's status other than into `running`.
     pub(crate) fn may_feed(&self) -> bool {

@@ -167,6 +167,90 @@ pub fn retried(span: &Span, error: &str, wait: std::time::Duration) {
     );
 }
 
+/// A call of an upstream MCP server's tool: the `CLIENT` span `tools/call <tool>` (its name
+/// upstream), whose context goes in the request's `_meta`.
+pub fn upstream_call(remote: &str, upstream: &str) -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        target: TARGET,
+        "tools/call",
+        otel.name = %format_args!("tools/call {remote}"),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        mcp.method.name = "tools/call",
+        gen_ai.tool.name = remote,
+        gen_ai.operation.name = "execute_tool",
+        toolgate.upstream = upstream,
+        error.type = Empty,
+    )
+}
+
+/// The `_meta` of a request sent under `span`: its `traceparent` and `tracestate`. `None` when
+/// the span is off.
+pub fn meta_of(span: &Span) -> Option<serde_json::Map<String, serde_json::Value>> {
+    if span.is_none() {
+        return None;
+    }
+    let mut meta = serde_json::Map::new();
+    propagation::inject_meta(&span.context(), &mut meta);
+    Some(meta)
+}
+
+/// Records how a call of a span's request failed (`tool_error`, an error code, a transport
+/// failure).
+pub fn failed(span: &Span, error: &str) {
+    span.record("error.type", error);
+    span.record("otel.status_code", "error");
+}
+
+/// One attempt of a webhook delivery: a `CLIENT` span of its own trace, linked to the span of
+/// the call it is about (`call_traceparent`), its context sent in the request's `traceparent`.
+/// Named by the receiver's host alone: a webhook's path and query may hold a secret.
+pub fn webhook_attempt(url: &str, attempt: u32, call_traceparent: Option<&str>) -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    let host = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|url| url.host_str().map(str::to_owned))
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        target: TARGET,
+        parent: None,
+        "webhook",
+        otel.name = "POST webhook",
+        otel.kind = "client",
+        otel.status_code = Empty,
+        http.request.method = "POST",
+        server.address = host,
+        toolgate.webhook.attempt = attempt,
+        http.response.status_code = Empty,
+        error.type = Empty,
+    );
+    if let Some(context) = call_traceparent.and_then(stored) {
+        span.add_link(context);
+    }
+    span
+}
+
+/// The commit of one write of the store (`write` names it: `insert`, `finish`, ...): from the
+/// moment it is queued to its batch's commit, with the batch's size once committed.
+/// Made only under a span (a call's): the store's own upkeep is not traced.
+pub fn store_commit(write: &'static str) -> Span {
+    if !enabled() || Span::current().is_none() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        target: TARGET,
+        "store commit",
+        otel.name = %format_args!("store commit {write}"),
+        toolgate.store.write = write,
+        toolgate.store.batch_size = Empty,
+    )
+}
+
 /// `/mcp`'s `tools/call <tool>` `SERVER` span, by the MCP semantic conventions. Its parent is
 /// the context in the request's `_meta` when it carries one (the HTTP request's span is then
 /// a link), else the HTTP request's span.

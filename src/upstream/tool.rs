@@ -12,8 +12,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rmcp::ServiceError;
-use rmcp::model::{CallToolRequestParams, ContentBlock, Tool as McpTool};
+use rmcp::model::{
+    CallToolRequestParams, ContentBlock, MetaObject, RequestMetaObject, Tool as McpTool,
+};
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::config::{KeyTemplate, SEPARATOR, UpstreamPolicy};
 use super::link::Link;
@@ -22,6 +25,7 @@ use crate::contract::erased::DynTool;
 use crate::contract::error::{HandlerError, ToolError, Unavailable};
 use crate::contract::meta::Effect;
 use crate::contract::outcome::ToolOutcome;
+use crate::telemetry::spans;
 
 /// When to try a tool whose server is down again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -158,12 +162,28 @@ impl DynTool for UpstreamTool {
                 }],
             });
         };
-        let params = CallToolRequestParams::new(self.remote.to_string()).with_arguments(arguments);
+        let mut params =
+            CallToolRequestParams::new(self.remote.to_string()).with_arguments(arguments);
+        let span = spans::upstream_call(&self.remote, self.link.name());
+        if let Some(meta) = spans::meta_of(&span) {
+            params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        }
         let failed = |message: String| ToolError::Handler {
             tool: self.name.clone(),
             source: HandlerError::message(bounded(message)).permanent(),
         };
-        match peer.call_tool(params).await {
+        let answer = peer.call_tool(params).instrument(span.clone()).await;
+        if !span.is_none() {
+            match &answer {
+                Ok(result) if result.is_error == Some(true) => spans::failed(&span, "tool_error"),
+                Ok(_) => {}
+                Err(ServiceError::McpError(error)) => {
+                    spans::failed(&span, &error.code.0.to_string())
+                }
+                Err(_) => spans::failed(&span, "transport"),
+            }
+        }
+        match answer {
             Ok(result) if result.is_error == Some(true) => {
                 let text = text_of(&result.content);
                 Err(failed(if text.is_empty() {

@@ -118,6 +118,10 @@ class GrowOutput(BaseModel):
     added: str
 
 
+class TracedOutput(BaseModel):
+    traceparent: str
+
+
 def build_server(directory: Path, list_changed: str) -> MCPServer:
     runs_log = directory / "runs.log"
     files = directory / "files"
@@ -193,6 +197,16 @@ def build_server(directory: Path, list_changed: str) -> MCPServer:
     async def lookup(key: str) -> LookupOutput:
         ran("lookup")
         return LookupOutput(key=key, value=key.upper())
+
+    @server.tool(
+        description="Answers the `traceparent` its call's `_meta` carried (empty: none).",
+        annotations=READ_ONLY,
+    )
+    async def traced(ctx: Context) -> TracedOutput:
+        ran("traced")
+        meta = ctx.request_context.meta or {}
+        value = meta.get("traceparent", "") if isinstance(meta, dict) else ""
+        return TracedOutput(traceparent=value if isinstance(value, str) else "")
 
     @server.tool(description="Adds a tool called `name` that echoes, and says the tool list changed.")
     async def grow(name: str, ctx: Context) -> GrowOutput:

@@ -10,8 +10,11 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tracing::Instrument as _;
+
 use super::{DeliverySettings, IDLE, Loop, Shared, pause, signature};
 use crate::store::{Delivery, DeliveryResult, Timestamp};
+use crate::telemetry::spans;
 
 /// Deliveries the sender claims at a time (and sends at once).
 const CLAIM: u32 = 16;
@@ -44,7 +47,34 @@ pub(super) async fn sender(mut run: Loop) {
             let store = run.store.clone();
             let shared = run.shared.clone();
             async move {
-                let result = attempt(&shared, &delivery).await;
+                let span = if crate::telemetry::enabled() {
+                    // The call's span, to link the delivery to: one read, only with traces on.
+                    let call = store.call(&delivery.call_id).await.ok().flatten();
+                    spans::webhook_attempt(
+                        &delivery.webhook,
+                        delivery.attempts + 1,
+                        call.and_then(|call| call.traceparent).as_deref(),
+                    )
+                } else {
+                    tracing::Span::none()
+                };
+                let result = attempt(&shared, &delivery, &span).await;
+                if !span.is_none() {
+                    match &result {
+                        DeliveryResult::Delivered { status } => {
+                            span.record("http.response.status_code", status);
+                        }
+                        DeliveryResult::Retry { status, .. } | DeliveryResult::Failed { status, .. } => {
+                            match status {
+                                Some(status) => {
+                                    span.record("http.response.status_code", status);
+                                    spans::failed(&span, &status.to_string());
+                                }
+                                None => spans::failed(&span, "transport"),
+                            }
+                        }
+                    }
+                }
                 crate::metrics::webhook_delivery(match &result {
                     DeliveryResult::Delivered { .. } => "delivered",
                     DeliveryResult::Retry { .. } => "retried",
@@ -67,7 +97,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// One attempt of `delivery`, and what it amounts to.
-async fn attempt(shared: &Shared, delivery: &Delivery) -> DeliveryResult {
+async fn attempt(shared: &Shared, delivery: &Delivery, span: &tracing::Span) -> DeliveryResult {
     let Some(hook) = shared.hooks.iter().find(|h| h.url() == delivery.webhook) else {
         return DeliveryResult::Failed {
             status: None,
@@ -81,9 +111,15 @@ async fn attempt(shared: &Shared, delivery: &Delivery) -> DeliveryResult {
         };
     }
     let timestamp = Timestamp::now().0 / 1000;
-    let response = hook
-        .client
-        .post(hook.url.clone())
+    let mut request = hook.client.post(hook.url.clone());
+    if let Some(traceparent) = spans::meta_of(span)
+        .as_ref()
+        .and_then(|meta| meta.get("traceparent"))
+        .and_then(|value| value.as_str())
+    {
+        request = request.header("traceparent", traceparent);
+    }
+    let response = request
         .header("content-type", "application/json")
         .header("webhook-id", &delivery.message_id)
         .header("webhook-timestamp", timestamp.to_string())
@@ -98,6 +134,7 @@ async fn attempt(shared: &Shared, delivery: &Delivery) -> DeliveryResult {
         )
         .body(delivery.body.clone())
         .send()
+        .instrument(span.clone())
         .await;
     let settings = &shared.settings;
     match response {

@@ -85,7 +85,7 @@ pub(super) fn write_loop(
         if fed {
             feed.send_modify(|changes| *changes = changes.wrapping_add(1));
         }
-        queue::answer(replies, results);
+        queue::answer(replies, results, writes);
     }
 }
 

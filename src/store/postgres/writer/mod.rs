@@ -141,7 +141,7 @@ impl Writer {
                 self.feed
                     .send_modify(|changes| *changes = changes.wrapping_add(1));
             }
-            queue::answer(replies, results);
+            queue::answer(replies, results, writes);
             // Other replicas hear of it through NOTIFY, sent once per batch in its own small
             // transaction: inside the batch's, it would serialize every commit behind it.
             if fed && committed {
