@@ -672,4 +672,78 @@ async fn an_upstream_server_receives_the_context_of_toolgates_client_span() {
     assert_eq!(client.parent_id(), attempt.span_id());
     let call = collector.span(TRACE, "execute_tool files__traced").await;
     assert_eq!(attempt.parent_id(), call.span_id());
+
+    // A tool error upstream: the CLIENT span says so, and the line logged about the failed
+    // call carries its trace.
+    let failing = "22222222222222222222222222222222";
+    let (status, body) = post_traced(
+        &server,
+        "/tools/files__fail/call",
+        (failing, PARENT),
+        json!({"input": {"message": "disk on fire"}}),
+    )
+    .await;
+    // A tool's failure is answered 500 `tool_failed`, as on every door.
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert_eq!(body["status"], "failed", "{body}");
+    let client = collector.span(failing, "tools/call fail").await;
+    assert_eq!(
+        client.attribute("error.type").as_deref(),
+        Some("tool_error")
+    );
+    let line = eventually("the failure's log line", async || {
+        server
+            .log()
+            .into_iter()
+            .find(|line| line.contains("call failed") && line.contains("files__fail"))
+    })
+    .await;
+    assert!(
+        line.contains(&format!("trace_id={failing}")) && line.contains(" span_id="),
+        "{line}"
+    );
+}
+
+#[tokio::test]
+async fn sampling_is_decided_at_the_root_and_a_callers_decision_is_followed() {
+    let (collector, url) = Collector::start().await;
+    let location = Location::new(Backend::Sqlite).await;
+    // No new trace is recorded; a caller's sampled one always is, its unsampled one never.
+    let server = start(
+        &location,
+        &traced(&url, &[("TOOLGATE_TELEMETRY__SAMPLE_RATIO", "0.0")]),
+    );
+    for _ in 0..3 {
+        let (status, _) = server.api.call("echo", json!({"text": "new"})).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let unsampled = "11111111111111111111111111111111";
+    let response = server
+        .api
+        .client
+        .post(format!("{}/tools/echo/call", server.api.base))
+        .header("traceparent", format!("00-{unsampled}-{PARENT}-00"))
+        .json(&json!({"input": {"text": "not sampled"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let (status, _) = post_traced(
+        &server,
+        "/tools/echo/call",
+        (TRACE, PARENT),
+        json!({"input": {"text": "sampled"}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    collector.span(TRACE, "execute_tool echo").await;
+    // Whatever else was exported went out before or with the sampled trace's spans.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let others: Vec<String> = collector
+        .spans()
+        .iter()
+        .filter(|s| s.trace_id() != TRACE)
+        .map(|s| format!("{} in {}", s.span.name, s.trace_id()))
+        .collect();
+    assert!(others.is_empty(), "spans of unsampled traces: {others:?}");
 }

@@ -16,7 +16,7 @@ pub mod propagation;
 pub mod spans;
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
@@ -34,6 +34,46 @@ pub use config::{LogFormat, TelemetryConfig};
 pub const TARGET: &str = "toolgate::trace";
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// `[telemetry] sample_ratio`, as the bits of an `f64`.
+static SAMPLE_RATIO: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a trace is recorded, decided once at its root, before any span is made: a parent
+/// from the caller decides by its sampled flag; a new trace is recorded with the probability
+/// `sample_ratio`. A trace that is not recorded has no span of toolgate's at all, so an
+/// unsampled request costs one random number, not the making of spans nobody will see.
+pub(crate) fn sampled(parent: &opentelemetry::Context) -> bool {
+    use opentelemetry::trace::TraceContextExt as _;
+    let span = parent.span();
+    let context = span.span_context();
+    if context.is_valid() {
+        return context.is_sampled();
+    }
+    let ratio = f64::from_bits(SAMPLE_RATIO.load(Ordering::Relaxed));
+    if ratio >= 1.0 {
+        return true;
+    }
+    if ratio <= 0.0 {
+        return false;
+    }
+    // A thread's own xorshift: no lock, no system call per request.
+    thread_local! {
+        static STATE: std::cell::Cell<u64> = std::cell::Cell::new({
+            let mut seed = [0u8; 8];
+            let _ = getrandom::fill(&mut seed);
+            u64::from_le_bytes(seed) | 1
+        });
+    }
+    let draw = STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        state.set(x);
+        x
+    });
+    ((draw >> 11) as f64 / (1u64 << 53) as f64) < ratio
+}
 
 /// Whether spans are made and exported in this process.
 #[inline]
@@ -145,9 +185,9 @@ pub fn init(
     let flusher = processor.flusher();
     let provider = SdkTracerProvider::builder()
         .with_span_processor(processor)
-        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-            config.sample_ratio,
-        ))))
+        // Roots are sampled before their span is made (`sampled`): the SDK records every span
+        // toolgate makes, and follows a caller's parent as it says.
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
         .with_resource(resource)
         .build();
     let tracer = provider.tracer("toolgate");
@@ -181,6 +221,7 @@ pub fn init(
         .try_init()
         .map_err(|e| format!("cannot install the trace subscriber: {e}"))?;
     propagation::set_baggage_attributes(config.baggage_attributes.clone());
+    SAMPLE_RATIO.store(config.sample_ratio.to_bits(), Ordering::Relaxed);
     ENABLED.store(true, Ordering::Relaxed);
     tracing::info!(
         endpoint = %shown,

@@ -62,10 +62,24 @@ pub fn rerun(tool: &str, effect: &str, call_id: &str, traceparent: Option<&str>)
     span
 }
 
+/// Whether the current span is one of toolgate's exported spans, so that a child of it is
+/// recorded. A trace left unsampled at its root has none of toolgate's spans at all (see
+/// [`super::sampled`]): its requests pay for no span below the root's decision.
+fn under_ours() -> bool {
+    enabled()
+        && Span::current()
+            .metadata()
+            .is_some_and(|meta| meta.target() == TARGET)
+}
+
 /// An HTTP request's `SERVER` span, named by its method and route template (never its path),
 /// a child of the context its headers carry.
 pub fn server(method: &str, route: &str, headers: &axum::http::HeaderMap) -> Span {
     if !enabled() {
+        return Span::none();
+    }
+    let parent = propagation::from_headers(headers);
+    if !super::sampled(&parent) {
         return Span::none();
     }
     let span = tracing::info_span!(
@@ -79,7 +93,6 @@ pub fn server(method: &str, route: &str, headers: &axum::http::HeaderMap) -> Spa
         http.response.status_code = Empty,
         enduser.id = Empty,
     );
-    let parent = propagation::from_headers(headers);
     for attribute in propagation::baggage_attributes(&parent) {
         span.set_attribute(attribute.key, attribute.value);
     }
@@ -106,7 +119,7 @@ pub fn principal(name: &str) {
 
 /// A call of `tool`: the `execute_tool <tool>` span its attempts and records are children of.
 pub fn call(tool: &str, effect: &str) -> Span {
-    if !enabled() {
+    if !under_ours() {
         return Span::none();
     }
     tracing::info_span!(
@@ -144,7 +157,7 @@ pub fn outcome(span: &Span, status: &str, error: Option<&str>) {
 /// One attempt of a call's run (the first is 1); `toolgate.retry_wait_ms` is recorded on it
 /// when another attempt follows after a wait.
 pub fn attempt(number: u32) -> Span {
-    if !enabled() {
+    if !under_ours() {
         return Span::none();
     }
     tracing::info_span!(
@@ -170,7 +183,7 @@ pub fn retried(span: &Span, error: &str, wait: std::time::Duration) {
 /// A call of an upstream MCP server's tool: the `CLIENT` span `tools/call <tool>` (its name
 /// upstream), whose context goes in the request's `_meta`.
 pub fn upstream_call(remote: &str, upstream: &str) -> Span {
-    if !enabled() {
+    if !under_ours() {
         return Span::none();
     }
     tracing::info_span!(
@@ -212,6 +225,14 @@ pub fn webhook_attempt(url: &str, attempt: u32, call_traceparent: Option<&str>) 
     if !enabled() {
         return Span::none();
     }
+    let call = call_traceparent.and_then(stored);
+    let follows = match &call {
+        Some(context) => context.is_sampled(),
+        None => super::sampled(&opentelemetry::Context::new()),
+    };
+    if !follows {
+        return Span::none();
+    }
     let host = reqwest::Url::parse(url)
         .ok()
         .and_then(|url| url.host_str().map(str::to_owned))
@@ -229,7 +250,7 @@ pub fn webhook_attempt(url: &str, attempt: u32, call_traceparent: Option<&str>) 
         http.response.status_code = Empty,
         error.type = Empty,
     );
-    if let Some(context) = call_traceparent.and_then(stored) {
+    if let Some(context) = call {
         span.add_link(context);
     }
     span
@@ -237,9 +258,9 @@ pub fn webhook_attempt(url: &str, attempt: u32, call_traceparent: Option<&str>) 
 
 /// The commit of one write of the store (`write` names it: `insert`, `finish`, ...): from the
 /// moment it is queued to its batch's commit, with the batch's size once committed.
-/// Made only under a span (a call's): the store's own upkeep is not traced.
+/// Made only under a call's span: the store's own upkeep is not traced.
 pub fn store_commit(write: &'static str) -> Span {
-    if !enabled() || Span::current().is_none() {
+    if !under_ours() {
         return Span::none();
     }
     tracing::info_span!(
@@ -263,6 +284,15 @@ pub fn mcp_call(
     if !enabled() {
         return Span::none();
     }
+    // The `_meta` context decides when there is one, else the HTTP request's span.
+    let parent = meta.and_then(propagation::from_meta);
+    let follows = match &parent {
+        Some(cx) => cx.span().span_context().is_sampled(),
+        None => under_ours(),
+    };
+    if !follows {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         target: TARGET,
         "tools/call",
@@ -276,7 +306,7 @@ pub fn mcp_call(
         mcp.protocol.version = protocol_version.unwrap_or(""),
         error.type = Empty,
     );
-    if let Some(parent) = meta.and_then(propagation::from_meta) {
+    if let Some(parent) = parent {
         let http = Span::current().context().span().span_context().clone();
         for attribute in propagation::baggage_attributes(&parent) {
             span.set_attribute(attribute.key, attribute.value);
