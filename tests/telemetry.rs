@@ -747,3 +747,31 @@ async fn sampling_is_decided_at_the_root_and_a_callers_decision_is_followed() {
         .collect();
     assert!(others.is_empty(), "spans of unsampled traces: {others:?}");
 }
+
+#[tokio::test]
+async fn only_the_baggage_named_in_the_configuration_becomes_an_attribute() {
+    let (collector, url) = Collector::start().await;
+    let location = Location::new(Backend::Sqlite).await;
+    let server = start(
+        &location,
+        &traced(
+            &url,
+            &[("TOOLGATE_TELEMETRY__BAGGAGE_ATTRIBUTES", "[\"tenant\"]")],
+        ),
+    );
+    let response = server
+        .api
+        .client
+        .post(format!("{}/tools/echo/call", server.api.base))
+        .header("traceparent", format!("00-{TRACE}-{PARENT}-01"))
+        .header("baggage", "tenant=acme,session=s3cr3t")
+        .json(&json!({"input": {"text": "x"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let request = collector.span(TRACE, "POST /tools/{name}/call").await;
+    assert_eq!(request.attribute("baggage.tenant").as_deref(), Some("acme"));
+    assert_eq!(request.attribute("baggage.session"), None);
+    nothing_leaks(&collector.spans(), "s3cr3t");
+}

@@ -40,13 +40,26 @@ pub fn baggage_attributes(cx: &Context) -> Vec<KeyValue> {
         .collect()
 }
 
+/// The trace context `carrier` holds, with its baggage only when some of it may become an
+/// attribute (nothing else reads it).
 fn extract(carrier: &dyn Extractor) -> Context {
     let cx = TraceContextPropagator::new().extract(carrier);
-    BaggagePropagator::new().extract_with_context(&cx, carrier)
+    if BAGGAGE_ATTRIBUTES
+        .get()
+        .is_some_and(|names| !names.is_empty())
+    {
+        BaggagePropagator::new().extract_with_context(&cx, carrier)
+    } else {
+        cx
+    }
 }
 
 /// The trace context (and baggage) a request's headers carry; an empty context if none.
 pub fn from_headers(headers: &axum::http::HeaderMap) -> Context {
+    // Most requests carry none: nothing to parse.
+    if !headers.contains_key("traceparent") {
+        return Context::new();
+    }
     extract(&HeaderExtractor(headers))
 }
 
