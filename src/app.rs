@@ -387,7 +387,7 @@ fn start_escalations(dispatcher: Dispatcher, mut released: tokio::sync::watch::R
 /// ([`crate::http::traces`]).
 fn traced(mut router: Router) -> Router {
     if crate::telemetry::enabled() {
-        router = router.layer(axum::middleware::from_fn(crate::http::traces::traced));
+        router = router.layer(crate::http::traces::Traced);
     }
     let traced = tracing::enabled!(target: "toolgate::app", Level::DEBUG)
         || tracing::enabled!(target: "tower_http::trace::on_response", Level::DEBUG);

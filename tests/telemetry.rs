@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
+use common::upstream::{HttpUpstream, free_port};
 use common::{Backend, Binary, Location, Site, ci_python, eventually, repo_root, temp_dir};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
@@ -223,6 +224,31 @@ async fn metrics(server: &Binary) -> String {
         .await
         .unwrap();
     response.text().await.unwrap()
+}
+
+/// The binary exporting to `collector`, serving the upstream of `config` (a `[[upstreams]]`
+/// entry, in a config file in `data`), once its `traced` tool, `tool`, is listed.
+async fn serve_upstream(
+    collector: &str,
+    data: &std::path::Path,
+    config: &str,
+    tool: &str,
+) -> Binary {
+    let path = data.join("toolgate.toml");
+    std::fs::write(&path, config).unwrap();
+    let env = traced(collector, &[]);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Binary::start_with(data, &["--config", path.to_str().unwrap()], &env);
+    eventually("the upstream's tools", async || {
+        let (_, tools) = server.api.get("/tools").await;
+        tools["tools"]
+            .as_array()?
+            .iter()
+            .any(|listed| listed["name"] == tool)
+            .then_some(())
+    })
+    .await;
+    server
 }
 
 #[tokio::test]
@@ -616,33 +642,17 @@ async fn an_upstream_server_receives_the_context_of_toolgates_client_span() {
     let (collector, url) = Collector::start().await;
     let data = temp_dir();
     let upstream = temp_dir();
-    let config = data.path().join("toolgate.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[upstreams]]\nname = \"files\"\ncommand = [{python:?}, {script:?}, \"--transport\", \
-             \"stdio\", \"--dir\", {dir:?}]\n",
-            python = ci_python().to_str().unwrap(),
-            script = repo_root()
-                .join("tests/upstream/server.py")
-                .to_str()
-                .unwrap(),
-            dir = upstream.path().to_str().unwrap(),
-        ),
-    )
-    .unwrap();
-    let env = traced(&url, &[]);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let server = Binary::start_with(data.path(), &["--config", config.to_str().unwrap()], &env);
-    eventually("the upstream's tools", async || {
-        let (_, tools) = server.api.get("/tools").await;
-        tools["tools"]
-            .as_array()?
-            .iter()
-            .any(|tool| tool["name"] == "files__traced")
-            .then_some(())
-    })
-    .await;
+    let config = format!(
+        "[[upstreams]]\nname = \"files\"\ncommand = [{python:?}, {script:?}, \"--transport\", \
+         \"stdio\", \"--dir\", {dir:?}]\n",
+        python = ci_python().to_str().unwrap(),
+        script = repo_root()
+            .join("tests/upstream/server.py")
+            .to_str()
+            .unwrap(),
+        dir = upstream.path().to_str().unwrap(),
+    );
+    let server = serve_upstream(&url, data.path(), &config, "files__traced").await;
     let (status, body) = post_traced(
         &server,
         "/tools/files__traced/call",
@@ -668,6 +678,7 @@ async fn an_upstream_server_receives_the_context_of_toolgates_client_span() {
         format!("00-{TRACE}-{}-01", client.span_id()),
         "the upstream got toolgate's client span as its parent"
     );
+    assert_eq!(body["output"]["header"], "", "stdio has no headers");
     let attempt = collector.span(TRACE, "attempt 1").await;
     assert_eq!(client.parent_id(), attempt.span_id());
     let call = collector.span(TRACE, "execute_tool files__traced").await;
@@ -774,4 +785,42 @@ async fn only_the_baggage_named_in_the_configuration_becomes_an_attribute() {
     assert_eq!(request.attribute("baggage.tenant").as_deref(), Some("acme"));
     assert_eq!(request.attribute("baggage.session"), None);
     nothing_leaks(&collector.spans(), "s3cr3t");
+}
+
+#[tokio::test]
+async fn an_upstream_over_streamable_http_gets_the_context_in_its_headers_too() {
+    let (collector, url) = Collector::start().await;
+    let upstream_dir = temp_dir();
+    let upstream = HttpUpstream::start(upstream_dir.path(), free_port()).await;
+    let data = temp_dir();
+    let config = format!(
+        "[[upstreams]]\nname = \"web\"\nurl = {:?}\n",
+        upstream.url()
+    );
+    let server = serve_upstream(&url, data.path(), &config, "web__traced").await;
+    let (status, body) = post_traced(
+        &server,
+        "/tools/web__traced/call",
+        (TRACE, PARENT),
+        json!({"input": {}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let client = collector.span(TRACE, "tools/call traced").await;
+    assert_eq!(client.span.kind, SpanKind::Client as i32);
+    let expected = format!("00-{TRACE}-{}-01", client.span_id());
+    assert_eq!(body["output"]["traceparent"], expected.as_str(), "in _meta");
+    assert_eq!(
+        body["output"]["header"],
+        expected.as_str(),
+        "in the headers"
+    );
+
+    // A call with no trace of its caller's starts one (sample_ratio 1.0): its context goes in
+    // both places too.
+    let (status, body) = server.api.call("web__traced", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let sent = body["output"]["traceparent"].as_str().unwrap();
+    assert!(sent.starts_with("00-") && !sent.contains(TRACE), "{sent}");
+    assert_eq!(body["output"]["header"], sent);
 }

@@ -5,21 +5,15 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use common::{
-    Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, repo_root, temp_dir,
-};
-
-fn server_script() -> PathBuf {
-    repo_root().join("tests/upstream/server.py")
-}
+use common::upstream::{HttpUpstream, free_port, server_script, starts};
+use common::{Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, temp_dir};
 
 /// How many times the upstream ran `tool`, by its log in `dir`.
 fn runs(dir: &Path, tool: &str) -> usize {
@@ -27,74 +21,6 @@ fn runs(dir: &Path, tool: &str) -> usize {
         Ok(text) => text.lines().filter(|line| *line == tool).count(),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
         Err(err) => panic!("cannot read runs.log: {err}"),
-    }
-}
-
-/// The lines of the upstream's start log for `transport`.
-fn starts(dir: &Path, transport: &str) -> usize {
-    std::fs::read_to_string(dir.join(format!("starts-{transport}.log")))
-        .map(|text| text.lines().count())
-        .unwrap_or(0)
-}
-
-/// A port nobody listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The upstream server over Streamable HTTP, run by the test (not by toolgate).
-struct HttpUpstream {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl HttpUpstream {
-    async fn start(dir: &Path, port: u16) -> HttpUpstream {
-        let before = starts(dir, "http");
-        let child = Command::new(ci_python())
-            .arg(server_script())
-            .args(["--transport", "http", "--port", &port.to_string(), "--dir"])
-            .arg(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the upstream server starts");
-        // The port is bound before the start line is written.
-        eventually("the HTTP upstream is listening", async || {
-            (starts(dir, "http") > before).then_some(())
-        })
-        .await;
-        HttpUpstream {
-            child,
-            port,
-            dir: dir.to_owned(),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    async fn restart(&mut self) {
-        self.kill();
-        *self = HttpUpstream::start(&self.dir, self.port).await;
-    }
-}
-
-impl Drop for HttpUpstream {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

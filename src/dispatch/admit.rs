@@ -200,7 +200,7 @@ impl Dispatcher {
         // else runs detached, to its recorded outcome.
         if key.is_none() && effect == Effect::Read {
             let run = self.run_call(&entry, plan, asked, input, principal.name, key);
-            let result = if crate::telemetry::enabled() {
+            let result = if spans::recording() {
                 under_call_span(tool, effect, run).await
             } else {
                 run.await
@@ -216,7 +216,7 @@ impl Dispatcher {
         let this = self.clone();
         let result = detached(&self.running, async move {
             let run = this.run_call(&entry, plan, asked, input, principal.name, key);
-            let result = if crate::telemetry::enabled() {
+            let result = if spans::recording() {
                 under_call_span(entry.registered.tool.name(), effect, run).await
             } else {
                 run.await
@@ -526,8 +526,10 @@ impl NewRun<'_> {
     }
 }
 
-/// `run` under an `execute_tool` span, with what came of it recorded there. Boxed: with traces
-/// off a call's future is no larger than without them (moving a future copies it whole).
+/// `run` under an `execute_tool` span, with what came of it recorded there. Boxed, and only for
+/// a request whose trace is recorded: with traces off, or a trace left unsampled, a call's
+/// future is no larger than without traces, and nothing copies it into a box (moving a future
+/// copies it whole: about 12,000 instructions of an echo call).
 fn under_call_span<'a>(
     tool: &str,
     effect: Effect,

@@ -100,9 +100,9 @@ impl Dispatcher {
             // A panicking handler fails its call; it does not take the call's record with it.
             let run = AssertUnwindSafe(tool.call_json(&ctx, argument)).catch_unwind();
             let timed = tokio::time::timeout(policy.settings.timeout, run);
-            // With traces on, the attempt has its span (boxed: the attempt's future stays as
-            // small as without traces).
-            let (result, span) = if crate::telemetry::enabled() {
+            // In a recorded trace, the attempt has its span (boxed: the attempt's future stays
+            // as small as without traces).
+            let (result, span) = if spans::recording() {
                 let span = spans::attempt(attempt);
                 (Box::pin(timed.instrument(span.clone())).await, span)
             } else {

@@ -62,6 +62,12 @@ pub fn rerun(tool: &str, effect: &str, call_id: &str, traceparent: Option<&str>)
     span
 }
 
+/// Whether the current span is recorded (one of toolgate's exported spans): what a call path
+/// asks before it pays for a child span, such as boxing the future the child instruments.
+pub fn recording() -> bool {
+    under_ours()
+}
+
 /// Whether the current span is one of toolgate's exported spans, so that a child of it is
 /// recorded. A trace left unsampled at its root has none of toolgate's spans at all (see
 /// [`super::sampled`]): its requests pay for no span below the root's decision.

@@ -192,7 +192,10 @@ impl Link {
                         .custom_headers(custom)
                         .max_json_response_size(MAX_RESPONSE_BYTES)
                         .reinit_on_expired_session(true);
-                    let transport = StreamableHttpClientTransport::from_config(config);
+                    let transport = StreamableHttpClientTransport::with_client(
+                        super::http::Client::new()?,
+                        config,
+                    );
                     listener.serve(transport).await.map_err(|err| {
                         let err = self.redacted(&err.to_string());
                         format!("cannot reach {}: {err}", shown_url(url))

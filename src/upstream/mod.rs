@@ -14,6 +14,7 @@
 //! it changes, and swaps the tools into the dispatcher's live set.
 
 pub mod config;
+mod http;
 mod link;
 mod tool;
 

@@ -8,6 +8,7 @@
 pub mod oidc;
 pub mod pg;
 pub mod shapes;
+pub mod upstream;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -120,6 +120,7 @@ class GrowOutput(BaseModel):
 
 class TracedOutput(BaseModel):
     traceparent: str
+    header: str
 
 
 def build_server(directory: Path, list_changed: str) -> MCPServer:
@@ -199,14 +200,18 @@ def build_server(directory: Path, list_changed: str) -> MCPServer:
         return LookupOutput(key=key, value=key.upper())
 
     @server.tool(
-        description="Answers the `traceparent` its call's `_meta` carried (empty: none).",
+        description=(
+            "Answers the `traceparent` its call's `_meta` carried, and the one of its HTTP request's"
+            " headers (empty: none, and over stdio)."
+        ),
         annotations=READ_ONLY,
     )
     async def traced(ctx: Context) -> TracedOutput:
         ran("traced")
         meta = ctx.request_context.meta or {}
         value = meta.get("traceparent", "") if isinstance(meta, dict) else ""
-        return TracedOutput(traceparent=value if isinstance(value, str) else "")
+        header = (ctx.headers or {}).get("traceparent", "")
+        return TracedOutput(traceparent=value if isinstance(value, str) else "", header=header)
 
     @server.tool(description="Adds a tool called `name` that echoes, and says the tool list changed.")
     async def grow(name: str, ctx: Context) -> GrowOutput:
