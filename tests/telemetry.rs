@@ -11,7 +11,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use common::upstream::{HttpUpstream, free_port};
-use common::{Backend, Binary, Location, Site, ci_python, eventually, repo_root, temp_dir};
+use common::{
+    Backend, Binary, Location, Site, ci_python, eventually, open_store, repo_root, temp_dir,
+};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -19,6 +21,9 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use prost::Message as _;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use toolgate::Effect;
+use toolgate::dispatch::client_key_scope;
+use toolgate::store::{NewCall, Timestamp};
 
 /// A span as received, with the `service.name` of its resource.
 #[derive(Clone, Debug)]
@@ -185,17 +190,31 @@ async fn post_traced(
     (trace, parent): (&str, &str),
     body: Value,
 ) -> (StatusCode, Value) {
-    let response = server
-        .api
-        .client
-        .post(format!("{}{path}", server.api.base))
-        .header("traceparent", format!("00-{trace}-{parent}-01"))
+    let response = traced_post(server, path, (trace, parent), &[])
         .json(&body)
         .send()
         .await
         .unwrap();
     let status = response.status();
     (status, response.json().await.unwrap())
+}
+
+/// A POST to `path` with a sampled `traceparent` naming `trace` and `parent`, and `headers`.
+fn traced_post(
+    server: &Binary,
+    path: &str,
+    (trace, parent): (&str, &str),
+    headers: &[(&str, &str)],
+) -> reqwest::RequestBuilder {
+    let mut request = server
+        .api
+        .client
+        .post(format!("{}{path}", server.api.base))
+        .header("traceparent", format!("00-{trace}-{parent}-01"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request
 }
 
 /// A `tools/call` on `/mcp` (2025-11-25, JSON), with an HTTP `traceparent` when given.
@@ -770,12 +789,8 @@ async fn only_the_baggage_named_in_the_configuration_becomes_an_attribute() {
             &[("TOOLGATE_TELEMETRY__BAGGAGE_ATTRIBUTES", "[\"tenant\"]")],
         ),
     );
-    let response = server
-        .api
-        .client
-        .post(format!("{}/tools/echo/call", server.api.base))
-        .header("traceparent", format!("00-{TRACE}-{PARENT}-01"))
-        .header("baggage", "tenant=acme,session=s3cr3t")
+    let baggage = [("baggage", "tenant=acme,session=s3cr3t")];
+    let response = traced_post(&server, "/tools/echo/call", (TRACE, PARENT), &baggage)
         .json(&json!({"input": {"text": "x"}}))
         .send()
         .await
@@ -823,4 +838,68 @@ async fn an_upstream_over_streamable_http_gets_the_context_in_its_headers_too() 
     let sent = body["output"]["traceparent"].as_str().unwrap();
     assert!(sent.starts_with("00-") && !sent.contains(TRACE), "{sent}");
     assert_eq!(body["output"]["header"], sent);
+}
+
+#[tokio::test]
+async fn an_interrupted_call_run_again_by_its_repeat_links_to_the_run_it_lost() {
+    let (collector, url) = Collector::start().await;
+    let location = Location::new(Backend::Sqlite).await;
+    let lost = "55555555555555555555555555555555";
+    let lost_span = "1111111111111111";
+    {
+        // A previous process recorded the intent of a keyed echo in a trace, then died (its
+        // store is dropped, never closed).
+        let store = open_store(&location).await;
+        store
+            .insert_call(
+                NewCall {
+                    call_id: "call_lost".into(),
+                    tool: "echo".into(),
+                    effect: Effect::Read,
+                    caller: None,
+                    input: json!({"text": "again"}),
+                    idempotency_key: Some(client_key_scope(None, "echo-lost")),
+                    attempts: 1,
+                    created_at: Timestamp::now(),
+                    trace: Some(format!("00-{lost}-{lost_span}-01")),
+                },
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let server = start(&location, &traced(&url, &[]));
+    let (_, record) = server.api.get("/calls/call_lost").await;
+    assert_eq!(record["status"], "interrupted", "{record}");
+    assert_eq!(record["trace_id"], lost);
+
+    let repeat = "66666666666666666666666666666666";
+    let key = [("idempotency-key", "echo-lost")];
+    let response = traced_post(&server, "/tools/echo/call", (repeat, PARENT), &key)
+        .json(&json!({"input": {"text": "again"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["call_id"], "call_lost", "{body}");
+
+    let run = collector.span(repeat, "execute_tool echo").await;
+    assert_eq!(
+        run.attribute("toolgate.call_id").as_deref(),
+        Some("call_lost")
+    );
+    assert_eq!(
+        run.attribute("toolgate.status").as_deref(),
+        Some("completed")
+    );
+    assert!(
+        run.span
+            .links
+            .iter()
+            .any(|link| hex::encode(&link.trace_id) == lost
+                && hex::encode(&link.span_id) == lost_span),
+        "the run links to the one that was interrupted: {:?}",
+        run.span.links
+    );
 }

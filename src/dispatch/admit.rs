@@ -310,7 +310,6 @@ impl Dispatcher {
         let created_at = Timestamp::now();
         let call_id = ids::new_call_id(created_at.0);
         tracing::Span::current().record("call_id", call_id.as_str());
-        spans::call_id(&call_id);
         let call = NewCall {
             call_id: call_id.clone(),
             tool: dyn_tool.name().to_owned(),
@@ -361,7 +360,6 @@ impl Dispatcher {
         asked: Option<&Suspension>,
     ) -> Result<CallResult, DispatchError> {
         tracing::Span::current().record("call_id", existing.call_id.as_str());
-        spans::call_id(&existing.call_id);
         if existing.input != *input {
             return Err(DispatchError::IdempotencyKeyReused {
                 call_id: Some(existing.call_id),
@@ -389,6 +387,8 @@ impl Dispatcher {
                         call_id: existing.call_id,
                     });
                 };
+                // This request's run of the call is linked to the run that was interrupted.
+                spans::link_to_call(existing.traceparent.as_deref());
                 // An interrupted re-dispatch of an approval resumes with the approver's input:
                 // the person is not asked twice.
                 let start = Start::of(rerun.resume_input, asked.cloned().map(Box::new));
@@ -538,6 +538,20 @@ fn under_call_span<'a>(
     let span = spans::call(tool, effect.as_str());
     Box::pin(async move {
         let result = run.instrument(span.clone()).await;
+        let call_id = match &result {
+            Ok(answer) => Some(&answer.call_id),
+            Err(
+                DispatchError::CallInProgress { call_id }
+                | DispatchError::NeedsReconciliation { call_id, .. }
+                | DispatchError::IdempotencyKeyReused {
+                    call_id: Some(call_id),
+                },
+            ) => Some(call_id),
+            Err(_) => None,
+        };
+        if let Some(call_id) = call_id {
+            spans::call_id(&span, call_id);
+        }
         traced(&span, &result);
         result
     })

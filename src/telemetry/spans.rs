@@ -143,11 +143,12 @@ pub fn call(tool: &str, effect: &str) -> Span {
     )
 }
 
-/// Records the id of the call the current span is about, once it has one.
-pub fn call_id(call_id: &str) {
-    if enabled() {
-        Span::current().record("toolgate.call_id", call_id);
-    }
+/// Records the id of the call `span` (its `execute_tool` span) is about, once the call has
+/// answered: recorded once, as the id is not known for sure before (a keyed request's new id
+/// gives way to the existing call's when its key has one), and an attribute recorded twice is
+/// exported twice.
+pub fn call_id(span: &Span, call_id: &str) {
+    span.record("toolgate.call_id", call_id);
 }
 
 /// Records a call's outcome on its [`call`] span: its status, or the error code it was
