@@ -309,7 +309,7 @@ async fn a_rest_call_is_a_child_of_the_callers_span_with_its_call_and_attempt_be
         call.attribute("gen_ai.operation.name").as_deref(),
         Some("execute_tool")
     );
-    assert_eq!(call.attribute("toolgate.call_id"), Some(call_id));
+    assert_eq!(call.attribute("toolgate.call_id").as_ref(), Some(&call_id));
     assert_eq!(call.attribute("toolgate.effect").as_deref(), Some("read"));
     assert_eq!(
         call.attribute("toolgate.status").as_deref(),
@@ -318,6 +318,15 @@ async fn a_rest_call_is_a_child_of_the_callers_span_with_its_call_and_attempt_be
 
     let attempt = collector.span(TRACE, "attempt 1").await;
     assert_eq!(attempt.parent_id(), call.span_id());
+
+    // The read's record, written behind its answer (batched with others on SQLite), keeps the
+    // trace it ran in.
+    let record = eventually("the read's record", async || {
+        let (status, record) = server.api.get(&format!("/calls/{call_id}")).await;
+        (status == StatusCode::OK).then_some(record)
+    })
+    .await;
+    assert_eq!(record["trace_id"], TRACE, "{record}");
 
     nothing_leaks(&collector.spans(), "a secret input");
 }

@@ -244,9 +244,9 @@ fn log_read_record_result(call_id: &str, result: rusqlite::Result<usize>) {
 /// cursor on each of the table's B-trees and indexes, halting, resetting) is then shared.
 const COMPLETED_READS_PER_INSERT: usize = 32;
 /// The parameters [`bind_completed_read`] binds per row.
-const COMPLETED_READ_PARAMS: usize = 9;
+const COMPLETED_READ_PARAMS: usize = 10;
 
-/// Binds one completed read's row as parameters `offset + 1 ..= offset + 9`.
+/// Binds one completed read's row as parameters `offset + 1 ..= offset + 10`.
 fn bind_completed_read(
     statement: &mut rusqlite::Statement<'_>,
     offset: usize,
@@ -261,7 +261,8 @@ fn bind_completed_read(
     statement.raw_bind_parameter(offset + 6, &outcome.output)?;
     statement.raw_bind_parameter(offset + 7, i64::from(call.attempts))?;
     statement.raw_bind_parameter(offset + 8, call.created_at)?;
-    statement.raw_bind_parameter(offset + 9, outcome.at)
+    statement.raw_bind_parameter(offset + 9, outcome.at)?;
+    statement.raw_bind_parameter(offset + 10, &call.trace)
 }
 
 /// [`INSERT_CALL`] for the most common row by far, a completed read written behind its answer,
@@ -281,14 +282,14 @@ fn insert_completed_reads_sql(rows: usize) -> &'static str {
                     .collect();
                 format!(
                     "({}, {}, {}, {}, 'completed', {}, {}, NULL, NULL, {}, {}, {}, \
-                     '{DERIVED_EVENTS}')",
-                    p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
+                     '{DERIVED_EVENTS}', {})",
+                    p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]
                 )
             })
             .collect();
         format!(
             "INSERT INTO calls (call_id, tool, effect, caller, status, input, output, error, \
-             idempotency_key, attempts, created_at, updated_at, events) VALUES {} \
+             idempotency_key, attempts, created_at, updated_at, events, trace) VALUES {} \
              ON CONFLICT DO NOTHING",
             values.join(", ")
         )
