@@ -224,9 +224,7 @@ impl Gate {
             Principal::anonymous()
         };
         self.permit(&principal)?;
-        if let Some(name) = &principal.name {
-            crate::telemetry::spans::principal(name);
-        }
+        crate::telemetry::spans::principal(principal.name.as_deref());
         request.extensions_mut().insert(principal);
         Ok(Checked::Admitted)
     }
@@ -296,9 +294,7 @@ impl RoutePolicy for Gate {
                         .map_err(|refused| gate.refusal(token_refusal(refused)))?;
                     gate.permit(&principal)
                         .map_err(|refused| gate.refusal(refused))?;
-                    if let Some(name) = &principal.name {
-                        crate::telemetry::spans::principal(name);
-                    }
+                    crate::telemetry::spans::principal(principal.name.as_deref());
                     let mut found = axum::http::Extensions::new();
                     found.insert(principal);
                     let kept = gate.keys.issuers.resource().map(|_| gate.clone());

@@ -172,12 +172,32 @@ pub struct CallRecord {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<CallEvent>,
     /// The trace the call was made in, when traces were exported (32 hex digits): find the
-    /// call, the decision that released it and its re-run in a trace viewer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trace_id: Option<String>,
-    /// The call's span context, to link what follows to it (not shown).
-    #[serde(skip)]
+    /// call, the decision that released it and its re-run in a trace viewer. Kept as the
+    /// call's span context (its W3C `traceparent`), to link what follows to it; only the trace
+    /// id is shown.
+    #[serde(
+        rename = "trace_id",
+        serialize_with = "trace_id_of",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>)]
     pub traceparent: Option<String>,
+}
+
+/// The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`), serialized.
+fn trace_id_of<S: serde::Serializer>(
+    traceparent: &Option<String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    let id = traceparent.as_deref().and_then(|traceparent| {
+        let id = traceparent.get(3..35)?;
+        (traceparent.get(2..3) == Some("-") && id.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then_some(id)
+    });
+    match id {
+        Some(id) => serializer.serialize_str(id),
+        None => serializer.serialize_none(),
+    }
 }
 
 impl CallRecord {

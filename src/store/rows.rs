@@ -69,12 +69,6 @@ pub(crate) struct RawSuspension {
     expires_at: Option<i64>,
 }
 
-/// The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`).
-fn trace_id_of(traceparent: &str) -> Option<&str> {
-    let id = traceparent.get(3..35)?;
-    (traceparent.get(2..3) == Some("-") && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
-}
-
 /// The effect stored as `s`.
 pub(crate) fn parse_effect(s: &str) -> Result<Effect, StoreError> {
     match s {
@@ -151,11 +145,6 @@ impl RawCall {
             updated_at: Timestamp(self.updated_at),
             attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
             events,
-            trace_id: self
-                .trace
-                .as_deref()
-                .and_then(trace_id_of)
-                .map(str::to_owned),
             traceparent: self.trace,
         })
     }

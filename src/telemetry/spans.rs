@@ -116,9 +116,9 @@ pub fn answered(span: &Span, status: u16) {
     }
 }
 
-/// Names the principal of the request being served, on its [`server`] span.
-pub fn principal(name: &str) {
-    if enabled() {
+/// Names the principal of the request being served, if it has a name, on its [`server`] span.
+pub fn principal(name: Option<&str>) {
+    if let Some(name) = name.filter(|_| enabled()) {
         Span::current().record("enduser.id", name);
     }
 }
@@ -156,8 +156,7 @@ pub fn call_id(span: &Span, call_id: &str) {
 pub fn outcome(span: &Span, status: &str, error: Option<&str>) {
     span.record("toolgate.status", status);
     if let Some(error) = error {
-        span.record("error.type", error);
-        span.record("otel.status_code", "error");
+        failed(span, error);
     }
 }
 
@@ -205,6 +204,30 @@ pub fn upstream_call(remote: &str, upstream: &str) -> Span {
         toolgate.upstream = upstream,
         error.type = Empty,
     )
+}
+
+/// Records what came of a [`webhook_attempt`]: the receiver's status, if it answered, and
+/// whether the delivery failed (a status, or `transport` when none came).
+pub fn webhook_answered(span: &Span, status: Option<u16>, delivered: bool) {
+    if let Some(status) = status {
+        span.record("http.response.status_code", status);
+    }
+    if !delivered {
+        failed(
+            span,
+            &status.map_or_else(|| "transport".into(), |s| s.to_string()),
+        );
+    }
+}
+
+/// The `traceparent` and `tracestate` headers of a request sent under `span` (none when the
+/// span is off).
+pub fn headers_of(span: &Span) -> axum::http::HeaderMap {
+    let mut headers = axum::http::HeaderMap::new();
+    if !span.is_none() {
+        propagation::inject_headers(&span.context(), &mut headers);
+    }
+    headers
 }
 
 /// The `_meta` of a request sent under `span`: its `traceparent` and `tracestate`. `None` when

@@ -62,16 +62,11 @@ pub(super) async fn sender(mut run: Loop) {
                 if !span.is_none() {
                     match &result {
                         DeliveryResult::Delivered { status } => {
-                            span.record("http.response.status_code", status);
+                            spans::webhook_answered(&span, Some(*status), true);
                         }
-                        DeliveryResult::Retry { status, .. } | DeliveryResult::Failed { status, .. } => {
-                            match status {
-                                Some(status) => {
-                                    span.record("http.response.status_code", status);
-                                    spans::failed(&span, &status.to_string());
-                                }
-                                None => spans::failed(&span, "transport"),
-                            }
+                        DeliveryResult::Retry { status, .. }
+                        | DeliveryResult::Failed { status, .. } => {
+                            spans::webhook_answered(&span, *status, false);
                         }
                     }
                 }
@@ -111,15 +106,10 @@ async fn attempt(shared: &Shared, delivery: &Delivery, span: &tracing::Span) -> 
         };
     }
     let timestamp = Timestamp::now().0 / 1000;
-    let mut request = hook.client.post(hook.url.clone());
-    if let Some(traceparent) = spans::meta_of(span)
-        .as_ref()
-        .and_then(|meta| meta.get("traceparent"))
-        .and_then(|value| value.as_str())
-    {
-        request = request.header("traceparent", traceparent);
-    }
-    let response = request
+    let response = hook
+        .client
+        .post(hook.url.clone())
+        .headers(spans::headers_of(span))
         .header("content-type", "application/json")
         .header("webhook-id", &delivery.message_id)
         .header("webhook-timestamp", timestamp.to_string())
