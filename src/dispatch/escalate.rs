@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use super::Dispatcher;
+use super::live::Generation;
 use super::who::Principal;
 use crate::store::{CallRecord, StoreError, Timestamp};
 
@@ -59,12 +60,21 @@ impl Dispatcher {
     /// Whether an escalated approval of `tool` reaches `principal` through its policy's
     /// `escalate_to`.
     pub(super) fn escalation_reaches(&self, principal: &Principal, tool: &str) -> bool {
-        self.live
-            .current()
-            .policy(tool)
-            .and_then(|policy| policy.settings.approval.as_ref())
-            .is_some_and(|gate| principal.reached_by_escalation(&gate.escalate_to))
+        escalation_reaches(&self.live.current(), principal, tool)
     }
+}
+
+/// Whether an escalated approval of `tool` reaches `principal` through the `escalate_to` of its
+/// policy in `generation`.
+pub(super) fn escalation_reaches(
+    generation: &Generation,
+    principal: &Principal,
+    tool: &str,
+) -> bool {
+    generation
+        .policy(tool)
+        .and_then(|policy| policy.settings.approval.as_ref())
+        .is_some_and(|gate| principal.reached_by_escalation(&gate.escalate_to))
 }
 
 /// Whether `call` waits on a suspension that was escalated: an `escalated` event since it was

@@ -22,7 +22,8 @@
 //!
 //! HTTP is not known here, and neither is any door: each translates its protocol into these
 //! calls, passing who asks ([`who::Principal`]), and the answers back. The rules every door
-//! shares are kept here, once: who sees which call (`who`), how deep JSON may nest and what an
+//! shares are kept here, once: who sees which call (`who`, applied by `visible` to every read:
+//! one call, a listing, a wait, the event stream of `events`), how deep JSON may nest and what an
 //! idempotency key may be (`admit`), what a person may write (`resolve`), and how a request is
 //! held until a call changes (`wait`).
 //!
@@ -40,6 +41,7 @@ mod attempt;
 pub mod condition;
 pub mod config;
 mod escalate;
+mod events;
 pub mod live;
 mod outcome;
 pub mod quota;
@@ -55,13 +57,15 @@ pub mod who;
 pub use admit::{check_idempotency_key, client_key_scope};
 pub use condition::Expression;
 pub(crate) use escalate::escalated;
+pub use events::{EventFilter, Resume};
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
 pub use resolve::{
-    ApprovalProgress, ApprovalRule, Approved, MAX_REASON_CHARS, Withheld, rejection_reason,
-    settlement_error,
+    ApprovalProgress, ApprovalRule, Approved, MAX_REASON_CHARS, ReasonRefused, Withheld,
+    rejection_reason, settlement_error,
 };
 pub use running::Running;
 pub use settings::{ApprovalGate, CallOptions, DispatchConfig, ToolSettings};
+pub use visible::SeenCall;
 
 use std::sync::Arc;
 

@@ -306,8 +306,12 @@ pub enum DispatchError {
     /// JSON nested deeper than the dispatcher accepts (its `max_json_depth`).
     #[error("the JSON is nested deeper than {0} levels")]
     TooDeep(usize),
-    /// What a person wrote does not fit the lifecycle's rules (see `resolve`); the message says
-    /// what it must be.
+    /// A rejection's reason or a settlement's error the lifecycle does not record (see
+    /// `resolve`): too long, or (an error) saying nothing.
+    #[error(transparent)]
+    ReasonRefused(#[from] super::resolve::ReasonRefused),
+    /// What a person asked does not fit the lifecycle's rules (a rejection option the policy
+    /// does not offer); the message says what it must be.
     #[error("{0}")]
     BadRequest(String),
     /// The store failed.

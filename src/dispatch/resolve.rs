@@ -2,9 +2,10 @@
 //! tool again, with the approver's input), rejecting it, completing it with work done outside
 //! the server, and settling a call that needs reconciliation.
 //!
-//! The rules on what a person writes are the lifecycle's, so every door keeps them alike: a
-//! rejection's reason is optional, and an empty or blank one is recorded as none; a
-//! settlement's `error` must say something; both are at most [`MAX_REASON_CHARS`].
+//! The rules on what a person writes are the lifecycle's, so every door records the same text
+//! alike: a rejection's reason and a settlement's error are trimmed; a reason empty or blank is
+//! recorded as none, an error must say something; both are at most [`MAX_REASON_CHARS`]
+//! (counted once trimmed). A door only words a refusal ([`ReasonRefused`]).
 
 use serde_json::Value;
 use tracing::Instrument as _;
@@ -23,28 +24,48 @@ use crate::telemetry::spans;
 /// a settlement's error, and a suspension's own reason (cut there, see `attempt`).
 pub const MAX_REASON_CHARS: usize = 4096;
 
-/// A rejection's reason as recorded: `None` when it is missing, empty or blank; refused past
-/// [`MAX_REASON_CHARS`].
-pub fn rejection_reason(reason: Option<String>) -> Result<Option<String>, DispatchError> {
-    match reason {
-        Some(reason) if reason.chars().count() > MAX_REASON_CHARS => {
-            Err(DispatchError::BadRequest(format!(
-                "`reason` is longer than {MAX_REASON_CHARS} characters."
-            )))
-        }
-        Some(reason) if !reason.trim().is_empty() => Ok(Some(reason)),
-        _ => Ok(None),
+/// What a person wrote that the lifecycle refuses to record; its message says, for an API
+/// client, what the text must be (a door with a form words it its own way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReasonRefused {
+    /// A rejection's `reason` longer than [`MAX_REASON_CHARS`].
+    #[error("`reason` is longer than {MAX_REASON_CHARS} characters.")]
+    ReasonTooLong,
+    /// A settlement's `error` that says nothing, or is longer than [`MAX_REASON_CHARS`].
+    #[error(
+        "`error` must say why the effect did not happen, in 1 to {MAX_REASON_CHARS} characters."
+    )]
+    ErrorOutOfBounds,
+}
+
+/// `text` without the white space around it, reusing its allocation when there is none.
+fn trimmed(text: String) -> String {
+    let trimmed = text.trim();
+    if trimmed.len() == text.len() {
+        text
+    } else {
+        trimmed.to_owned()
     }
 }
 
-/// Refuses a settlement's error that says nothing (empty or blank) or is longer than
-/// [`MAX_REASON_CHARS`].
-pub fn settlement_error(error: String) -> Result<String, DispatchError> {
-    if error.trim().is_empty() || error.chars().count() > MAX_REASON_CHARS {
-        return Err(DispatchError::BadRequest(format!(
-            "`error` must say why the effect did not happen, in 1 to {MAX_REASON_CHARS} \
-             characters."
-        )));
+/// A rejection's reason as recorded: trimmed; `None` when it is missing, empty or blank;
+/// refused past [`MAX_REASON_CHARS`].
+pub fn rejection_reason(reason: Option<String>) -> Result<Option<String>, ReasonRefused> {
+    let Some(reason) = reason.map(trimmed).filter(|reason| !reason.is_empty()) else {
+        return Ok(None);
+    };
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Err(ReasonRefused::ReasonTooLong);
+    }
+    Ok(Some(reason))
+}
+
+/// A settlement's error as recorded: trimmed; refused when it says nothing (empty or blank)
+/// or is longer than [`MAX_REASON_CHARS`].
+pub fn settlement_error(error: String) -> Result<String, ReasonRefused> {
+    let error = trimmed(error);
+    if error.is_empty() || error.chars().count() > MAX_REASON_CHARS {
+        return Err(ReasonRefused::ErrorOutOfBounds);
     }
     Ok(error)
 }

@@ -3,6 +3,11 @@
 //! reads through here, so an approval a principal may not decide is absent on all of them
 //! alike (REST, the inbox, the change feed's readers).
 //!
+//! Who may see a call is one rule, [`Dispatcher::may_see`], which every read applies: one call,
+//! a listing, a wait, the event stream ([`Dispatcher::events`](super::Dispatcher::events)) and
+//! the inbox. It reads only what a call carries ([`SeenCall`]) and the tool's policy, held in
+//! memory, so a listing or a stream pays no store read per item for it.
+//!
 //! A page for a principal whose `decides` leaves tools out is read in rounds, each asking the
 //! store for as many as are still missing and keeping those the principal may see, at most
 //! [`MAX_ROUNDS`] of them: such a page may hold fewer than its limit (even none) while
@@ -10,12 +15,64 @@
 
 use std::future::Future;
 
-use super::escalate::escalated;
+use super::escalate::{escalated, escalation_reaches};
+use super::live::Live;
 use super::who::{Principal, Role};
 use super::{DispatchError, Dispatcher};
 use crate::store::{
-    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, StoreError,
+    Approval, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallSummary,
+    StoreError,
 };
+
+/// What the rule of who may see a call reads of it: who made it, its tool, and whether an
+/// approval of it was ever escalated. A call's record and a listed call (a feed entry's too)
+/// both carry it.
+pub trait SeenCall {
+    /// The name of the principal that made the call (`None` with auth off).
+    fn caller(&self) -> Option<&str>;
+    /// The tool called.
+    fn tool(&self) -> &str;
+    /// Whether an approval of the call was ever escalated.
+    fn ever_escalated(&self) -> bool;
+}
+
+impl SeenCall for CallRecord {
+    fn caller(&self) -> Option<&str> {
+        self.caller.as_deref()
+    }
+
+    fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    fn ever_escalated(&self) -> bool {
+        self.events.iter().any(|event| event.kind == "escalated")
+    }
+}
+
+impl SeenCall for CallSummary {
+    fn caller(&self) -> Option<&str> {
+        self.caller.as_deref()
+    }
+
+    fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    fn ever_escalated(&self) -> bool {
+        self.escalated
+    }
+}
+
+/// The rule, against the tool policies `live` serves now: `principal` sees its own calls; an
+/// approver or an admin, those of the tools it decides; and anyone an escalation of a call
+/// reached (its policy's `escalate_to`), that call, from its escalation on, decided or not, so
+/// that whoever decided it reads what came of it. The policies are looked at only for an
+/// escalated call the narrower rule leaves out.
+pub(super) fn sees(live: &Live, principal: &Principal, call: &impl SeenCall) -> bool {
+    principal.sees_by_reach(call.caller(), call.tool())
+        || (call.ever_escalated() && escalation_reaches(&live.current(), principal, call.tool()))
+}
 
 /// The most store reads one page of a filtered listing takes.
 const MAX_ROUNDS: usize = 8;
@@ -49,8 +106,15 @@ where
 }
 
 impl Dispatcher {
-    /// The call `call_id` as `principal` may see it (a caller, only its own; an approver, only
-    /// calls of the tools it decides): any other is `UnknownCall`, as if it did not exist.
+    /// Whether `principal` may see `call`: its own; an approver's or an admin's, one of a tool
+    /// it decides; or one an escalation reached it for (see [`sees`]). The one rule of every
+    /// read.
+    pub fn may_see(&self, principal: &Principal, call: &impl SeenCall) -> bool {
+        sees(&self.live, principal, call)
+    }
+
+    /// The call `call_id` as `principal` may see it (see [`Dispatcher::may_see`]): any other
+    /// is `UnknownCall`, as if it did not exist.
     pub async fn visible_call(
         &self,
         principal: &Principal,
@@ -59,17 +123,12 @@ impl Dispatcher {
         self.store
             .call(call_id)
             .await?
-            .filter(|call| {
-                // Reached by an escalation: the call stays visible once decided, so that whoever
-                // decided it reads what came of it.
-                principal.may_see(&call.caller, &call.tool)
-                    || (escalated(call) && self.escalation_reaches(principal, &call.tool))
-            })
+            .filter(|call| self.may_see(principal, call))
             .ok_or_else(|| DispatchError::UnknownCall(call_id.to_owned()))
     }
 
-    /// A page of calls, newest first, matching `filter`, of those `principal` may see (an
-    /// approver's or admin's listing: the calls of the tools it decides).
+    /// A page of calls, newest first, matching `filter`, of those `principal` may see (see
+    /// [`Dispatcher::may_see`]).
     pub async fn visible_calls(
         &self,
         principal: &Principal,
@@ -90,7 +149,7 @@ impl Dispatcher {
                     Ok((page.calls, page.next_cursor))
                 }
             },
-            |call| principal.may_see(&call.caller, &call.tool),
+            |call| sees(&self.live, principal, call),
         )
         .await?;
         Ok(CallPage { calls, next_cursor })

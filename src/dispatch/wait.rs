@@ -95,16 +95,12 @@ impl Dispatcher {
                     CallStatus::NeedsReconciliation => {
                         Some(Err(DispatchError::NeedsReconciliation {
                             call_id: call.call_id.clone(),
-                            call: principal
-                                .may_see(&call.caller, &call.tool)
-                                .then(|| Box::new(call)),
+                            call: self.may_see(principal, &call).then(|| Box::new(call)),
                         }))
                     }
                     _ => CallOutcome::from_record(&call).map(|outcome| {
                         let outcome = match outcome {
-                            CallOutcome::Suspended { .. }
-                                if !principal.may_see(&call.caller, &call.tool) =>
-                            {
+                            CallOutcome::Suspended { .. } if !self.may_see(principal, &call) => {
                                 CallOutcome::Withheld
                             }
                             outcome => outcome,

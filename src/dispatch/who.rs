@@ -177,10 +177,11 @@ impl Principal {
         self.role != Role::Caller
     }
 
-    /// Whether this principal may see a call of `tool` made by `caller`: its own, or (an
-    /// approver's or admin's) one of a tool it decides.
-    pub fn may_see(&self, caller: &Option<String>, tool: &str) -> bool {
-        *caller == self.name || (self.sees_all_calls() && self.decides.allows(tool))
+    /// Whether this principal's own reach shows it a call of `tool` made by `caller`: its own,
+    /// or (an approver's or admin's) one of a tool it decides. The whole rule, which an
+    /// escalation widens, is `Dispatcher::may_see`.
+    pub(super) fn sees_by_reach(&self, caller: Option<&str>, tool: &str) -> bool {
+        caller == self.name.as_deref() || (self.sees_all_calls() && self.decides.allows(tool))
     }
 
     /// Whether this principal may see and decide an approval of `tool`.
@@ -236,13 +237,13 @@ mod tests {
     #[test]
     fn a_caller_sees_only_its_own_calls() {
         let agent = Principal::new(Some("agent".into()), Role::Caller);
-        assert!(agent.may_see(&Some("agent".into()), "echo"));
-        assert!(!agent.may_see(&Some("other".into()), "echo"));
-        assert!(!agent.may_see(&None, "echo"));
+        assert!(agent.sees_by_reach(Some("agent"), "echo"));
+        assert!(!agent.sees_by_reach(Some("other"), "echo"));
+        assert!(!agent.sees_by_reach(None, "echo"));
         assert!(!agent.may_decide("echo"));
         let ops = Principal::new(Some("ops".into()), Role::Approver);
-        assert!(ops.may_see(&Some("agent".into()), "echo"));
-        assert!(Principal::anonymous().may_see(&Some("agent".into()), "echo"));
+        assert!(ops.sees_by_reach(Some("agent"), "echo"));
+        assert!(Principal::anonymous().sees_by_reach(Some("agent"), "echo"));
     }
 
     #[test]
@@ -254,15 +255,15 @@ mod tests {
         assert!(finance.may_decide("payments__refund"));
         assert!(finance.may_decide("issue_refund"));
         assert!(!finance.may_decide("files__write"));
-        assert!(!finance.may_see(&Some("agent".into()), "files__write"));
-        assert!(finance.may_see(&Some("agent".into()), "payments__charge"));
+        assert!(!finance.sees_by_reach(Some("agent"), "files__write"));
+        assert!(finance.sees_by_reach(Some("agent"), "payments__charge"));
         // An admin deciding few tools still sees its own calls of every tool.
         let admin = Principal {
             decides: reach(&["files__*"]),
             ..Principal::new(Some("ops".into()), Role::Admin)
         };
-        assert!(admin.may_see(&Some("ops".into()), "payments__charge"));
-        assert!(!admin.may_see(&Some("agent".into()), "payments__charge"));
+        assert!(admin.sees_by_reach(Some("ops"), "payments__charge"));
+        assert!(!admin.sees_by_reach(Some("agent"), "payments__charge"));
         assert!(!admin.may_decide("payments__charge"));
     }
 

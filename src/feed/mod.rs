@@ -28,7 +28,10 @@ pub mod stream;
 pub mod webhooks;
 
 /// An entry as the event stream and webhooks show it: `{"type", "at", "call", "suspension"?,
-/// "error"?}`, the suspension's token only `with_token` (for those who may decide).
+/// "error"?}`, the suspension's token only `with_token` (for those who may decide); a
+/// `call.approval_recorded` entry adds `"approvals"` (the approvals so far, `{approver,
+/// display_name?, at}` each, the one it records last) and `"approvals_required"`, as
+/// `GET /approvals/{token}` names them.
 pub fn entry_data(entry: &FeedEntry, with_token: bool) -> Value {
     let mut data = json!({
         "type": entry.kind,
@@ -49,6 +52,10 @@ pub fn entry_data(entry: &FeedEntry, with_token: bool) -> Value {
     }
     if let Some(error) = &entry.error {
         data["error"] = json!(error);
+    }
+    if let Some(progress) = &entry.progress {
+        data["approvals"] = json!(progress.approvals);
+        data["approvals_required"] = json!(progress.approvals_required);
     }
     data
 }

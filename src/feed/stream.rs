@@ -1,18 +1,18 @@
-//! The change feed as one principal may see it: what `GET /events` and the inbox's live queue
-//! both follow.
+//! The change feed as a stream: what `GET /events` and the inbox's live queue both follow,
+//! through the lifecycle (`Dispatcher::events`), which says which entries a principal sees.
+//! This module only follows the feed: it knows nothing of who reads it.
 //!
 //! Each stream reads the store itself, woken by the store's feed changes, so it holds no
 //! connection between reads and needs no buffer of its own; it ends at a graceful stop (or
 //! when the store fails: the client reconnects from the last entry it received).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::Stream;
 use tokio::sync::watch;
 
-use crate::dispatch::who::Principal;
 use crate::store::{FeedCursor, FeedEntry, Store, StoreError};
 
 /// How soon a stream reads again when newer entries are not final yet.
@@ -21,32 +21,6 @@ const SETTLING: Duration = Duration::from_millis(20);
 /// The entries read per page.
 const PAGE: u32 = 100;
 
-/// Which entries a stream shows, and how.
-#[derive(Debug, Clone)]
-pub struct Audience {
-    /// Who reads: entries of the calls it may see (a caller's own; an approver's, of the tools
-    /// it decides).
-    pub viewer: Principal,
-    /// Whether suspensions carry their token (only ever for those who may approve).
-    pub tokens: bool,
-    /// Only these types of entry.
-    pub types: Option<HashSet<String>>,
-    /// Only calls of this tool.
-    pub tool: Option<String>,
-}
-
-impl Audience {
-    /// Every entry `viewer` may see, without suspension tokens.
-    pub fn of(viewer: Principal) -> Audience {
-        Audience {
-            viewer,
-            tokens: false,
-            types: None,
-            tool: None,
-        }
-    }
-}
-
 /// One entry as a stream shows it.
 #[derive(Debug, Clone)]
 pub struct FeedEvent {
@@ -54,8 +28,21 @@ pub struct FeedEvent {
     pub kind: String,
     /// Its cursor: a reconnecting client resumes right after it.
     pub id: String,
-    /// `{type, at, call, suspension?}`, as JSON text.
+    /// `{type, at, call, suspension?, error?, approvals?, approvals_required?}`, as JSON text
+    /// (see [`super::entry_data`]).
     pub data: String,
+}
+
+impl FeedEvent {
+    /// `entry` as a stream shows it, its suspension's token only `with_token`.
+    pub fn of(entry: FeedEntry, with_token: bool) -> Option<FeedEvent> {
+        let data = serde_json::to_string(&super::entry_data(&entry, with_token)).ok()?;
+        Some(FeedEvent {
+            kind: entry.kind,
+            id: entry.cursor.0,
+            data,
+        })
+    }
 }
 
 /// Where a stream starts: right after `resume` (an entry's cursor a client received; checked
@@ -75,20 +62,24 @@ pub async fn start_cursor(
     }
 }
 
-/// The feed from `cursor` on, as `audience` may see it; it ends when `released` turns true.
-pub fn follow(
+/// The feed from `cursor` on, each entry as `show` shows it (`None`: not at all); it ends
+/// when `released` turns true.
+pub fn follow<F>(
     store: Arc<dyn Store>,
     cursor: FeedCursor,
     released: watch::Receiver<bool>,
-    audience: Audience,
-) -> impl Stream<Item = FeedEvent> + Send + 'static {
+    show: F,
+) -> impl Stream<Item = FeedEvent> + Send + 'static
+where
+    F: FnMut(FeedEntry) -> Option<FeedEvent> + Send + 'static,
+{
     let follow = Follow {
         changes: store.feed_changes(),
         store,
         cursor,
         ready: VecDeque::new(),
         released,
-        audience,
+        show,
     };
     futures_util::stream::unfold(follow, |mut follow| async move {
         let event = follow.next().await?;
@@ -97,16 +88,16 @@ pub fn follow(
 }
 
 /// One stream's position in the feed.
-struct Follow {
+struct Follow<F> {
     store: Arc<dyn Store>,
     cursor: FeedCursor,
     ready: VecDeque<FeedEvent>,
     changes: watch::Receiver<u64>,
     released: watch::Receiver<bool>,
-    audience: Audience,
+    show: F,
 }
 
-impl Follow {
+impl<F: FnMut(FeedEntry) -> Option<FeedEvent>> Follow<F> {
     /// The next event, or `None` when the stream ends.
     async fn next(&mut self) -> Option<FeedEvent> {
         loop {
@@ -122,7 +113,7 @@ impl Follow {
             let settling = page.settling;
             self.cursor = page.cursor;
             for entry in page.entries {
-                if let Some(event) = self.event(entry) {
+                if let Some(event) = (self.show)(entry) {
                     self.ready.push_back(event);
                 }
             }
@@ -140,37 +131,5 @@ impl Follow {
                 _ = self.released.wait_for(|released| *released) => return None,
             }
         }
-    }
-
-    /// The entry as this stream shows it, if it may and wants to.
-    fn event(&self, entry: FeedEntry) -> Option<FeedEvent> {
-        let audience = &self.audience;
-        if !audience
-            .viewer
-            .may_see(&entry.call.caller, &entry.call.tool)
-        {
-            return None;
-        }
-        if audience
-            .types
-            .as_ref()
-            .is_some_and(|t| !t.contains(&entry.kind))
-        {
-            return None;
-        }
-        if audience
-            .tool
-            .as_ref()
-            .is_some_and(|t| *t != entry.call.tool)
-        {
-            return None;
-        }
-        let tokens = audience.tokens && audience.viewer.sees_all_calls();
-        let data = serde_json::to_string(&super::entry_data(&entry, tokens)).ok()?;
-        Some(FeedEvent {
-            kind: entry.kind,
-            id: entry.cursor.0,
-            data,
-        })
     }
 }

@@ -538,6 +538,11 @@ impl From<StoreError> for ApiError {
                 ApiError::StoreUnavailable
             }
             StoreError::LeaseLost(call) => ApiError::LeaseLost(call),
+            // A client's resume point of the change feed (`Last-Event-ID`, `?after=`).
+            StoreError::CursorExpired => ApiError::CursorExpired,
+            StoreError::BadCursor(_) => ApiError::BadRequest(
+                "The cursor is not one this server handed out as an event `id`.".into(),
+            ),
             err => {
                 tracing::error!(error = %err, "store failure");
                 ApiError::Internal
@@ -591,6 +596,7 @@ impl From<DispatchError> for ApiError {
                 ApiError::BadRequest(format!("The JSON is nested deeper than {max} levels."))
             }
             DispatchError::BadRequest(message) => ApiError::BadRequest(message),
+            DispatchError::ReasonRefused(refused) => ApiError::BadRequest(refused.to_string()),
             DispatchError::SuspensionExpired(call) => ApiError::SuspensionExpired(call),
             DispatchError::CompletionNotAllowed(tool) => ApiError::CompletionNotAllowed(tool),
             DispatchError::OutputSchemaViolation(violations) => {

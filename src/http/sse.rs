@@ -1,5 +1,6 @@
 //! The change feed over Server-Sent Events, for every door that streams it (`GET /events`, the
-//! inbox's live queue): where a reconnecting client resumes, and the events as SSE.
+//! inbox's live queue): where a reconnecting client resumes, and the events as SSE. Which events
+//! a principal sees is the lifecycle's to say (`Dispatcher::events`).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -8,10 +9,8 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::{Stream, StreamExt};
 
-use super::error::ApiError;
 use crate::dispatch::quota::HeldPermit;
 use crate::feed::stream::FeedEvent;
-use crate::store::{FeedCursor, Store, StoreError};
 
 /// How often an idle stream sends a comment, so that proxies keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -24,23 +23,6 @@ pub fn resume_point(headers: &HeaderMap, after: Option<String>) -> Option<String
         .map(str::to_owned)
         .filter(|id| !id.is_empty())
         .or(after)
-}
-
-/// Where a stream starts (see [`crate::feed::stream::start_cursor`]), with a bad or expired
-/// cursor answered in the envelope.
-pub async fn start_cursor(
-    store: &dyn Store,
-    resume: Option<String>,
-) -> Result<FeedCursor, ApiError> {
-    crate::feed::stream::start_cursor(store, resume)
-        .await
-        .map_err(|err| match err {
-            StoreError::CursorExpired => ApiError::CursorExpired,
-            StoreError::BadCursor(_) => ApiError::BadRequest(
-                "The cursor is not one this server handed out as an event `id`.".into(),
-            ),
-            other => other.into(),
-        })
 }
 
 /// The events as Server-Sent Events: `event:` the type, `id:` the cursor, `data:` the entry.

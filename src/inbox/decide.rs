@@ -25,7 +25,7 @@ use crate::Effect;
 use crate::contract::error::InputViolation;
 use crate::dispatch::who::Principal;
 use crate::dispatch::{DispatchError, Dispatcher};
-use crate::dispatch::{MAX_REASON_CHARS, settlement_error};
+use crate::dispatch::{MAX_REASON_CHARS, ReasonRefused};
 use crate::store::{CallRecord, CallStatus, Settlement};
 
 /// Where a refused answer form shows again what was typed into it, and what is wrong with it.
@@ -316,22 +316,8 @@ pub(crate) async fn reject(decision: Decision) -> Answer {
         return decision.too_late(StatusCode::CONFLICT).await;
     };
     // The form asks for a reason (the caller reads it), but the rule is the lifecycle's, as
-    // on every door: an empty one is recorded as none.
-    let reason = decision
-        .field("reason")
-        .unwrap_or_default()
-        .trim()
-        .to_owned();
-    if reason.chars().count() > MAX_REASON_CHARS {
-        let typed = Typed {
-            reject: Some((
-                reason,
-                format!("The reason is longer than {MAX_REASON_CHARS} characters."),
-            )),
-            ..Typed::default()
-        };
-        return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
-    }
+    // on every door: trimmed, and an empty one is recorded as none.
+    let reason = decision.field("reason").unwrap_or_default().to_owned();
     // A choice among the policy's options, or none (an empty value).
     let option = decision
         .field("option")
@@ -339,11 +325,30 @@ pub(crate) async fn reject(decision: Decision) -> Answer {
         .map(str::to_owned);
     let rejected = decision
         .dispatcher()
-        .reject(&token, Some(reason), option, decision.principal())
+        .reject(&token, Some(reason.clone()), option, decision.principal())
         .await;
+    if let Err(DispatchError::ReasonRefused(refused)) = rejected {
+        let typed = Typed {
+            reject: Some((reason, worded(refused))),
+            ..Typed::default()
+        };
+        return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
+    }
     decision
         .outcome(Done::Rejected, rejected, |_| Typed::default())
         .await
+}
+
+/// The lifecycle's refusal of a reason, as the form says it at its field.
+fn worded(refused: ReasonRefused) -> String {
+    match refused {
+        ReasonRefused::ReasonTooLong => {
+            format!("The reason is longer than {MAX_REASON_CHARS} characters.")
+        }
+        ReasonRefused::ErrorOutOfBounds => {
+            format!("Say why the effect did not happen (1 to {MAX_REASON_CHARS} characters).")
+        }
+    }
 }
 
 /// `POST /inbox/calls/{call_id}/complete`: the work was done outside the server; the output
@@ -392,26 +397,16 @@ pub(crate) async fn resolve(decision: Decision) -> Answer {
                 .await
         }
         Some("error") => {
-            let error = decision
-                .field("error")
-                .unwrap_or_default()
-                .trim()
-                .to_owned();
-            let Ok(error) = settlement_error(error.clone()) else {
+            let error = decision.field("error").unwrap_or_default().to_owned();
+            let settled = settle(Settlement::Error(error.clone())).await;
+            if let Err(DispatchError::ReasonRefused(refused)) = settled {
                 let typed = Typed {
-                    settle_error: Some((
-                        error,
-                        format!(
-                            "Say why the effect did not happen (1 to {MAX_REASON_CHARS} \
-                             characters)."
-                        ),
-                    )),
+                    settle_error: Some((error, worded(refused))),
                     ..Typed::default()
                 };
                 return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
-            };
+            }
             let submitted = Submitted::from_pairs(&decision.pairs);
-            let settled = settle(Settlement::Error(error)).await;
             decision
                 .outcome(Done::Settled, settled, |violations| {
                     Typed::settling((submitted, violations))

@@ -11,9 +11,8 @@ use serde::Deserialize;
 use super::session::{Visit, sign_in_page};
 use super::views::{Answer, Expiry, Moment, Nav, PageError, ago, secure};
 use crate::dispatch::who::Principal;
-use crate::feed::stream::{Audience, follow};
-use crate::http::error::ApiError;
-use crate::http::sse::{resume_point, sse, start_cursor};
+use crate::dispatch::{EventFilter, Resume};
+use crate::http::sse::{resume_point, sse};
 use crate::store::{CallFilter, CallStatus, Timestamp};
 
 /// Approvals per page of the queue.
@@ -189,25 +188,17 @@ pub(crate) async fn events(visit: Visit) -> Answer {
         .quotas()
         .hold(&signed.principal)
         .map_err(|refused| PageError::OverQuota(Box::new(refused)))?;
+    // A cursor too old (or from another server): start with what comes next.
+    let resume = resume_point(&visit.headers, None).map_or(Resume::Now, Resume::AfterOrNow);
+    let events = visit
+        .dispatcher()
+        .events(&signed.principal, resume, EventFilter::default())
+        .await?;
     let store = visit.dispatcher().store();
-    let resume = resume_point(&visit.headers, None);
-    let cursor = match start_cursor(store.as_ref(), resume).await {
-        Ok(cursor) => cursor,
-        // A cursor too old (or from another server): start with what comes next.
-        Err(ApiError::CursorExpired | ApiError::BadRequest(_)) => {
-            start_cursor(store.as_ref(), None).await?
-        }
-        Err(err) => return Err(err.into()),
-    };
-    let audience = Audience::of(signed.principal.clone());
-    let released = visit.dispatcher().running().released();
     let ended = signed.ended(store.clone());
     // A stream holds no slot of `max_in_flight` (it is held, not handled).
     drop(signed);
-    let stream = sse(
-        follow(store.clone(), cursor, released, audience).take_until(ended),
-        counted,
-    );
+    let stream = sse(events.take_until(ended), counted);
     let mut response = stream.into_response();
     secure(response.headers_mut());
     Ok(response)

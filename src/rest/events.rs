@@ -1,12 +1,15 @@
 //! `GET /events`: the change feed as Server-Sent Events.
 //!
-//! One SSE event per feed entry the key may see (a caller: its own calls; an approver or an
-//! admin: all): `event:` the type, `id:` the entry's cursor, `data:` `{"type", "at", "call",
-//! "suspension"?}`. A reconnection with `Last-Event-ID` (or `?after=`) resumes exactly after that
-//! entry; without either, the stream starts with the next new entry. Each stream reads the store
-//! itself, woken by the store's feed changes, so it holds no connection between reads and needs
-//! no buffer of its own; it gives back its `max_in_flight` slot, and ends at a graceful shutdown
-//! (the client reconnects with `Last-Event-ID`).
+//! One SSE event per feed entry the key may see (the lifecycle's rule, `Dispatcher::events`: a
+//! caller, its own calls; an approver or an admin, those of the tools it decides, and a call an
+//! escalation reached it for): `event:` the type, `id:` the entry's cursor, `data:` `{"type",
+//! "at", "call", "suspension"?, "error"?}`, and for `call.approval_recorded` the `"approvals"` so
+//! far (its approver last) and `"approvals_required"`. A reconnection with `Last-Event-ID` (or
+//! `?after=`) resumes exactly after that entry; without either, the stream starts with the next
+//! new entry. Each stream reads the store itself, woken by the store's feed changes, so it holds
+//! no connection between reads and needs no buffer of its own; it gives back its
+//! `max_in_flight` slot, and ends at a graceful shutdown (the client reconnects with
+//! `Last-Event-ID`).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -20,13 +23,13 @@ use futures_util::Stream;
 use serde::Deserialize;
 
 use super::RestState;
-use crate::feed::stream::{Audience, follow};
+use crate::dispatch::{EventFilter, Resume};
 use crate::http::auth::{Access, Principal};
 use crate::http::error::ApiError;
 use crate::http::extract::QueryParams;
 use crate::http::gate::Gates;
 use crate::http::hold::HeldSlot;
-use crate::http::sse::{resume_point, sse, start_cursor};
+use crate::http::sse::{resume_point, sse};
 use crate::store::FEED_TYPES;
 
 /// `GET /events`: every key, each seeing what it may; a stream, so it gives back its slot.
@@ -58,7 +61,7 @@ pub struct EventsQuery {
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this entry (the `id` of the last event received)."),
     ),
     responses(
-        (status = 200, description = "`text/event-stream`: one event per change of a call the key may see; `event:` its type, `id:` its cursor, `data:` `{type, at, call, suspension?}`.", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: one event per change of a call the key may see; `event:` its type, `id:` its cursor, `data:` `{type, at, call, suspension?, error?}`; a `call.approval_recorded` event adds `approvals` (the approvals so far, this one last: `{approver, display_name?, at}`) and `approvals_required`.", content_type = "text/event-stream", body = String),
         (status = 400, description = "`bad_request`: an unknown type, an unknown parameter, or a cursor this server did not hand out.", body = crate::http::error::ErrorEnvelope),
         (status = 410, description = "`cursor_expired`: the cursor is older than the feed's retention; reconnect without one (and re-read what you need).", body = crate::http::error::ErrorEnvelope),
         (status = 429, description = "`rate_limited` (with `Retry-After`, `RateLimit-Policy` and `RateLimit`): the key holds as many requests (`?wait=` and streams) as its `max_held` allows; `details.quota` is `max_held`.", body = crate::http::error::ErrorEnvelope,
@@ -90,20 +93,15 @@ pub(super) async fn events(
             Some(wanted)
         }
     };
-    let store = app.dispatcher.store();
-    let cursor = start_cursor(store.as_ref(), resume_point(&headers, query.after)).await?;
+    let resume = resume_point(&headers, query.after).map_or(Resume::Now, Resume::After);
+    let filter = EventFilter {
+        types,
+        tool: query.tool,
+        tokens: true,
+    };
+    let events = app.dispatcher.events(&principal, resume, filter).await?;
     if let Some(Extension(held)) = held {
         held.release();
     }
-    let audience = Audience {
-        tokens: principal.sees_all_calls(),
-        viewer: principal,
-        types,
-        tool: query.tool,
-    };
-    let released = app.dispatcher.running().released();
-    Ok(sse(
-        follow(store.clone(), cursor, released, audience),
-        counted,
-    ))
+    Ok(sse(events, counted))
 }

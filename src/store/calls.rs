@@ -347,6 +347,11 @@ pub struct CallSummary {
     pub updated_at: Timestamp,
     /// How many times its tool has run.
     pub attempts: u32,
+    /// Whether an approval of the call was ever escalated (undecided past its policy's
+    /// `escalate_after_s`): the principals the escalation reached may see the call from then
+    /// on. Not shown: it is what the rule of who sees a call reads.
+    #[serde(skip)]
+    pub escalated: bool,
 }
 
 /// One page of calls, newest first.

@@ -2,7 +2,9 @@
 //! an entry (one change of a call), and a page of entries, as [`FeedStore`](super::FeedStore)
 //! answers them.
 
-use super::{CallSummary, SuspensionView, Timestamp};
+use serde::Serialize;
+
+use super::{ApprovalVote, CallSummary, SuspensionView, Timestamp};
 
 /// A position in the change feed, as text: opaque to clients, which hand it back to read on
 /// from it (an SSE `id:`, `?after=`). Each backend writes and parses its own.
@@ -36,6 +38,20 @@ pub struct FeedEntry {
     /// For `call.rejected`, `call.failed` and `call.expired`: the call's error (a rejection's
     /// reason and option, say).
     pub error: Option<super::CallError>,
+    /// For `call.approval_recorded`: who approved, and how far the call is from its quorum, as
+    /// the approval was recorded.
+    pub progress: Option<ApprovalsSoFar>,
+}
+
+/// The approvals of a suspension whose policy needs several approvers, as one of them was
+/// recorded (a `call.approval_recorded` entry): named as `GET /approvals/{token}` and an
+/// approval's `202` name them, so that "1 of 2, by alice" reads alike everywhere.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct ApprovalsSoFar {
+    /// The approvals so far, oldest first: the one this entry records last.
+    pub approvals: Vec<ApprovalVote>,
+    /// How many distinct approvers the call needs.
+    pub approvals_required: u32,
 }
 
 /// The types of feed entries, as `FeedEntry::kind` names them: a change of status;

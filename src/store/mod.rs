@@ -104,7 +104,7 @@ pub use calls::{
     Inserted, NewCall, Outcome, Reconciled, Rerun, Settlement,
 };
 pub use error::StoreError;
-pub use feed::{FEED_TYPES, FeedCursor, FeedEntry, FeedPage};
+pub use feed::{ApprovalsSoFar, FEED_TYPES, FeedCursor, FeedEntry, FeedPage};
 pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDelivery};
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;

@@ -347,6 +347,15 @@ pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreErr
     serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
+/// What a `call.approval_recorded` feed entry keeps of its approval: the approvals so far,
+/// `votes` (the one it records last), of the `quorum` the policy needs.
+pub(crate) fn approvals_so_far(votes: &[ApprovalVote], quorum: u32) -> Result<String, StoreError> {
+    to_json(&super::ApprovalsSoFar {
+        approvals: votes.to_vec(),
+        approvals_required: quorum,
+    })
+}
+
 /// A value read back from stored JSON text.
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))

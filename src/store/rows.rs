@@ -229,14 +229,19 @@ pub(crate) struct RawFeedEntry {
     /// The call's error, for an entry of a final status that has one (rejected, failed,
     /// expired): it cannot change after the entry.
     pub(crate) error: Option<String>,
+    /// For `call.approval_recorded`: the approvals as it recorded them, as stored.
+    pub(crate) progress: Option<String>,
+    /// Whether an approval of the call was ever escalated.
+    pub(crate) escalated: bool,
 }
 
 impl RawFeedEntry {
     /// Reads the entry at `cursor` from a row whose columns from `first` on are the entry's
     /// `at, type, call_id, attempts, token`, its call's `tool, effect, caller,
     /// idempotency_key, created_at`, its suspension's `reason, input_schema, created_at,
-    /// expires_at`, and the call's `error` for a final status (the columns before `first` are
-    /// the backend's cursor).
+    /// expires_at`, the call's `error` for a final status, the entry's `approvals` and
+    /// whether the call was ever escalated (the columns before `first` are the backend's
+    /// cursor).
     pub(crate) fn read<R: Columns>(
         row: &R,
         first: usize,
@@ -255,6 +260,8 @@ impl RawFeedEntry {
             created_at: row.bigint(first + 9)?,
             suspension: RawSuspension::read(row, first + 4, first + 10)?,
             error: row.text_or_null(first + 14)?,
+            progress: row.text_or_null(first + 15)?,
+            escalated: row.integer(first + 16)? != 0,
         })
     }
 
@@ -276,9 +283,11 @@ impl RawFeedEntry {
                 created_at: Timestamp(self.created_at),
                 updated_at: Timestamp(self.at),
                 attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+                escalated: self.escalated,
             },
             suspension,
             error: self.error.as_deref().map(parse_json).transpose()?,
+            progress: self.progress.as_deref().map(parse_json).transpose()?,
         })
     }
 }

@@ -9,6 +9,7 @@ mod common;
 mod decisions;
 mod queue;
 mod reading;
+mod reasons;
 mod security;
 mod sessions;
 

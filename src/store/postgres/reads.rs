@@ -110,7 +110,9 @@ pub(super) async fn load_call(
 /// Calls newest first. A suspended call whose time is up is listed as expired, though stored
 /// as suspended, so that filters and pages agree with what records show.
 const LIST_CALLS: &str = "SELECT seq, call_id, tool, effect, shown, caller, idempotency_key, \
-     created_at, updated_at, attempts FROM ( \
+     created_at, updated_at, attempts, \
+     EXISTS (SELECT 1 FROM suspensions e \
+       WHERE e.call_id = listed.call_id AND e.escalated_at IS NOT NULL) FROM ( \
        SELECT c.seq, c.call_id, c.tool, c.effect, c.caller, c.idempotency_key, c.created_at, \
          c.updated_at, c.attempts, \
          CASE WHEN c.status = 'suspended' AND s.expires_at IS NOT NULL \
@@ -156,6 +158,7 @@ pub(super) async fn list_calls(
             updated_at: Timestamp(row.try_get(8).map_err(pg_error)?),
             attempts: u32::try_from(row.try_get::<_, i32>(9).map_err(pg_error)?)
                 .unwrap_or(u32::MAX),
+            escalated: row.try_get(10).map_err(pg_error)?,
         };
         Ok((seq, call))
     })?;

@@ -27,6 +27,11 @@ const CALL_COLUMNS: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.call
      s.token, s.reason, s.input_schema, s.created_at, s.expires_at, c.events, c.trace \
      FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending'";
 
+/// Whether an approval of the call `c` was ever escalated: one probe of the index of its
+/// suspensions, which the rule of who sees a call reads from a listed call or a feed entry.
+const EVER_ESCALATED: &str = "EXISTS (SELECT 1 FROM suspensions e \
+     WHERE e.call_id = c.call_id AND e.escalated_at IS NOT NULL)";
+
 /// The call `call_id`, which must exist.
 pub(super) fn load_call(
     conn: &Connection,
@@ -124,18 +129,17 @@ pub(super) fn list_calls(
 ) -> Result<CallPage, StoreError> {
     // A suspended call whose time is up is expired, though stored as suspended: the
     // status is computed here so that filters and pages agree with what records show.
-    let mut st = conn
-        .prepare_cached(
-            "SELECT c.rowid, c.call_id, c.tool, c.effect, \
-             CASE WHEN c.status = 'suspended' AND s.expires_at IS NOT NULL \
-                  AND s.expires_at <= ?5 THEN 'expired' ELSE c.status END AS shown, \
-             c.caller, c.idempotency_key, c.created_at, c.updated_at, c.attempts \
-             FROM calls c \
-             LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
-             WHERE (?1 IS NULL OR shown = ?1) AND (?2 IS NULL OR c.tool = ?2) \
-             AND c.rowid < ?3 ORDER BY c.rowid DESC LIMIT ?4",
-        )
-        .map_err(backend)?;
+    let sql = format!(
+        "SELECT c.rowid, c.call_id, c.tool, c.effect, \
+         CASE WHEN c.status = 'suspended' AND s.expires_at IS NOT NULL \
+              AND s.expires_at <= ?5 THEN 'expired' ELSE c.status END AS shown, \
+         c.caller, c.idempotency_key, c.created_at, c.updated_at, c.attempts, {EVER_ESCALATED} \
+         FROM calls c \
+         LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
+         WHERE (?1 IS NULL OR shown = ?1) AND (?2 IS NULL OR c.tool = ?2) \
+         AND c.rowid < ?3 ORDER BY c.rowid DESC LIMIT ?4"
+    );
+    let mut st = conn.prepare_cached(&sql).map_err(backend)?;
     let rows = st
         .query_map(
             params![
@@ -160,6 +164,7 @@ pub(super) fn list_calls(
                         created_at: Timestamp(row.get(7)?),
                         updated_at: Timestamp(row.get(8)?),
                         attempts: u32::try_from(row.get::<_, i64>(9)?).unwrap_or(u32::MAX),
+                        escalated: row.get(10)?,
                     },
                 ))
             },
@@ -323,17 +328,17 @@ pub(super) fn feed(
         Some(after) => after,
         None => floor,
     };
-    let mut st = conn
-        .prepare_cached(
-            "SELECT f.seq, f.at, f.type, f.call_id, f.attempts, f.token, c.tool, c.effect, \
+    let sql = format!(
+        "SELECT f.seq, f.at, f.type, f.call_id, f.attempts, f.token, c.tool, c.effect, \
              c.caller, c.idempotency_key, c.created_at, s.reason, s.input_schema, s.created_at, \
              s.expires_at, \
-             CASE WHEN f.type IN ('call.rejected', 'call.failed', 'call.expired') THEN c.error END \
+             CASE WHEN f.type IN ('call.rejected', 'call.failed', 'call.expired') THEN c.error END, \
+             f.approvals, {EVER_ESCALATED} \
              FROM feed f JOIN calls c ON c.call_id = f.call_id \
              LEFT JOIN suspensions s ON s.token = f.token \
-             WHERE f.seq > ?1 ORDER BY f.seq LIMIT ?2",
-        )
-        .map_err(backend)?;
+             WHERE f.seq > ?1 ORDER BY f.seq LIMIT ?2"
+    );
+    let mut st = conn.prepare_cached(&sql).map_err(backend)?;
     let rows = st
         .query_map(params![after, i64::from(limit)], |row| {
             RawFeedEntry::read(row, 1, row.get::<_, i64>(0)?.to_string())

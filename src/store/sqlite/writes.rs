@@ -14,9 +14,9 @@ use serde_json::{Value, json};
 use super::backend;
 use super::reads::{find_call, load_call};
 use crate::store::record::{
-    APPROVAL_RECORDED, ESCALATED, Prepared, PreparedCall, Vote, actor_event_json, approved_details,
-    event_json, events_json, expired_error, feed_type, json_text, parse_json, rejected_details,
-    rejected_error, settled_columns, to_json,
+    APPROVAL_RECORDED, ESCALATED, Prepared, PreparedCall, Vote, actor_event_json, approvals_so_far,
+    approved_details, event_json, events_json, expired_error, feed_type, json_text, parse_json,
+    rejected_details, rejected_error, settled_columns, to_json,
 };
 use crate::store::{
     Actor, ApprovalVote, CallRecord, CallStatus, Inserted, Reconciled, Rerun, Resolution, Resolved,
@@ -279,22 +279,24 @@ pub(super) fn append_feed(
     status: CallStatus,
     token: Option<&str>,
 ) -> Result<(), StoreError> {
-    append_feed_of(conn, call_id, at, feed_type(status), token)
+    append_feed_of(conn, call_id, at, feed_type(status), token, None)
 }
 
-/// [`append_feed`], of the entry type `kind`.
+/// [`append_feed`], of the entry type `kind`, with the approvals a `call.approval_recorded`
+/// entry keeps (`progress`, as stored).
 fn append_feed_of(
     conn: &Connection,
     call_id: &str,
     at: i64,
     kind: &str,
     token: Option<&str>,
+    progress: Option<&str>,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO feed (at, type, call_id, attempts, token) \
-         SELECT ?2, ?3, call_id, attempts, ?4 FROM calls WHERE call_id = ?1",
+        "INSERT INTO feed (at, type, call_id, attempts, token, approvals) \
+         SELECT ?2, ?3, call_id, attempts, ?4, ?5 FROM calls WHERE call_id = ?1",
     )
-    .and_then(|mut st| st.execute(params![call_id, at, kind, token]))
+    .and_then(|mut st| st.execute(params![call_id, at, kind, token, progress]))
     .map_err(backend)
     .map(drop)
 }
@@ -438,7 +440,15 @@ fn vote(
                 .map_err(backend)?;
             let details = approved_details(resume_input);
             append_event_by(conn, &call_id, now, "approval_recorded", by, Some(&details))?;
-            append_feed_of(conn, &call_id, now, APPROVAL_RECORDED, Some(token))?;
+            let progress = approvals_so_far(&approvals, quorum)?;
+            append_feed_of(
+                conn,
+                &call_id,
+                now,
+                APPROVAL_RECORDED,
+                Some(token),
+                Some(&progress),
+            )?;
             Ok(Some(Resolved::Recorded {
                 call: load_call(conn, &call_id, now)?,
                 approvals,
@@ -473,7 +483,7 @@ pub(super) fn escalate(
             .and_then(|mut st| st.execute(params![call_id, now]))
             .map_err(backend)?;
         append_event(conn, call_id, now, "escalated", None, None)?;
-        append_feed_of(conn, call_id, now, ESCALATED, Some(token))?;
+        append_feed_of(conn, call_id, now, ESCALATED, Some(token), None)?;
     }
     Ok(escalated.into_iter().map(|(_, call_id)| call_id).collect())
 }

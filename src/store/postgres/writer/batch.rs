@@ -355,10 +355,10 @@ async fn late_outcome(
 /// Appends the batch's feed entries, in order. The values are all given: a join with `calls`
 /// here was planned once, on a small table, as a scan of the whole table, which every batch
 /// then paid as the table grew.
-const INSERT_FEED: &str = "INSERT INTO feed (at, type, call_id, attempts, token) \
-     SELECT $1, u.type, u.call_id, u.attempts, u.token \
-     FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[]) WITH ORDINALITY \
-       AS u(call_id, type, token, attempts, n) \
+const INSERT_FEED: &str = "INSERT INTO feed (at, type, call_id, attempts, token, approvals) \
+     SELECT $1, u.type, u.call_id, u.attempts, u.token, u.approvals \
+     FROM unnest($2::text[], $3::text[], $4::text[], $5::int4[], $6::text[]) WITH ORDINALITY \
+       AS u(call_id, type, token, attempts, approvals, n) \
      ORDER BY u.n";
 
 /// The change feed entries of one batch, in the order of its changes.
@@ -369,6 +369,8 @@ pub(super) struct FeedRows {
     token: Vec<Option<String>>,
     /// The call's attempts as the change left them.
     attempts: Vec<i32>,
+    /// What a `call.approval_recorded` entry keeps of its approval, as stored.
+    approvals: Vec<Option<String>>,
 }
 
 impl FeedRows {
@@ -383,18 +385,20 @@ impl FeedRows {
     }
 
     /// An entry of type `kind` about `call` (as it is after the change), not a change of its
-    /// status (`call.approval_recorded`).
+    /// status (`call.approval_recorded`, with the approvals it keeps, or `call.escalated`).
     pub(super) fn push_kind(
         &mut self,
         call_id: &str,
         attempts: i32,
         kind: &'static str,
         token: Option<&str>,
+        approvals: Option<String>,
     ) {
         self.call_id.push(call_id.to_owned());
         self.kind.push(kind);
         self.token.push(token.map(str::to_owned));
         self.attempts.push(attempts);
+        self.approvals.push(approvals);
     }
 
     fn add(&mut self, call_id: &str, status: CallStatus, token: Option<&str>, attempts: u32) {
@@ -402,6 +406,7 @@ impl FeedRows {
         self.kind.push(feed_type(status));
         self.token.push(token.map(str::to_owned));
         self.attempts.push(attempts_i32(attempts));
+        self.approvals.push(None);
     }
 
     pub(super) fn push_outcome(&mut self, call_id: &str, outcome: &Prepared) {
@@ -415,7 +420,14 @@ impl FeedRows {
         }
         c.execute(
             INSERT_FEED,
-            &[&now, &self.call_id, &self.kind, &self.token, &self.attempts],
+            &[
+                &now,
+                &self.call_id,
+                &self.kind,
+                &self.token,
+                &self.attempts,
+                &self.approvals,
+            ],
         )
         .await
         .map_err(pg_error)

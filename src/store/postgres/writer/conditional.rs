@@ -13,9 +13,9 @@ use super::batch::FeedRows;
 use crate::store::postgres::pg_error;
 use crate::store::postgres::reads::{Conn, find_call, load_call};
 use crate::store::record::{
-    APPROVAL_RECORDED, ESCALATED, Vote, actor_event_json, approved_details, event_json,
-    expired_error, json_text, parse_json, rejected_details, rejected_error, settled_columns,
-    to_json,
+    APPROVAL_RECORDED, ESCALATED, Vote, actor_event_json, approvals_so_far, approved_details,
+    event_json, expired_error, json_text, parse_json, rejected_details, rejected_error,
+    settled_columns, to_json,
 };
 use crate::store::{
     Actor, CallRecord, CallStatus, Reconciled, Rerun, Resolution, Resolved, Settlement, StoreError,
@@ -217,7 +217,14 @@ async fn vote(
     .map_err(pg_error)?;
     let call = load_call(c, &call_id, now).await?;
     let attempts = i32::try_from(call.attempts).unwrap_or(i32::MAX);
-    feed.push_kind(&call.call_id, attempts, APPROVAL_RECORDED, Some(token));
+    let progress = approvals_so_far(&votes, quorum)?;
+    feed.push_kind(
+        &call.call_id,
+        attempts,
+        APPROVAL_RECORDED,
+        Some(token),
+        Some(progress),
+    );
     Ok(Some(Resolved::Recorded {
         call,
         approvals: votes,
@@ -254,7 +261,7 @@ pub(super) async fn escalate(
         let call_id: String = row.try_get(0).map_err(pg_error)?;
         let attempts: i32 = row.try_get(1).map_err(pg_error)?;
         let token: String = row.try_get(2).map_err(pg_error)?;
-        feed.push_kind(&call_id, attempts, ESCALATED, Some(&token));
+        feed.push_kind(&call_id, attempts, ESCALATED, Some(&token), None);
         calls.push(call_id);
     }
     Ok(calls)
