@@ -321,7 +321,7 @@ async fn an_escalation_lets_whom_it_reached_list_read_and_stream_the_call(backen
     assert_eq!(completed.kind, "call.completed", "{:?}", completed.data);
     assert_eq!(completed.data["call"]["call_id"], call_id.as_str());
     assert!(listed(api, MANAGER).await.contains(&call_id));
-    // Resumed from before the escalation, the stream shows the call's whole story.
+    // Resumed after the escalation (and filtered by tool), it goes on with what followed.
     let mut resumed = Events::open_on(
         api,
         "/events?tool=send_email",

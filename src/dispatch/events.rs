@@ -81,8 +81,10 @@ impl Dispatcher {
         let principal = principal.clone();
         let live = self.live.clone();
         let show = move |entry: FeedEntry| {
-            let shown = filter.wants(&entry) && sees(&live, &principal, &entry.call);
-            shown.then(|| FeedEvent::of(entry, tokens)).flatten()
+            if !filter.wants(&entry) || !sees(&live, &principal, &entry.call) {
+                return None;
+            }
+            FeedEvent::of(entry, tokens)
         };
         Ok(follow(
             self.store.clone(),

@@ -4,7 +4,9 @@
 //! provider's token, the inbox from its session) and hands it to the lifecycle, which applies
 //! the rules:
 //! - a caller sees only its own calls (their records, their events, a reconciliation they wait
-//!   on); an approver or an admin sees every call of a tool its `decides` reaches;
+//!   on); an approver or an admin sees every call of a tool its `decides` reaches, and a call
+//!   an escalation reached it for (the whole rule is `Dispatcher::may_see`, in `visible`,
+//!   which every read applies);
 //! - a tool outside a principal's `tools` does not exist for it: not listed, and `unknown_tool`
 //!   when called;
 //! - an approval of a tool outside its `decides` does not exist for it either: not listed, and
