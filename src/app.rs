@@ -384,31 +384,34 @@ fn start_escalations(dispatcher: Dispatcher, mut released: tokio::sync::watch::R
 /// and what is logged about a call at INFO and above names its `call_id` and `tool` itself.
 ///
 /// When traces are exported, each request also has its OpenTelemetry `SERVER` span
-/// ([`crate::http::traces`]).
+/// ([`crate::http::traces`]), outside the access log's layer: its "started processing request"
+/// and "finished processing request" lines are written while the `SERVER` span is entered, so
+/// they carry its trace as every other line of the request does.
 fn traced(mut router: Router) -> Router {
+    let logged = tracing::enabled!(target: "toolgate::app", Level::DEBUG)
+        || tracing::enabled!(target: "tower_http::trace::on_response", Level::DEBUG);
+    if logged {
+        router = router.layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    let route = req
+                        .extensions()
+                        .get::<MatchedPath>()
+                        .map_or("unmatched", |path| path.as_str());
+                    tracing::debug_span!(
+                        "request",
+                        method = %req.method(),
+                        route,
+                        call_id = tracing::field::Empty,
+                    )
+                })
+                .on_request(DefaultOnRequest::new().level(Level::DEBUG))
+                .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
+        );
+    }
+    // The last layer added is the outermost.
     if crate::telemetry::enabled() {
         router = router.layer(crate::http::traces::Traced);
     }
-    let traced = tracing::enabled!(target: "toolgate::app", Level::DEBUG)
-        || tracing::enabled!(target: "tower_http::trace::on_response", Level::DEBUG);
-    if !traced {
-        return router;
-    }
-    router.layer(
-        TraceLayer::new_for_http()
-            .make_span_with(|req: &Request| {
-                let route = req
-                    .extensions()
-                    .get::<MatchedPath>()
-                    .map_or("unmatched", |path| path.as_str());
-                tracing::debug_span!(
-                    "request",
-                    method = %req.method(),
-                    route,
-                    call_id = tracing::field::Empty,
-                )
-            })
-            .on_request(DefaultOnRequest::new().level(Level::DEBUG))
-            .on_response(DefaultOnResponse::new().level(Level::DEBUG)),
-    )
+    router
 }

@@ -1,10 +1,11 @@
 //! `/inbox` in a real browser: headless Chromium (Debian's `chromium`, installed by
 //! `.ci/test-deps`), driven by `tests/inbox_browser/inbox.mjs` through npm `playwright-core`.
 //!
-//! `TOOLGATE_INBOX_SCREENSHOTS=docs cargo test --test inbox_browser` also writes the README's
-//! screenshots (`docs/inbox-queue.png`, `docs/inbox-approval.png`, `docs/inbox-confirm.png`),
-//! from the realistic queue of the `decide` phase, on a server of its own: the hostile strings
-//! of the `main` phase never show in them.
+//! `cargo test --test inbox_browser -- --ignored screenshots` retakes the guide's screenshots
+//! (`docs/inbox-queue.png`, `docs/inbox-approval.png`, `docs/inbox-confirm.png`) from the
+//! realistic queue of the `decide` phase, on a server of its own: the hostile strings of the
+//! `main` phase never show in them. (`TOOLGATE_INBOX_SCREENSHOTS=<dir> cargo test --test
+//! inbox_browser` writes them to `<dir>` while the suite runs.)
 
 mod common;
 
@@ -80,8 +81,24 @@ async fn start(at: &(impl Site + ?Sized)) -> TestServer {
     TestServer::start_with(tools, at, |builder| builder.api_keys(keys)).await
 }
 
-/// Runs the browser script in `phase` against `server`; what it saw.
+/// Runs the browser script in `phase` against `server`; what it saw. The `decide` phase also
+/// writes its screenshots to `TOOLGATE_INBOX_SCREENSHOTS` (under the repository) when it is set.
 async fn browse(server: &TestServer, phase: &str, state: &std::path::Path) -> Value {
+    let shots = std::env::var("TOOLGATE_INBOX_SCREENSHOTS")
+        .ok()
+        .filter(|_| phase == "decide")
+        .map(|dir| repo_root().join(dir));
+    browse_shooting(server, phase, state, shots.as_deref()).await
+}
+
+/// Runs the browser script in `phase` against `server`, writing its screenshots to `shots`
+/// when given; what it saw.
+async fn browse_shooting(
+    server: &TestServer,
+    phase: &str,
+    state: &std::path::Path,
+    shots: Option<&std::path::Path>,
+) -> Value {
     let node_dir = repo_root().join(".ci/node");
     assert!(
         node_dir.join("node_modules/playwright-core").exists(),
@@ -104,10 +121,8 @@ async fn browse(server: &TestServer, phase: &str, state: &std::path::Path) -> Va
         .env("INBOX_CALLER", CALLER)
         .env("INBOX_OTHER_APPROVER", OTHER_APPROVER)
         .env("INBOX_STATE", state);
-    let shots = std::env::var("TOOLGATE_INBOX_SCREENSHOTS").ok();
-    if let Some(dir) = shots.filter(|_| phase == "decide") {
-        let dir = repo_root().join(dir);
-        std::fs::create_dir_all(&dir).unwrap();
+    if let Some(dir) = shots {
+        std::fs::create_dir_all(dir).unwrap();
         command.env("INBOX_SCREENSHOTS", dir);
     }
     summary(command).await
@@ -179,6 +194,43 @@ async fn a_person_reads_confirms_a_write_and_moves_on_in_a_real_browser() {
         "{seen}"
     );
     assert_eq!(seen["dialogs"], serde_json::json!([]), "{seen}");
+    server.stop().await;
+}
+
+/// Retakes the guide's screenshots of the inbox in `docs/`, from the `decide` phase's queue:
+/// run it when the inbox's templates or styles change, and look at what it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "rewrites docs/*.png: `cargo test --test inbox_browser -- --ignored screenshots`"]
+async fn screenshots() {
+    let at = Location::new(Backend::Sqlite).await;
+    let server = start(&at).await;
+    let state = at.data_dir().join("browser-state.json");
+    let docs = repo_root().join("docs");
+    let names = ["inbox-queue.png", "inbox-approval.png", "inbox-confirm.png"];
+    let before: Vec<_> = names
+        .iter()
+        .map(|name| {
+            std::fs::metadata(docs.join(name))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .collect();
+    let seen = browse_shooting(&server, "decide", &state, Some(&docs)).await;
+    assert_eq!(
+        seen["steps"].as_array().and_then(|s| s.last()),
+        Some(&"done".into()),
+        "{seen}"
+    );
+    for (name, before) in names.iter().zip(before) {
+        let path = docs.join(name);
+        let png = std::fs::read(&path).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is a PNG");
+        let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        assert!(
+            before.is_none() || modified > before,
+            "{name} was written again"
+        );
+    }
     server.stop().await;
 }
 

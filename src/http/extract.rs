@@ -10,8 +10,13 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
-/// A JSON request body. Needs `Content-Type: application/json` (or `application/<x>+json`);
-/// bounded by the body limit.
+/// A JSON request body: a JSON object. Needs `Content-Type: application/json` (or
+/// `application/<x>+json`); bounded by the body limit.
+///
+/// Every body the API takes is an object, and its document says so; but serde's derived
+/// `Deserialize` of a struct also takes an array of its fields in order, so `[]` would be a
+/// rejection with no reason, and `["why"]` one with a reason. A body that is not an object is
+/// refused before it is parsed.
 pub struct JsonBody<T>(pub T);
 
 impl<T, S> FromRequest<S> for JsonBody<T>
@@ -35,6 +40,11 @@ where
                 _ => ApiError::BadRequest(rejection.body_text()),
             }
         })?;
+        if !is_object(&bytes) {
+            return Err(ApiError::BadRequest(
+                "The request body must be a JSON object.".into(),
+            ));
+        }
         // The plain parser first: axum's tracks the path to every value, which only a body that
         // does not parse needs, for its message.
         let mut parser = serde_json::Deserializer::from_slice(&bytes);
@@ -48,6 +58,14 @@ where
             Err(rejection) => Err(ApiError::BadRequest(rejection.body_text())),
         }
     }
+}
+
+/// Whether `body` starts as a JSON object does, after JSON's whitespace; one that is malformed
+/// past its `{` is refused by the parser.
+fn is_object(body: &[u8]) -> bool {
+    body.iter()
+        .find(|byte| !matches!(byte, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|byte| *byte == b'{')
 }
 
 /// `application/json`, or a `+json` type such as `application/problem+json`, parameters aside:
@@ -125,6 +143,24 @@ mod tests {
             headers.insert(CONTENT_TYPE, value.parse().unwrap());
         }
         json_content_type(&headers)
+    }
+
+    #[test]
+    fn only_an_object_is_a_body() {
+        for object in [&b"{}"[..], b" \r\n\t{\"reason\": \"x\"}", b"{"] {
+            assert!(is_object(object), "{object:?}");
+        }
+        for other in [
+            &b""[..],
+            b"[]",
+            b" [\"why\"]",
+            b"\"x\"",
+            b"null",
+            b"5",
+            b"\x0c{}",
+        ] {
+            assert!(!is_object(other), "{other:?}");
+        }
     }
 
     #[test]

@@ -164,7 +164,7 @@ pub(super) async fn get(
     params(
         ("name" = String, Path, description = "The tool's name."),
         ("wait" = Option<u32>, Query, minimum = 0, maximum = 55, description = "If the call suspends, hold the answer up to this many seconds for a person's decision and answer what it produced (`200` with the output, or the error); when the time is up, the usual `202`."),
-        ("Idempotency-Key" = Option<String>, Header, description = "Makes retries safe: a second request with the same key (for this tool and caller) is answered with the first call's result instead of running again. A tool that declares its own key uses that instead."),
+        ("Idempotency-Key" = Option<String>, Header, pattern = "^[!-~]{1,255}$", description = "1 to 255 visible ASCII characters. Makes retries safe: a second request with the same key (for this tool and caller) is answered with the first call's result instead of running again. A tool that declares its own key uses that instead."),
     ),
     request_body = CallRequest,
     responses(
