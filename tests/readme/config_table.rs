@@ -39,7 +39,7 @@ fn general(table: &str) -> String {
     parts.join(".")
 }
 
-/// `[name]` or `[[name]]`, alone on its line but for a comment.
+/// `[name]` or `[[name]]`, alone on its line but for a comment (the table's `<name>` included).
 fn header(text: &str) -> Option<String> {
     let inner = text
         .strip_prefix("[[")
@@ -50,7 +50,7 @@ fn header(text: &str) -> Option<String> {
     let is_name = !name.is_empty()
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '<' | '>'));
     (is_name && (after.is_empty() || after.starts_with('#'))).then(|| name.to_owned())
 }
 

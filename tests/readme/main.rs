@@ -75,6 +75,91 @@ fn pages() -> Vec<String> {
     pages
 }
 
+/// A fresh copy of the repository's files at `into`, keeping `into/target`.
+fn fresh_copy(into: &Path) {
+    std::fs::create_dir_all(into).unwrap();
+    for entry in std::fs::read_dir(into).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() == "target" {
+            continue;
+        }
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let listed = Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(repo())
+        .output()
+        .expect("git lists the repository's files");
+    assert!(
+        listed.status.success(),
+        "git ls-files: {}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let mut copied = 0;
+    for name in listed
+        .stdout
+        .split(|b| *b == 0)
+        .filter(|name| !name.is_empty())
+    {
+        let name = std::str::from_utf8(name).unwrap();
+        let from = repo().join(name);
+        if !from.is_file() {
+            continue; // deleted in the work tree, or a link to an installed folder
+        }
+        let to = into.join(name);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&from, &to).unwrap();
+        // The original's time, so that cargo rebuilds only what changed since the last run.
+        let modified = std::fs::metadata(&from).unwrap().modified().unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&to)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        copied += 1;
+    }
+    assert!(
+        copied > 50,
+        "the copy holds the repository ({copied} files)"
+    );
+    for installed in [".ci/venv", ".ci/node/node_modules"] {
+        let from = repo().join(installed);
+        if from.exists() {
+            std::os::unix::fs::symlink(&from, into.join(installed)).unwrap();
+        }
+    }
+}
+
+fn ports_are_free() {
+    for port in 8080..8100 {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "127.0.0.1:{port} is taken; the README's examples need 8080 to 8099 (stop the server on it)"
+        );
+    }
+}
+
+/// How long a block may take: building the release binary takes minutes on two cores.
+fn limit_for(text: &str) -> Duration {
+    if text.contains("cargo ") {
+        Duration::from_secs(60 * 60)
+    } else {
+        Duration::from_secs(180)
+    }
+}
+
 #[test]
 fn every_shell_block_of_the_readme_runs_as_pasted_and_shows_what_it_says() {
     let pages: Vec<(String, Vec<blocks::Block>)> = pages()
