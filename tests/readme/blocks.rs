@@ -1,5 +1,6 @@
-//! README.md's shell blocks, as a reader sees them: the fenced `sh` and `bash` blocks in order,
-//! each with the section it is in, what its directive says of it, and the outputs it shows.
+//! A page's shell blocks (README.md's, or a page of the guide in `docs/`), as a reader sees
+//! them: the fenced `sh` and `bash` blocks in order, each with the section it is in, what its
+//! directive says of it, and the outputs it shows.
 
 /// How the test runs a block, from an HTML comment right above it (a reader does not see it):
 /// `<!-- README test: background, ready at URL -->` or `<!-- README test: skip: why -->`.
@@ -17,9 +18,11 @@ pub enum Run {
 
 #[derive(Debug, Clone)]
 pub struct Block {
+    /// The page it is on, as the repository names it (`README.md`, `docs/api.md`).
+    pub page: String,
     /// The heading of the section it is in.
     pub section: String,
-    /// Its first line in README.md, 1-based.
+    /// Its first line on its page, 1-based.
     pub line: usize,
     pub text: String,
     pub run: Run,
@@ -29,19 +32,19 @@ pub struct Block {
 
 impl Block {
     pub fn name(&self) -> String {
-        format!("README.md:{} ({})", self.line, self.section)
+        format!("{}:{} ({})", self.page, self.line, self.section)
     }
 }
 
 const DIRECTIVE: &str = "<!-- README test:";
 
-/// Every shell block of `readme`. A directive that is not understood, or one that stands above
-/// no shell block, is an error: a typo must not quietly turn a block's check off.
-pub fn shell_blocks(readme: &str) -> Result<Vec<Block>, String> {
+/// Every shell block of `text`, the page `page`. A directive that is not understood, or one that
+/// stands above no shell block, is an error: a typo must not quietly turn a block's check off.
+pub fn shell_blocks(page: &str, text: &str) -> Result<Vec<Block>, String> {
     let mut blocks = Vec::new();
     let mut section = String::from("the top");
     let mut pending: Option<(usize, Run)> = None;
-    let mut lines = readme.lines().enumerate();
+    let mut lines = text.lines().enumerate();
     while let Some((index, line)) = lines.next() {
         let number = index + 1;
         // Outside a code block (a block's lines are read below), a `#` line is a heading.
@@ -50,18 +53,18 @@ pub fn shell_blocks(readme: &str) -> Result<Vec<Block>, String> {
         }
         if let Some(rest) = line.trim().strip_prefix(DIRECTIVE) {
             if let Some((at, _)) = pending {
-                return Err(format!("README.md:{at}: a directive above no shell block"));
+                return Err(format!("{page}:{at}: a directive above no shell block"));
             }
             pending = Some((
                 number,
-                directive(rest).map_err(|e| format!("README.md:{number}: {e}"))?,
+                directive(rest).map_err(|e| format!("{page}:{number}: {e}"))?,
             ));
             continue;
         }
         let Some(info) = line.strip_prefix("```") else {
             if pending.is_some() && !line.trim().is_empty() {
                 let (at, _) = pending.take().unwrap();
-                return Err(format!("README.md:{at}: a directive above no shell block"));
+                return Err(format!("{page}:{at}: a directive above no shell block"));
             }
             continue;
         };
@@ -78,12 +81,13 @@ pub fn shell_blocks(readme: &str) -> Result<Vec<Block>, String> {
         if !matches!(language, "sh" | "bash" | "shell") {
             if run.is_some() {
                 return Err(format!(
-                    "README.md:{number}: a directive above a `{language}` block"
+                    "{page}:{number}: a directive above a `{language}` block"
                 ));
             }
             continue;
         }
         blocks.push(Block {
+            page: page.to_owned(),
             section: section.clone(),
             line: number,
             expected: expected_outputs(&text),
@@ -92,7 +96,7 @@ pub fn shell_blocks(readme: &str) -> Result<Vec<Block>, String> {
         });
     }
     match pending {
-        Some((at, _)) => Err(format!("README.md:{at}: a directive above no shell block")),
+        Some((at, _)) => Err(format!("{page}:{at}: a directive above no shell block")),
         None => Ok(blocks),
     }
 }
@@ -167,7 +171,7 @@ pub fn find_in_order(output: &str, expected: &[String]) -> Result<(), String> {
                 }
                 None => {
                     return Err(format!(
-                        "the README shows {shown:?}, and {piece:?} is not in what came after the \
+                        "the page shows {shown:?}, and {piece:?} is not in what came after the \
                          outputs before it: {:?}",
                         &output[from..]
                     ));
@@ -182,7 +186,7 @@ pub fn find_in_order(output: &str, expected: &[String]) -> Result<(), String> {
 #[test]
 fn directives_comments_and_outputs_are_read_as_the_test_needs_them() {
     let readme = "# toolgate\n## Set-up\n<!-- README test: background, ready at http://127.0.0.1:8080/readyz -->\n```sh\ncargo run\n```\ntext\n```sh\ncurl -s x   # {\"a\":…}\n# [1,\n#  2]\n# not an output\n```\n<!-- README test: skip: no daemon -->\n```bash\ndocker run\n```\n```toml\nx = 1\n```\n";
-    let blocks = shell_blocks(readme).unwrap();
+    let blocks = shell_blocks("README.md", readme).unwrap();
     assert_eq!(blocks.len(), 3);
     assert_eq!(
         blocks[0].run,
@@ -191,6 +195,7 @@ fn directives_comments_and_outputs_are_read_as_the_test_needs_them() {
         }
     );
     assert_eq!(blocks[0].section, "Set-up");
+    assert_eq!(blocks[0].name(), "README.md:4 (Set-up)");
     assert_eq!(blocks[1].run, Run::Shell);
     assert_eq!(
         blocks[1].expected,
@@ -202,9 +207,13 @@ fn directives_comments_and_outputs_are_read_as_the_test_needs_them() {
             reason: "no daemon".into()
         }
     );
-    assert!(shell_blocks("<!-- README test: skip: x -->\ntext\n```sh\nls\n```\n").is_err());
-    assert!(shell_blocks("<!-- README test: sometimes -->\n```sh\nls\n```\n").is_err());
-    assert!(shell_blocks("<!-- README test: skip: x -->\n```toml\nx=1\n```\n").is_err());
+    let page = |text: &str| shell_blocks("docs/x.md", text);
+    assert_eq!(
+        page("<!-- README test: skip: x -->\ntext\n```sh\nls\n```\n").unwrap_err(),
+        "docs/x.md:1: a directive above no shell block"
+    );
+    assert!(page("<!-- README test: sometimes -->\n```sh\nls\n```\n").is_err());
+    assert!(page("<!-- README test: skip: x -->\n```toml\nx=1\n```\n").is_err());
 
     let shown = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     assert!(

@@ -1,11 +1,17 @@
-//! README.md, pasted as a newcomer pastes it: every shell block, in order, into bash, in a fresh
-//! copy of the repository, and each output it shows checked against what came out.
+//! README.md and the guide in `docs/`, pasted as a newcomer pastes them: every shell block, in
+//! order, into bash, in a fresh copy of the repository, and each output it shows checked against
+//! what came out. The rules, for the pages' writers, are in `docs/README.md` ("How the examples
+//! are tested"):
 //!
-//! - A block with no directive goes to one shell, under `set -e` (a command that fails fails its
-//!   block), so what one block leaves (a variable, a job, an exported variable) is there for the
-//!   next, as in a reader's terminal. At the end no `TOOLGATE_*` variable may be left exported.
+//! - README.md first, then the pages `docs/README.md` lists, in its order; a page of `docs/` it
+//!   does not list is an error. Each page gets a fresh shell: a block with no directive goes to
+//!   its page's shell, under `set -e` (a command that fails fails its block), so what one block
+//!   leaves (a variable, a job, an exported variable) is there for the page's next block, as in a
+//!   reader's terminal. At the end of each page no `TOOLGATE_*` variable may be left exported,
+//!   and the page's shell ends, with whatever it started.
 //! - `<!-- README test: background, ready at URL -->` above a block: a server the reader runs in
 //!   a terminal of its own. It is started aside, and the next block waits until URL answers 200.
+//!   It runs until the end of the test, so the README's server serves every page.
 //! - `<!-- README test: skip: WHY -->`: not run here (no Docker daemon, a client that is not
 //!   installed, this very command). Each skip is listed in the test's output.
 //! - A comment that begins with `{` or `[` is an output the block shows: each must be found in
@@ -16,8 +22,15 @@
 //! release build the README asks for is built once and then incrementally. The test suite's
 //! installed packages (`.ci/venv`, `.ci/node/node_modules`) are linked in, as `.ci/test-deps`
 //! would make them. The examples use the ports 8080 to 8099 of 127.0.0.1, which must be free.
+//!
+//! The same binary checks the guide against the code it describes: the key table against
+//! `config/default.toml` (`config_table`), the layout against `src/` (`layout`), and every link
+//! between the pages (`links`).
 
 mod blocks;
+mod config_table;
+mod layout;
+mod links;
 mod shell;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +42,37 @@ use shell::{Shell, Terminal};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The pages whose shell blocks run, in order: README.md, then the pages of `docs/` in the order
+/// `docs/README.md` first links them (its numbered list of the guide comes first). A page of
+/// `docs/` the index does not link is an error, so that none escapes the test.
+fn pages() -> Vec<String> {
+    let index = std::fs::read_to_string(repo().join("docs/README.md")).unwrap();
+    let mut pages = vec!["README.md".to_owned()];
+    for (_, rest) in index
+        .match_indices("](")
+        .map(|(at, _)| index.split_at(at + 2))
+    {
+        let target = rest.split([')', '#']).next().unwrap_or("");
+        let page = format!("docs/{target}");
+        if target.ends_with(".md") && !target.contains('/') && !pages.contains(&page) {
+            pages.push(page);
+        }
+    }
+    let mut unlinked = Vec::new();
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") && name != "README.md" && !pages.contains(&format!("docs/{name}"))
+        {
+            unlinked.push(name);
+        }
+    }
+    assert!(
+        unlinked.is_empty(),
+        "docs/README.md links no {unlinked:?}: list each page of the guide there, so that its examples run"
+    );
+    pages
 }
 
 /// A fresh copy of the repository's files at `into`, keeping `into/target`.
@@ -118,51 +162,69 @@ fn limit_for(text: &str) -> Duration {
 
 #[test]
 fn every_shell_block_of_the_readme_runs_as_pasted_and_shows_what_it_says() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let blocks = shell_blocks(&readme).unwrap_or_else(|e| panic!("{e}"));
+    let pages: Vec<(String, Vec<blocks::Block>)> = pages()
+        .into_iter()
+        .map(|page| {
+            let text = std::fs::read_to_string(repo().join(&page)).unwrap();
+            let blocks = shell_blocks(&page, &text).unwrap_or_else(|e| panic!("{e}"));
+            (page, blocks)
+        })
+        .collect();
     ports_are_free();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("readme-clone");
     fresh_copy(&dir);
 
-    let mut shell = Shell::open(&dir);
+    // The servers run aside (the README's, on 8080) serve every page that follows.
     let mut terminals: Vec<Terminal> = Vec::new();
-    let (mut pasted, mut skipped) = (0, Vec::new());
-    for block in &blocks {
-        let name = block.name();
-        match &block.run {
-            Run::Skip { reason } => skipped.push(format!("{name}: {reason}")),
-            Run::Background { ready } => {
-                let log = dir.join(format!("terminal-{}.log", terminals.len() + 1));
-                let mut terminal = Terminal::start(&dir, &block.text, log);
-                terminal
-                    .wait_ready(ready, limit_for(&block.text))
-                    .unwrap_or_else(|e| panic!("{name}, in a terminal of its own: {e}"));
-                terminals.push(terminal);
-            }
-            Run::Shell => {
-                let out = shell
-                    .paste(&block.text, limit_for(&block.text))
-                    .unwrap_or_else(|e| panic!("{name}:\n{}\n--- failed: {e}", block.text));
-                find_in_order(&out.stdout, &block.expected).unwrap_or_else(|e| {
-                    panic!(
-                        "{name}:\n{}\n--- {e}\n--- stderr:\n{}",
-                        block.text, out.stderr
-                    )
-                });
-                eprintln!("ran {name}: {} outputs as shown", block.expected.len());
-                pasted += 1;
+    let (mut pasted, mut skipped, mut tally) = (0, Vec::new(), Vec::new());
+    for (page, blocks) in &pages {
+        let mut shell = Shell::open(&dir);
+        let (mut ran, mut skips) = (0, 0);
+        for block in blocks {
+            let name = block.name();
+            match &block.run {
+                Run::Skip { reason } => {
+                    skipped.push(format!("{name}: {reason}"));
+                    skips += 1;
+                }
+                Run::Background { ready } => {
+                    let log = dir.join(format!("terminal-{}.log", terminals.len() + 1));
+                    let mut terminal = Terminal::start(&dir, &block.text, log);
+                    terminal
+                        .wait_ready(ready, limit_for(&block.text))
+                        .unwrap_or_else(|e| panic!("{name}, in a terminal of its own: {e}"));
+                    terminals.push(terminal);
+                    ran += 1;
+                }
+                Run::Shell => {
+                    let out = shell
+                        .paste(&block.text, limit_for(&block.text))
+                        .unwrap_or_else(|e| panic!("{name}:\n{}\n--- failed: {e}", block.text));
+                    find_in_order(&out.stdout, &block.expected).unwrap_or_else(|e| {
+                        panic!(
+                            "{name}:\n{}\n--- {e}\n--- stderr:\n{}",
+                            block.text, out.stderr
+                        )
+                    });
+                    eprintln!("ran {name}: {} outputs as shown", block.expected.len());
+                    pasted += 1;
+                    ran += 1;
+                }
             }
         }
+        let left = shell
+            .paste("env | grep '^TOOLGATE_' || true", Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(left.stdout, "", "{page}'s examples leave these exported");
+        // The page's shell ends here, and with it whatever its examples left running.
+        drop(shell);
+        tally.push(format!("{page}: {ran} blocks run, {skips} skipped"));
     }
-    let left = shell
-        .paste("env | grep '^TOOLGATE_' || true", Duration::from_secs(10))
-        .unwrap();
-    assert_eq!(
-        left.stdout, "",
-        "the README's examples leave these exported"
-    );
     for skip in &skipped {
         eprintln!("skipped {skip}");
+    }
+    for line in &tally {
+        eprintln!("{line}");
     }
     assert!(
         pasted >= 8 && !terminals.is_empty(),

@@ -36,7 +36,11 @@ fn bash(dir: &Path) -> Command {
 /// Ends a process group: SIGTERM (the servers stop as they would at a Ctrl-C), then SIGKILL.
 fn end_group(child: &mut Child) {
     let group = format!("-{}", child.id());
-    let _ = Command::new("kill").args(["-TERM", "--", &group]).status();
+    // A group already gone makes `kill` complain; that is no news, so its stderr is dropped.
+    let _ = Command::new("kill")
+        .args(["-TERM", "--", &group])
+        .stderr(Stdio::null())
+        .status();
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -44,7 +48,10 @@ fn end_group(child: &mut Child) {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &group])
+        .stderr(Stdio::null())
+        .status();
     let _ = child.wait();
 }
 
