@@ -3,7 +3,10 @@
 //!
 //! # A tour
 //!
-//! Below the doors, from the tool up:
+//! Below the doors, from the ground up:
+//! - [`base`]: the ground floor, small pieces every wing uses and that import nothing of the
+//!   crate: the TLS provider ([`install_crypto`]), a token's hash, `${NAME}` from the
+//!   environment, a config section's error.
 //! - [`contract`]: what a tool author writes. A tool is a type with [`ToolMeta`] (usually
 //!   `#[derive(Tool)]`) and a [`ToolHandler`] with typed input and output. [`TypedTool`] erases
 //!   it into a [`DynTool`]; a [`ToolSet`] holds tools by name and checks them once.
@@ -19,14 +22,14 @@
 //!   reaches, the bounds on what a client sends, what a person may write, how a request waits
 //!   for a change.
 //! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`.
+//! - [`identity`]: identity providers' tokens as principals: verification, grants, the
+//!   resource's metadata (RFC 9728), a person's sign-in to the inbox.
 //! - [`schema`]: JSON Schema cleaning and each LLM provider's tool-list format (OpenAI,
 //!   Anthropic, Gemini, MCP), built once from the tools' own schemas.
 //!
 //! The doors, side by side over one floor:
-//! - [`http`]: what every HTTP door shares, no handlers: keys, identity providers' tokens
-//!   (`http::issuers`: verification, grants, the resource's metadata, a person's sign-in), roles
-//!   and the gate on each route, the one error envelope, extractors, `?wait=`, the feed as
-//!   Server-Sent Events.
+//! - [`http`]: what every HTTP door shares, no handlers: API keys, roles and the gate on each
+//!   route, the one error envelope, extractors, `?wait=`, the feed as Server-Sent Events.
 //! - [`rest`]: the REST API, one file per resource.
 //! - [`mcp`]: `/mcp`, the same tools over the Model Context Protocol (rmcp).
 //! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key or the identity
@@ -51,12 +54,14 @@
 extern crate self as toolgate;
 
 pub mod app;
+pub mod base;
 pub mod config;
 pub mod contract;
 pub mod dispatch;
 pub mod examples;
 pub mod feed;
 pub mod http;
+pub mod identity;
 mod ids;
 pub mod inbox;
 pub mod mcp;
@@ -73,7 +78,8 @@ pub use schemars;
 pub use serde_json;
 pub use toolgate_macros::Tool;
 
-pub use app::{ServerBuilder, Serving};
+pub use app::{ServerBuilder, Serving, StartError};
+pub use base::install_crypto;
 pub use contract::ctx::ToolCtx;
 pub use contract::erased::{DynTool, ToolDescriptor, TypedTool};
 pub use contract::error::{HandlerError, InputViolation, ToolError};

@@ -1,5 +1,14 @@
-//! Bearer tokens from identity providers: `[[auth.issuers]]`, each an OAuth 2.1 / OIDC issuer
-//! whose signed JWT access tokens are principals beside the API keys.
+//! Identity: the tokens of identity providers, turned into principals. `[[auth.issuers]]` names
+//! each provider, an OAuth 2.1 / OIDC issuer whose access tokens are principals beside the API
+//! keys. This wing verifies a token (below: the key sets in `keys`, introspection in
+//! `introspect`), maps its claims to a role and a reach ([`grants`]), serves
+//! the resource's own metadata so a client finds the provider (RFC 9728, `resource`), and signs
+//! a person in to the inbox with the provider ([`SignIn`]: the authorization code flow).
+//!
+//! It stands below the HTTP kit: `crate::http`'s auth asks it about a bearer token that is no
+//! API key, and the inbox asks it to sign a person in; it knows no route and no door.
+//!
+//! # Verification
 //!
 //! A token is checked against the issuer its unverified `iss` names (one of those configured, or
 //! it is refused), then verified with that issuer's key set: the signature with a key of the
@@ -38,7 +47,7 @@ use crate::dispatch::who::Principal;
 /// The HTTP client every request to a provider goes through: bounded in time, and following
 /// no redirect (one could lead off https; the configured or discovered URL is the one).
 fn provider_client(timeout: std::time::Duration) -> Result<reqwest::Client, IssuerError> {
-    crate::feed::webhooks::install_crypto();
+    crate::base::install_crypto();
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)
