@@ -121,7 +121,7 @@ fn hash_token() -> ExitCode {
         eprintln!("toolgate: the token is empty");
         return ExitCode::from(2);
     }
-    println!("{}", hex::encode(toolgate::http::auth::token_sha256(token)));
+    println!("{}", hex::encode(toolgate::base::token_sha256(token)));
     ExitCode::SUCCESS
 }
 

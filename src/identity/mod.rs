@@ -19,10 +19,10 @@
 //! is named `<issuer name>:<name claim>`, and its role comes from the issuer's grants
 //! ([`grants`]).
 //!
-//! Most tokens are decided at once, from the cached key set ([`keys`]); a token whose `kid` the
+//! Most tokens are decided at once, from the cached key set (`keys`); a token whose `kid` the
 //! cache does not know waits for one fetch of the set (at most one per issuer every 30 s,
 //! whatever the load), after which an unknown key fails closed. A token that is no JWT is
-//! asked about at the introspection endpoint of each issuer that has one ([`introspect`]),
+//! asked about at the introspection endpoint of each issuer that has one (`introspect`),
 //! whose answer is held to the same `iss`, `aud`, `exp`, `nbf` and grants.
 //!
 //! A token is never logged, and never passed on (upstream MCP servers keep their own

@@ -11,7 +11,7 @@ const SDK_DIRECTIVE: &str = "rmcp=warn";
 
 /// The filter of log lines: `from_env` (`RUST_LOG`) when it is set and valid, else
 /// `configured` (the `log` key) when valid, else `info`; each with the SDK's INFO lines left
-/// out ([`SDK_DIRECTIVE`]) unless one of its directives is about `rmcp` already.
+/// out (`rmcp=warn`) unless one of its directives is about `rmcp` already.
 pub fn log_filter(from_env: Option<&str>, configured: &str) -> EnvFilter {
     from_env
         .and_then(|filter| EnvFilter::try_new(quiet_sdk(filter)).ok())
