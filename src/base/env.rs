@@ -4,7 +4,7 @@
 /// `value` with each `${NAME}` replaced by `env(NAME)`. `$` not followed by `{` is kept. The
 /// error says what is wrong, to follow the key's name (`headers.Authorization names the
 /// environment variable TOKEN, which is not set`).
-pub fn expand(value: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+pub(crate) fn expand(value: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(at) = rest.find("${") {

@@ -5,14 +5,14 @@
 use serde_json::Value;
 
 /// The schema a local `$ref` names inside `root`, if it resolves to one.
-pub fn resolve_ref<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
+pub(crate) fn resolve_ref<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
     root.pointer(&pointer_of(reference)?)
         .filter(|target| target.is_object() || target.is_boolean())
 }
 
 /// The JSON Pointer a local `$ref` names (`#/$defs/A%20B` is `/$defs/A B`), or `None` for a
 /// reference that is not local.
-pub fn pointer_of(reference: &str) -> Option<String> {
+pub(crate) fn pointer_of(reference: &str) -> Option<String> {
     let fragment = reference.strip_prefix('#')?;
     percent_decode(fragment)
 }
