@@ -3,10 +3,23 @@
 //!
 //! # A tour
 //!
+//! Floor by floor, from the ground up: each module imports only from the floors below it, never
+//! round in a circle (`tests/layout.rs` checks it).
+//!
+//! The ground floor, and what records the server's work from every floor above it:
+//! - [`base`]: small pieces every wing uses, importing nothing of the crate: the TLS provider
+//!   ([`install_crypto`]), a token's hash, `${NAME}` from the environment, a config section's
+//!   error, a JSON Schema's local `$ref`.
+//! - `metrics`: what the server does, counted, for `GET /metrics` in the Prometheus text format.
+//! - [`telemetry`]: OpenTelemetry traces of every door and of the call lifecycle, exported over
+//!   OTLP/HTTP, and the log lines' filter and format.
+//!
 //! Below the doors, from the tool up:
 //! - [`contract`]: what a tool author writes. A tool is a type with [`ToolMeta`] (usually
 //!   `#[derive(Tool)]`) and a [`ToolHandler`] with typed input and output. [`TypedTool`] erases
 //!   it into a [`DynTool`]; a [`ToolSet`] holds tools by name and checks them once.
+//! - [`schema`]: JSON Schema cleaning and each LLM provider's tool-list format (OpenAI,
+//!   Anthropic, Gemini, MCP), built once from the tools' own schemas.
 //! - [`store`]: durable calls and suspensions, the change feed, the webhooks' outbox and inbox
 //!   sessions, behind the [`Store`](store::Store) traits; [`SqliteStore`](store::SqliteStore)
 //!   is the embedded default, and [`PostgresStore`](store::PostgresStore) lets several replicas
@@ -19,28 +32,25 @@
 //!   reaches, the bounds on what a client sends, what a person may write, how a request waits
 //!   for a change.
 //! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`.
-//! - [`schema`]: JSON Schema cleaning and each LLM provider's tool-list format (OpenAI,
-//!   Anthropic, Gemini, MCP), built once from the tools' own schemas.
+//! - [`identity`]: identity providers' tokens as principals: verification, grants, the
+//!   resource's metadata (RFC 9728), a person's sign-in to the inbox.
 //!
 //! The doors, side by side over one floor:
-//! - [`http`]: what every HTTP door shares, no handlers: keys, identity providers' tokens
-//!   (`http::issuers`: verification, grants, the resource's metadata, a person's sign-in), roles
-//!   and the gate on each route, the one error envelope, extractors, `?wait=`, the feed as
-//!   Server-Sent Events.
+//! - [`http`]: what every HTTP door shares, no handlers: API keys, roles and the gate on each
+//!   route, the one error envelope, extractors, `?wait=`, the feed as Server-Sent Events.
 //! - [`rest`]: the REST API, one file per resource.
 //! - [`mcp`]: `/mcp`, the same tools over the Model Context Protocol (rmcp).
 //! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key or the identity
-//!   provider, the live queue, one
-//!   approval with a form generated from its schema; every decision goes through the dispatcher.
+//!   provider, the live queue, one approval with a form generated from its schema; every
+//!   decision goes through the dispatcher.
 //!
 //! And what puts them together:
 //! - [`app`]: [`ServerBuilder`], the composition root: it builds the dispatcher, starts and
 //!   stops the background work (upstreams, webhooks, the store's upkeep) and merges the doors
 //!   into one `axum::Router` you can serve alone or mount in your own app.
-//! - [`config`]: the binary's configuration (file, environment, flags), read once.
-//! - `metrics`: what the server does, counted, for `GET /metrics` in the Prometheus text format.
-//! - [`telemetry`]: OpenTelemetry traces of every door and of the call lifecycle, exported over
-//!   OTLP/HTTP, and the log lines' format.
+//!   [`ServerBuilder::start`] first refuses what the binary refuses at start-up.
+//! - [`config`]: the binary's configuration (file, environment, flags), read once; the top
+//!   floor, as each subsystem declares its own section.
 //! - [`examples`]: demo tools (`echo`, `ask_human`, `issue_refund`, `send_email`), written the
 //!   way a user writes tools.
 //!
@@ -51,12 +61,14 @@
 extern crate self as toolgate;
 
 pub mod app;
+pub mod base;
 pub mod config;
 pub mod contract;
 pub mod dispatch;
 pub mod examples;
 pub mod feed;
 pub mod http;
+pub mod identity;
 mod ids;
 pub mod inbox;
 pub mod mcp;
@@ -73,7 +85,8 @@ pub use schemars;
 pub use serde_json;
 pub use toolgate_macros::Tool;
 
-pub use app::{ServerBuilder, Serving};
+pub use app::{ServerBuilder, Serving, StartError};
+pub use base::install_crypto;
 pub use contract::ctx::ToolCtx;
 pub use contract::erased::{DynTool, ToolDescriptor, TypedTool};
 pub use contract::error::{HandlerError, InputViolation, ToolError};

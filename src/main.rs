@@ -7,12 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use std::sync::Arc;
 use toolgate::config::{Config, Overrides};
-
-use toolgate::store::{PostgresStore, SqliteStore, Store};
 use toolgate::{ServerBuilder, ToolSet};
-use tracing_subscriber::EnvFilter;
 
 /// A tool server for LLM agents: tool schemas and calls over REST, with durable human approvals.
 #[derive(Parser)]
@@ -125,43 +121,17 @@ fn hash_token() -> ExitCode {
         eprintln!("toolgate: the token is empty");
         return ExitCode::from(2);
     }
-    println!("{}", hex::encode(toolgate::http::auth::token_sha256(token)));
+    println!("{}", hex::encode(toolgate::base::token_sha256(token)));
     ExitCode::SUCCESS
 }
 
-/// The MCP SDK's directive, added to a filter that does not name `rmcp` itself: its INFO lines
-/// are its internals (at each upstream connect, the server's whole `initialize` answer in one
-/// line; a child's exit; every notification), and ours say what matters ("the upstream MCP
-/// server is up", with its tool count). `rmcp=info` (or `debug`) in the filter shows them.
-const SDK_DIRECTIVE: &str = "rmcp=warn";
-
-/// `filter` with [`SDK_DIRECTIVE`], unless one of its directives is about `rmcp` already.
-fn quiet_sdk(filter: &str) -> String {
-    let names_sdk = filter.split(',').any(|directive| {
-        let target = directive
-            .trim()
-            .split(['=', '['])
-            .next()
-            .unwrap_or_default();
-        target == "rmcp" || target.starts_with("rmcp::")
-    });
-    if names_sdk {
-        filter.to_owned()
-    } else {
-        format!("{filter},{SDK_DIRECTIVE}")
-    }
-}
-
 /// Logs to stderr with `RUST_LOG`'s filter when it is set and valid, else the `log` key's,
-/// else `info`; each with the SDK's INFO lines left out ([`quiet_sdk`]); in `log_format`. And
-/// exports traces when `[telemetry]` (or the standard variables) name a collector.
+/// else `info` (the MCP SDK's INFO lines left out: [`toolgate::telemetry::log_filter`]); in
+/// `log_format`. And exports traces when `[telemetry]` (or the standard variables) name a
+/// collector.
 fn init_tracing(config: &Config) -> Result<toolgate::telemetry::Telemetry, String> {
-    let from_env = std::env::var(EnvFilter::DEFAULT_ENV)
-        .ok()
-        .and_then(|filter| EnvFilter::try_new(quiet_sdk(&filter)).ok());
-    let filter = from_env
-        .or_else(|| EnvFilter::try_new(quiet_sdk(&config.log)).ok())
-        .unwrap_or_else(|| EnvFilter::new(quiet_sdk("info")));
+    let from_env = std::env::var(tracing_subscriber::EnvFilter::DEFAULT_ENV).ok();
+    let filter = toolgate::telemetry::log_filter(from_env.as_deref(), &config.log);
     toolgate::telemetry::init(filter, config.log_format, &config.telemetry, |name| {
         std::env::var(name).ok()
     })
@@ -170,78 +140,38 @@ fn init_tracing(config: &Config) -> Result<toolgate::telemetry::Telemetry, Strin
 async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std::error::Error>> {
     let keys = config.api_keys()?;
     let issuers = config.issuers()?;
-    if keys.is_empty() && !issuers.enabled() {
-        if !config.bind.ip().is_loopback() && !insecure_no_auth {
-            return Err(format!(
-                "refusing to listen on {} without API keys: configure [[auth.keys]] (see \
-                 config/default.toml), or pass --insecure-no-auth to let anyone who can reach \
-                 it call tools and approve calls",
-                config.bind
-            )
-            .into());
-        }
-        tracing::warn!(
-            bind = %config.bind,
-            "auth is off: no [[auth.keys]] configured, every request acts as admin"
-        );
-    }
-    let allowed_hosts = config.allowed_hosts();
-    if config.bind.ip().is_unspecified() && allowed_hosts.len() <= 1 {
-        tracing::warn!(
-            bind = %config.bind,
-            "no Host name is accepted yet (against DNS rebinding): list the names clients reach \
-             this server by in [server] allowed_hosts"
-        );
-    }
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
-        format!(
-            "cannot create the data directory {}: {e}",
-            config.data_dir.display()
-        )
-    })?;
-    let store = open_store(&config).await?;
-
+    let store = config.open_store().await?;
     let mut tools = ToolSet::new();
     if config.examples.enabled {
         toolgate::examples::register(&mut tools, &config.examples, &config.data_dir)?;
     }
-    if let Some(name) = config
-        .tools
-        .keys()
-        .find(|name| tools.get(name).is_none() && !config.is_upstream_tool(name))
-    {
-        return Err(format!("config key `tools.{name}`: no tool is named `{name}`").into());
-    }
     // Upstream MCP servers: each reached once now (a stdio server that cannot start, or a tool
     // name that is invalid or taken, stops the start), then supervised while the server runs.
     let upstreams = toolgate::upstream::Upstreams::connect(config.upstreams()?, &tools).await?;
-    check_approval_fields(&config, &tools, &upstreams)?;
-    let webhooks = config.webhooks()?;
-    webhooks.check_targets().await?;
-    webhooks
-        .initialize(store.as_ref())
-        .await
-        .map_err(|e| format!("cannot start the webhooks' outbox: {e}"))?;
     let inbox = config
         .inbox
         .options_with(&issuers, |name| std::env::var(name).ok())
         .map_err(|err| format!("config key `inbox.oidc`: {}", err.0))?;
     let tool_count = tools.len() + upstreams.tool_count();
     let serving = ServerBuilder::with_shared_store(tools, store)
+        .listen_address(config.bind)
+        .insecure_no_auth(insecure_no_auth)
         .max_body_bytes(config.max_body_bytes)
         .max_json_depth(config.max_json_depth)
         .max_in_flight(config.max_in_flight)
         .body_timeout(config.server.body_timeout())
-        .allowed_hosts(allowed_hosts)
+        .allowed_hosts(config.allowed_hosts())
         .api_keys(keys)
         .issuers(issuers)
         .dispatch_config(config.dispatch_config())
-        .webhooks(webhooks)
+        .webhooks(config.webhooks()?)
         .mcp(config.mcp.options(config.bind.ip()))
         .inbox(inbox)
         .upstreams(upstreams)
         .feed_retention(std::time::Duration::from_secs(config.feed.retention_s))
-        .serve();
+        .start()
+        .await
+        .map_err(|refused| config.refusal(&refused))?;
 
     release_startup_memory();
     let listener = tokio::net::TcpListener::bind(config.bind)
@@ -274,58 +204,6 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     serving.drain().await;
     tracing::info!("toolgate stopped");
     Ok(())
-}
-
-/// Refuses an approval condition or reason that names a field of `input` its tool's input
-/// schema cannot have. An upstream tool is checked against the schema it listed at start (one
-/// whose server did not answer then is not: its calls fail closed if the field is missing).
-fn check_approval_fields(
-    config: &Config,
-    tools: &ToolSet,
-    upstreams: &toolgate::upstream::Upstreams,
-) -> Result<(), String> {
-    let dispatch = config.dispatch_config();
-    let served = tools.iter().chain(upstreams.tools());
-    for tool in served {
-        let Some(gate) = dispatch
-            .tools
-            .get(tool.name())
-            .and_then(|settings| settings.approval.as_ref())
-        else {
-            continue;
-        };
-        gate.check_input_fields(tool.input_schema())
-            .map_err(|(key, message)| {
-                let table = config.approval_table_key(tool.name());
-                format!("config key `{table}.{key}`: {message}")
-            })?;
-    }
-    Ok(())
-}
-
-/// The store the configuration names: PostgreSQL when `store.database_url` is set, else the
-/// embedded SQLite file in the data directory.
-async fn open_store(config: &Config) -> Result<Arc<dyn Store>, Box<dyn std::error::Error>> {
-    match config.store.postgres_url() {
-        Some(url) => {
-            let store = PostgresStore::open(url, config.store.postgres_options())
-                .await
-                // The error names the database, without its password.
-                .map_err(|e| format!("cannot open the PostgreSQL store: {e}"))?;
-            tracing::info!(
-                replica = store.replica_id(),
-                database = store.target(),
-                "serving as a replica on PostgreSQL"
-            );
-            Ok(Arc::new(store))
-        }
-        None => {
-            let db = config.data_dir.join("toolgate.db");
-            let store = SqliteStore::open(&db)
-                .map_err(|e| format!("cannot open the store at {}: {e}", db.display()))?;
-            Ok(Arc::new(store))
-        }
-    }
 }
 
 /// Gives back to the system the heap that building the OpenAPI document and the schemas used
@@ -365,26 +243,4 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutting down: finishing requests in flight");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::quiet_sdk;
-
-    #[test]
-    fn the_sdk_is_quiet_unless_the_filter_names_it() {
-        assert_eq!(quiet_sdk("info"), "info,rmcp=warn");
-        assert_eq!(
-            quiet_sdk("toolgate=debug,info"),
-            "toolgate=debug,info,rmcp=warn"
-        );
-        assert_eq!(quiet_sdk("info,rmcp=debug"), "info,rmcp=debug");
-        assert_eq!(quiet_sdk("rmcp::service=info"), "rmcp::service=info");
-        assert_eq!(
-            quiet_sdk("info, rmcp[serve]=info"),
-            "info, rmcp[serve]=info"
-        );
-        // A target that only starts with the same letters is another crate.
-        assert_eq!(quiet_sdk("rmcpx=info"), "rmcpx=info,rmcp=warn");
-    }
 }

@@ -15,7 +15,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use toolgate::http::auth::{ApiKey, Role, token_sha256};
-use toolgate::http::issuers::{IssuerConfig, Issuers};
+use toolgate::identity::{IssuerConfig, Issuers};
 use toolgate::{ServerBuilder, ToolSet};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;

@@ -318,14 +318,14 @@ async fn a_person_signs_in_with_the_identity_provider_and_the_history_names_them
             "redirect_uris": [format!("{base}/inbox/oidc/callback")],
         }))
         .await;
-    let issuer: toolgate::http::issuers::IssuerConfig = toml::from_str(&format!(
+    let issuer: toolgate::identity::IssuerConfig = toml::from_str(&format!(
         "name = \"corp\"\nissuer = \"{}\"\naudiences = [\"https://toolgate.test/mcp\"]\n\
          [[grants]]\nwhen = {{ claim = \"groups\", contains = \"finance\" }}\n\
          role = \"approver\"\ndecides = [\"issue_refund\"]\n",
         provider.issuer
     ))
     .unwrap();
-    let issuers = toolgate::http::issuers::Issuers::new(&[issuer]).unwrap();
+    let issuers = toolgate::identity::Issuers::new(&[issuer]).unwrap();
     let inbox: toolgate::inbox::config::InboxConfig = toml::from_str(&format!(
         "key_sign_in = false\n[oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\n\
          client_secret_env = \"INBOX_SECRET\"\nredirect_url = \"{base}/inbox/oidc/callback\"\n"

@@ -20,7 +20,7 @@ use common::{Backend, Location, TestServer, api_keys, ci_python, example_tools, 
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use toolgate::http::auth::Role;
-use toolgate::http::issuers::{IssuerConfig, Issuers};
+use toolgate::identity::{IssuerConfig, Issuers};
 
 const ADMIN: &str = "oauth-host-admin-token-4d1f";
 

@@ -4,8 +4,8 @@
 //!
 //! They run in one fixed order, so of several mistakes the same one is named first every time.
 
-use super::invalid::Invalid;
 use super::{Config, ConfigError};
+use crate::base::Invalid;
 use crate::dispatch::config::check_required_scopes;
 
 impl Config {

@@ -14,11 +14,12 @@
 //! `[mcp]`, `[inbox]`, `[examples]`, `[telemetry]` and `[[upstreams]]` in their modules'
 //! `config.rs`. The
 //! sections of the HTTP server as a whole (`[auth]`, `[feed]`) are in `server.rs` here; the
-//! checks across sections, run once the file is read, in `checks.rs`.
+//! checks across sections, run once the file is read, in `checks.rs`; opening the store it
+//! names and wording a refused start in its keys, in `start.rs`.
 
 mod checks;
-pub mod invalid;
 mod server;
+mod start;
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +44,7 @@ pub use crate::mcp::config::McpConfig;
 pub use crate::store::config::StoreConfig;
 pub use crate::telemetry::config::{LogFormat, TelemetryConfig};
 pub use server::{AuthConfig, FeedConfig, KeyConfig};
+pub use start::OpenStoreError;
 
 /// The prefix of configuration environment variables.
 pub const ENV_PREFIX: &str = "TOOLGATE_";
@@ -177,8 +179,8 @@ pub enum ConfigError {
     },
 }
 
-impl From<invalid::Invalid> for ConfigError {
-    fn from(wrong: invalid::Invalid) -> Self {
+impl From<crate::base::Invalid> for ConfigError {
+    fn from(wrong: crate::base::Invalid) -> Self {
         ConfigError::Invalid {
             key: wrong.key,
             message: wrong.message,
@@ -340,7 +342,7 @@ impl Config {
 
     /// The identity providers (see [`AuthConfig::issuers`]), the scopes the tools require
     /// offered in the resource's metadata.
-    pub fn issuers(&self) -> Result<crate::http::issuers::Issuers, ConfigError> {
+    pub fn issuers(&self) -> Result<crate::identity::Issuers, ConfigError> {
         let mut required: Vec<String> = self
             .dispatch_config()
             .tools

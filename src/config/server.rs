@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::ConfigError;
 use crate::dispatch::quota::{QuotaConfig, QuotaSettings};
 use crate::http::auth::{ApiKey, Reach, Role};
-use crate::http::issuers::{IssuerConfig, Issuers};
+use crate::identity::{IssuerConfig, Issuers};
 
 /// `[auth]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

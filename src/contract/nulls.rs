@@ -16,9 +16,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::schema::admits_null;
+use crate::base::json_ref::resolve_ref;
 
 /// Where in a tool's input a `null` means "absent". Built once per tool.
 #[derive(Debug)]
@@ -155,7 +155,7 @@ impl<'a> Builder<'a> {
         if let Some(id) = self.by_ref.get(reference) {
             return Some(*id);
         }
-        let target = crate::schema::resolve_ref(self.root, reference)?;
+        let target = resolve_ref(self.root, reference)?;
         let id = self.drafts.len();
         self.drafts.push(Draft::default());
         self.by_ref.insert(reference.to_owned(), id);
@@ -328,7 +328,7 @@ fn agree(a: Option<usize>, b: Option<usize>) -> Option<usize> {
 
 /// A schema that only stands for another (`{"$ref": …}` with a description, or an `Option`'s
 /// `anyOf: [T, {"type": "null"}]`): the one it stands for.
-fn pass_through(obj: &serde_json::Map<String, Value>) -> Option<&Value> {
+fn pass_through(obj: &Map<String, Value>) -> Option<&Value> {
     let mut through = None;
     for (key, value) in obj {
         match key.as_str() {
@@ -356,6 +356,47 @@ fn is_null_only(schema: &Value) -> bool {
         && schema
             .as_object()
             .is_some_and(|obj| obj.keys().all(|k| k == "type" || k == "description"))
+}
+
+/// Whether `schema` may accept `null`, resolving `$ref`s inside `root`. Errs towards `true`:
+/// `false` only when a keyword plainly refuses it (a `type` without `"null"`, an `enum` or
+/// `const` without it, a union none of whose members accepts it).
+pub(crate) fn admits_null(schema: &Value, root: &Value) -> bool {
+    admits_null_within(schema, root, 0)
+}
+
+/// How many `$ref`s deep [`admits_null`] follows before it stops refusing.
+const MAX_REF_DEPTH: usize = 32;
+
+fn admits_null_within(schema: &Value, root: &Value, depth: usize) -> bool {
+    let obj = match schema {
+        Value::Bool(accepts) => return *accepts,
+        Value::Object(obj) => obj,
+        _ => return true,
+    };
+    if depth > MAX_REF_DEPTH {
+        return true;
+    }
+    let admits = |s: &Value| admits_null_within(s, root, depth + 1);
+    let refuses = match obj.get("type") {
+        Some(Value::String(kind)) => kind != "null",
+        Some(Value::Array(kinds)) => !kinds.iter().any(|k| k == "null"),
+        _ => false,
+    } || matches!(obj.get("enum"), Some(Value::Array(values)) if !values.contains(&Value::Null))
+        || obj.get("const").is_some_and(|value| !value.is_null())
+        || ["anyOf", "oneOf"].iter().any(|key| {
+            matches!(obj.get(*key), Some(Value::Array(options)) if !options.iter().any(admits))
+        })
+        || matches!(obj.get("allOf"), Some(Value::Array(parts)) if !parts.iter().all(admits))
+        || obj
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|reference| resolve_ref(root, reference))
+            .is_some_and(|target| !admits(target))
+        || obj
+            .get("not")
+            .is_some_and(|not| *not == Value::Bool(true) || *not == Value::Object(Map::new()));
+    !refuses
 }
 
 #[cfg(test)]
@@ -493,5 +534,31 @@ mod tests {
             stripped(&disagree, json!({"x": null, "y": null})),
             json!({"x": null})
         );
+    }
+
+    #[test]
+    fn null_is_refused_only_where_a_keyword_says_so() {
+        let root = json!({"$defs": {"S": {"type": "string"}, "N": {"type": ["string", "null"]}}});
+        let refuses = |schema: Value| !admits_null(&schema, &root);
+        assert!(refuses(json!({"type": "string"})));
+        assert!(refuses(json!({"type": ["string", "integer"]})));
+        assert!(refuses(json!({"enum": ["a"]})));
+        assert!(refuses(json!({"const": 1})));
+        assert!(refuses(
+            json!({"anyOf": [{"type": "string"}, {"type": "integer"}]})
+        ));
+        assert!(refuses(json!({"allOf": [{}, {"type": "string"}]})));
+        assert!(refuses(json!({"$ref": "#/$defs/S", "description": "s"})));
+        assert!(refuses(json!(false)));
+        assert!(!refuses(json!({})));
+        assert!(!refuses(json!(true)));
+        assert!(!refuses(json!({"description": "anything"})));
+        assert!(!refuses(json!({"type": ["string", "null"]})));
+        assert!(!refuses(json!({"enum": ["a", null]})));
+        assert!(!refuses(
+            json!({"anyOf": [{"type": "string"}, {"type": "null"}]})
+        ));
+        assert!(!refuses(json!({"$ref": "#/$defs/N"})));
+        assert!(!refuses(json!({"$ref": "#/$defs/Missing"})));
     }
 }

@@ -339,7 +339,7 @@ impl Dispatcher {
             Recorded::Ran(ran) => ran,
             Recorded::Repeated(answer) => return Ok(answer),
         };
-        policy.metrics.ran(ran.outcome.status(), ran.took);
+        policy.metrics.ran(ran.outcome.status().as_str(), ran.took);
         Ok(CallResult {
             call_id,
             tool: dyn_tool.name().to_owned(),

@@ -153,7 +153,7 @@ impl Dispatcher {
             &ran.recorded(),
         )
         .await?;
-        policy.metrics.ran(ran.outcome.status(), ran.took);
+        policy.metrics.ran(ran.outcome.status().as_str(), ran.took);
         Ok(CallResult {
             call_id: call.call_id,
             tool: call.tool,
@@ -165,9 +165,9 @@ impl Dispatcher {
     /// Counts a call of `tool` recorded in `status` without a run of its tool.
     pub(super) fn counted(&self, tool: &str, status: CallStatus) {
         match self.live.current().policy(tool) {
-            Some(policy) => policy.metrics.outcome(status),
+            Some(policy) => policy.metrics.outcome(status.as_str()),
             // A tool no longer served, whose suspended calls are still resolved.
-            None => crate::metrics::call_outcome(tool, status),
+            None => crate::metrics::call_outcome(tool, status.as_str()),
         }
     }
 

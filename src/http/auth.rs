@@ -18,14 +18,14 @@ use std::sync::Arc;
 use axum::extract::Request;
 use axum::http::header::AUTHORIZATION;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::{ApiError, ScopeChallenge};
 use super::hosts::AllowedHosts;
-use super::issuers::{Issuers, Verdict};
 use super::layer::{PolicyLayer, Refusal, RoutePolicy};
+pub use crate::base::token_sha256;
 pub use crate::dispatch::who::{Principal, Reach, Role};
+use crate::identity::{Issuers, Verdict};
 
 /// One API key: a name (recorded as the actor of what it does), a role, and its token's hash.
 #[derive(Clone)]
@@ -75,11 +75,6 @@ impl std::fmt::Debug for ApiKey {
             .field("decides", &self.decides)
             .finish_non_exhaustive()
     }
-}
-
-/// The SHA-256 of `token`, as configured in `token_sha256` (what `toolgate hash-token` prints).
-pub fn token_sha256(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
 }
 
 /// The configured credentials: API keys, and the identity providers whose tokens are
@@ -260,7 +255,7 @@ impl Gate {
 }
 
 /// The answer to a refused token of an identity provider.
-fn token_refusal(refused: super::issuers::Refused) -> ApiError {
+fn token_refusal(refused: crate::identity::Refused) -> ApiError {
     if refused.forbidden {
         ApiError::TokenForbidden(refused.message)
     } else {

@@ -1,5 +1,7 @@
 //! What every HTTP door shares, and no handlers: who asks ([`auth`]: keys, roles, the gate on
-//! each route, its first check the `Host` against DNS rebinding, `hosts`), the one error envelope ([`error`]), the extractors that answer in it
+//! each route, its first check the `Host` against DNS rebinding, `hosts`; a bearer token that is
+//! no key goes to the identity providers, [`crate::identity`]), the one error envelope
+//! ([`error`]), the extractors that answer in it
 //! ([`extract`]), the `Idempotency-Key` header ([`idempotency`]), the `?wait=` side of a held
 //! request ([`hold`]), the change feed as Server-Sent Events ([`sse`]), and the count of
 //! requests by route (`requests`); the gate, the shedding (`shed`) and the count are policies
@@ -20,7 +22,6 @@ pub(crate) mod gate;
 pub mod hold;
 pub mod hosts;
 pub mod idempotency;
-pub mod issuers;
 pub(crate) mod layer;
 pub(crate) mod requests;
 pub(crate) mod shed;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{InboxOidc, InboxOptions};
-use crate::http::issuers::{IssuerError, Issuers};
+use crate::identity::{IssuerError, Issuers};
 
 /// `[inbox]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

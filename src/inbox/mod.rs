@@ -75,7 +75,7 @@ pub struct InboxOptions {
 #[derive(Debug, Clone)]
 pub struct InboxOidc {
     /// The issuer and this server's client of it.
-    pub sign_in: Arc<crate::http::issuers::SignIn>,
+    pub sign_in: Arc<crate::identity::SignIn>,
     /// The callback's absolute URL, as registered with the issuer (`…/inbox/oidc/callback`).
     pub redirect_url: String,
 }

@@ -1,5 +1,5 @@
 //! Single sign-on for the inbox (`[inbox.oidc]`): "Sign in with <issuer>", OpenID Connect's
-//! authorization code flow with PKCE ([`crate::http::issuers::SignIn`] speaks to the issuer).
+//! authorization code flow with PKCE ([`crate::identity::SignIn`] speaks to the issuer).
 //!
 //! `GET /inbox/oidc/start` makes a `state`, a `nonce` and a PKCE verifier (each 256 random
 //! bits), keeps them in one `HttpOnly` cookie for ten minutes, and sends the browser to the
@@ -26,7 +26,7 @@ use subtle::ConstantTimeEq;
 
 use super::session::{ClientAddr, Visit, cookie, random_id, secure_cookies, sign_in_page};
 use super::views::{Answer, PageError, page};
-use crate::http::issuers::SignInError;
+use crate::identity::SignInError;
 
 /// The sign-in's cookie: `state`, `nonce` and the PKCE verifier, joined by dots.
 pub(crate) const OIDC_COOKIE: &str = "toolgate_inbox_oidc";

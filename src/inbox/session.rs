@@ -30,7 +30,7 @@ use super::InboxState;
 use super::views::{Answer, Base, Nav, PageError, page, see_other};
 use crate::dispatch::Dispatcher;
 use crate::http::auth::{ApiKey, Principal, Reach, Role};
-use crate::http::issuers;
+use crate::identity;
 use crate::slots::Slot;
 use crate::store::{InboxSession, Store, Timestamp};
 
@@ -376,7 +376,7 @@ async fn start(visit: &Visit, principal: Principal, key: &ApiKey) -> Result<Sign
 /// What stands in a person's session for a key's fingerprint: the issuer's name and the
 /// fingerprint of the sign-in (issuer, client, grants), so that a session ends as soon as any
 /// of them changes.
-fn person_marker(sign_in: &issuers::SignIn) -> String {
+fn person_marker(sign_in: &identity::SignIn) -> String {
     format!(
         "{PERSON_MARKER}{}:{}",
         sign_in.issuer_name(),
@@ -388,7 +388,7 @@ fn person_marker(sign_in: &issuers::SignIn) -> String {
 pub(crate) async fn start_person(
     visit: &Visit,
     person: Principal,
-    sign_in: &issuers::SignIn,
+    sign_in: &identity::SignIn,
 ) -> Result<Signed, PageError> {
     open(visit, person, Some(person_marker(sign_in))).await
 }

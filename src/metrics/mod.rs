@@ -7,6 +7,10 @@
 //! live replicas) is not kept here: `server/metrics.rs` reads it from the store at each scrape and
 //! hands it to [`render`], so every replica shows the same, current figure.
 //!
+//! It imports nothing of the crate but its own files: the store's batching writers record into
+//! it, so it stands below the store, and a call's status comes in as the name the store keeps
+//! it under (`CallStatus::as_str`).
+//!
 //! The hot path pays a few atomic increments and one uncontended lock (a histogram's) per call:
 //! each tool's series are resolved once, when the dispatcher is built ([`ToolMetrics`]), and each
 //! route's at its first requests ([`RouteRequests`]). Nothing is looked up, formatted or
@@ -27,7 +31,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::store::{CallStatus, StoreCounts};
 use sorted::SortedFamily;
 
 /// The `Content-Type` of what [`render`] writes: the Prometheus text format, version 0.0.4.
@@ -71,19 +74,20 @@ const COMMIT_BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0,
 ];
 
-/// The statuses an outcome leaves a call in: all but `running`.
-const OUTCOMES: [CallStatus; 7] = [
-    CallStatus::Suspended,
-    CallStatus::Completed,
-    CallStatus::Failed,
-    CallStatus::Rejected,
-    CallStatus::Interrupted,
-    CallStatus::NeedsReconciliation,
-    CallStatus::Expired,
+/// The statuses an outcome leaves a call in, as the store names them: all but `running`.
+const OUTCOMES: [&str; 7] = [
+    "suspended",
+    "completed",
+    "failed",
+    "rejected",
+    "interrupted",
+    "needs_reconciliation",
+    "expired",
 ];
 
-/// Where `status` is in [`OUTCOMES`]; `None` for `running`, which is no outcome.
-fn outcome_slot(status: CallStatus) -> Option<usize> {
+/// Where the status named `status` is in [`OUTCOMES`]; `None` for `running`, which is no
+/// outcome.
+pub(crate) fn outcome_slot(status: &str) -> Option<usize> {
     OUTCOMES.iter().position(|s| *s == status)
 }
 
@@ -232,9 +236,12 @@ impl Metrics {
     }
 }
 
-/// The process's metrics, followed by the store's figures as they are now (`counts`): the
-/// approvals pending and, on a shared database, the replicas whose lease is live.
-pub(crate) fn render(counts: &StoreCounts) -> Result<String, std::fmt::Error> {
+/// The process's metrics, followed by the store's figures as they are now: the approvals
+/// pending and, on a shared database, the replicas whose lease is live.
+pub(crate) fn render(
+    pending_approvals: u64,
+    live_replicas: Option<u64>,
+) -> Result<String, std::fmt::Error> {
     let mut text = String::with_capacity(16 * 1024);
     prometheus_text::encode(&mut text, &METRICS.registry)?;
     // Read at this scrape, so registered in a registry of its own: the process-wide one is
@@ -248,9 +255,9 @@ pub(crate) fn render(counts: &StoreCounts) -> Result<String, std::fmt::Error> {
     now.register(
         APPROVALS_PENDING,
         "Suspensions waiting for a person now (pending and unexpired), as the store holds them",
-        gauge(counts.pending_approvals),
+        gauge(pending_approvals),
     );
-    if let Some(live) = counts.live_replicas {
+    if let Some(live) = live_replicas {
         now.register(
             REPLICAS_LIVE,
             "Replicas on the shared database whose lease is live now",
@@ -276,7 +283,7 @@ impl ToolMetrics {
             outcomes: OUTCOMES.map(|status| {
                 metrics.calls.get_or_create(&CallLabels {
                     tool: tool.to_owned(),
-                    status: status.as_str(),
+                    status,
                 })
             }),
             duration: metrics.call_duration.get_or_create(&ToolLabel {
@@ -285,31 +292,31 @@ impl ToolMetrics {
         }
     }
 
-    /// A call of the tool recorded in `status`, without a run (a rejection, an external
-    /// completion, an expiry, a settlement).
-    pub(crate) fn outcome(&self, status: CallStatus) {
+    /// A call of the tool recorded in `status` (its name as stored), without a run (a
+    /// rejection, an external completion, an expiry, a settlement).
+    pub(crate) fn outcome(&self, status: &str) {
         if let Some(slot) = outcome_slot(status) {
             self.outcomes[slot].inc();
         }
     }
 
     /// A run of the tool that took `took` and whose outcome, `status`, is recorded.
-    pub(crate) fn ran(&self, status: CallStatus, took: Duration) {
+    pub(crate) fn ran(&self, status: &str, took: Duration) {
         self.outcome(status);
         self.duration.observe(took.as_secs_f64());
     }
 }
 
-/// A call of `tool` recorded in `status`, counted by looking its series up: for what is not on a
-/// request's path (the calls of a dead replica or a previous process, settled; a tool no longer
-/// served).
-pub(crate) fn call_outcome(tool: &str, status: CallStatus) {
-    if outcome_slot(status).is_some() {
+/// A call of `tool` recorded in `status` (its name as stored), counted by looking its series
+/// up: for what is not on a request's path (the calls of a dead replica or a previous process,
+/// settled; a tool no longer served).
+pub(crate) fn call_outcome(tool: &str, status: &str) {
+    if let Some(slot) = outcome_slot(status) {
         METRICS
             .calls
             .get_or_create(&CallLabels {
                 tool: tool.to_owned(),
-                status: status.as_str(),
+                status: OUTCOMES[slot],
             })
             .inc();
     }
@@ -449,14 +456,10 @@ mod tests {
     #[test]
     fn every_metric_is_rendered_with_its_help_and_type() {
         // A family is rendered once it has a series.
-        ToolMetrics::new("echo").ran(CallStatus::Completed, Duration::from_micros(20));
+        ToolMetrics::new("echo").ran("completed", Duration::from_micros(20));
         webhook_delivery("delivered");
         RouteRequests::default().count("/tools/{name}", 404);
-        let text = render(&StoreCounts {
-            pending_approvals: 3,
-            live_replicas: Some(2),
-        })
-        .unwrap();
+        let text = render(3, Some(2)).unwrap();
         for (name, kind) in [
             ("toolgate_calls_total", "counter"),
             ("toolgate_call_duration_seconds", "histogram"),
@@ -480,17 +483,14 @@ mod tests {
         );
         assert!(text.contains("toolgate_approvals_pending 3\n"));
         assert!(text.contains("toolgate_replicas_live 2\n"));
-        let single = render(&StoreCounts {
-            pending_approvals: 0,
-            live_replicas: None,
-        })
-        .unwrap();
+        let single = render(0, None).unwrap();
         assert!(!single.contains("toolgate_replicas_live"));
     }
 
     #[test]
     fn only_outcomes_are_counted() {
-        assert_eq!(outcome_slot(CallStatus::Running), None);
+        assert_eq!(outcome_slot("running"), None);
+        assert_eq!(outcome_slot("no_such_status"), None);
         for status in OUTCOMES {
             assert!(outcome_slot(status).is_some());
         }

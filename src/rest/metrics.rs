@@ -30,9 +30,10 @@ pub(super) fn router(gates: &Gates) -> Router<RestState> {
 )]
 pub(super) async fn serve(State(app): State<RestState>) -> Result<Response, ApiError> {
     let counts = app.dispatcher.store().counts().await?;
-    let text = crate::metrics::render(&counts).map_err(|err| {
-        tracing::error!(error = %err, "cannot render the metrics");
-        ApiError::Internal
-    })?;
+    let text =
+        crate::metrics::render(counts.pending_approvals, counts.live_replicas).map_err(|err| {
+            tracing::error!(error = %err, "cannot render the metrics");
+            ApiError::Internal
+        })?;
     Ok(([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }

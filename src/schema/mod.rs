@@ -31,9 +31,6 @@ use serde_json::Value;
 
 use crate::contract::erased::ToolDescriptor;
 
-pub(crate) use refs::resolve as resolve_ref;
-pub(crate) use walk::admits_null;
-
 /// A provider's tool-list format, as named in `GET /tools?format=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, utoipa::ToSchema)]
 pub enum Format {

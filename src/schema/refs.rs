@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::{Map, Value, json};
 
 use super::walk;
+use crate::base::json_ref::pointer_of;
 
 /// The most object schemas an inlined copy may hold. Inlining a type used in many places
 /// multiplies it; past this, every target stays a `$ref` into `$defs` instead.
@@ -46,37 +47,6 @@ pub(crate) fn inline(root: &Value) -> Value {
         .unbounded()
         .run()
         .expect("an expansion without a budget completes")
-}
-
-/// The schema a local `$ref` names inside `root`, if it resolves to one.
-pub(crate) fn resolve<'a>(root: &'a Value, reference: &str) -> Option<&'a Value> {
-    root.pointer(&pointer_of(reference)?)
-        .filter(|target| target.is_object() || target.is_boolean())
-}
-
-/// The JSON Pointer a local `$ref` names (`#/$defs/A%20B` is `/$defs/A B`), or `None` for a
-/// reference that is not local.
-fn pointer_of(reference: &str) -> Option<String> {
-    let fragment = reference.strip_prefix('#')?;
-    percent_decode(fragment)
-}
-
-/// Decodes `%XX` escapes; `None` when they do not make UTF-8.
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = text.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Every reference target reachable from the root, with the targets each one refers to.
@@ -497,13 +467,5 @@ mod tests {
         let inlined = inline(&schema);
         assert_eq!(inlined["properties"]["top"], json!({"$ref": "#/$defs/L0"}));
         assert_eq!(inlined["$defs"].as_object().unwrap().len(), 31);
-    }
-
-    #[test]
-    fn percent_escapes_in_a_reference_are_decoded() {
-        assert_eq!(pointer_of("#/$defs/A%20B").as_deref(), Some("/$defs/A B"));
-        assert_eq!(pointer_of("#").as_deref(), Some(""));
-        assert_eq!(pointer_of("other.json#/a"), None);
-        assert_eq!(pointer_of("#/a%2"), None);
     }
 }

@@ -362,3 +362,31 @@ pub struct CallPage {
     /// Where the next page starts, when there is one.
     pub next_cursor: Option<i64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::CallStatus;
+
+    /// The metrics count an outcome by the name a status is stored under: every status but
+    /// `running` is one.
+    #[test]
+    fn every_status_but_running_is_counted_as_an_outcome() {
+        for status in [
+            CallStatus::Running,
+            CallStatus::Suspended,
+            CallStatus::Completed,
+            CallStatus::Failed,
+            CallStatus::Rejected,
+            CallStatus::Interrupted,
+            CallStatus::NeedsReconciliation,
+            CallStatus::Expired,
+        ] {
+            assert_eq!(CallStatus::parse(status.as_str()), Some(status));
+            assert_eq!(
+                crate::metrics::outcome_slot(status.as_str()).is_some(),
+                status != CallStatus::Running,
+                "{status:?}"
+            );
+        }
+    }
+}

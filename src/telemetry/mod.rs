@@ -1,5 +1,5 @@
 //! Traces: OpenTelemetry spans of the doors and of the call lifecycle, sent to an OTLP/HTTP
-//! collector, and the format of log lines.
+//! collector, and the filter and format of log lines.
 //!
 //! toolgate's spans are `tracing` spans of one target ([`TARGET`]) that `tracing-opentelemetry`
 //! turns into OpenTelemetry spans; the exporter ([`export`]) posts them in batches and never
@@ -11,6 +11,7 @@
 
 pub mod config;
 mod export;
+mod filter;
 mod logs;
 pub mod propagation;
 pub mod spans;
@@ -29,6 +30,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 pub use config::{LogFormat, TelemetryConfig};
+pub use filter::log_filter;
 
 /// The `tracing` target of every span toolgate exports, and of none it only logs.
 pub const TARGET: &str = "toolgate::trace";
@@ -158,11 +160,11 @@ pub fn init(
     };
     let mut headers = std::collections::HashMap::new();
     for (name, value) in &config.headers {
-        let value = crate::upstream::config::expand(value, &env)
+        let value = crate::base::expand(value, &env)
             .map_err(|e| format!("telemetry.headers.{name} {e}"))?;
         headers.insert(name.clone(), value);
     }
-    crate::feed::webhooks::install_crypto();
+    crate::base::install_crypto();
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .build()

@@ -6,8 +6,6 @@
 //! no field, an approval schema that does not compile. `${NAME}` in a header or environment
 //! value is expanded when the upstream starts ([`UpstreamConfig::resolve`]).
 
-pub use crate::config::invalid::Invalid;
-use crate::config::invalid::invalid;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -15,6 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use crate::base::Invalid;
+use crate::base::{expand, invalid};
 use crate::contract::meta::Effect;
 use crate::dispatch::config::{ApprovalConfig, ToolOverride, check_required_scopes};
 use crate::dispatch::quota::QuotaConfig;
@@ -336,34 +336,6 @@ impl UpstreamConfig {
     }
 }
 
-/// `value` with each `${NAME}` replaced by `env(NAME)`. `$` not followed by `{` is kept.
-pub(crate) fn expand(value: &str, env: impl Fn(&str) -> Option<String>) -> Result<String, String> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(at) = rest.find("${") {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 2..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| "has a `${` without its `}`".to_owned())?;
-        let name = &after[..end];
-        let name_ok = !name.is_empty()
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            && !name.as_bytes()[0].is_ascii_digit();
-        if !name_ok {
-            return Err(format!(
-                "`${{{name}}}` does not name an environment variable"
-            ));
-        }
-        let found = env(name)
-            .ok_or_else(|| format!("names the environment variable {name}, which is not set"))?;
-        out.push_str(&found);
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
 /// An idempotency key template: literal text and `{field}`s, each a top-level input field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyTemplate {
@@ -511,17 +483,6 @@ mod tests {
         assert!(KeyTemplate::parse("a:{path").is_err());
         assert!(KeyTemplate::parse("a:}").is_err());
         assert!(KeyTemplate::parse("a:{}").is_err());
-    }
-
-    #[test]
-    fn variables_expand_and_a_missing_one_is_named() {
-        let env = |name: &str| (name == "TOKEN").then(|| "s3cret".to_owned());
-        assert_eq!(expand("Bearer ${TOKEN}", env).unwrap(), "Bearer s3cret");
-        assert_eq!(expand("$5 and ${TOKEN}!", env).unwrap(), "$5 and s3cret!");
-        let missing = expand("Bearer ${FILES_TOKEN}", env).unwrap_err();
-        assert!(missing.contains("FILES_TOKEN"), "{missing}");
-        assert!(expand("${", env).is_err());
-        assert!(expand("${1X}", env).is_err());
     }
 
     #[test]

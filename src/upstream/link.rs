@@ -187,7 +187,7 @@ impl Link {
                         custom.insert(name, value);
                     }
                     // reqwest is built without a crypto provider of its own (an https URL).
-                    crate::feed::webhooks::install_crypto();
+                    crate::base::install_crypto();
                     let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .custom_headers(custom)
                         .max_json_response_size(MAX_RESPONSE_BYTES)

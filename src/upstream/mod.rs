@@ -184,6 +184,16 @@ impl Upstreams {
             .flat_map(|started| started.tools.iter().map(AsRef::as_ref))
     }
 
+    /// Whether `name` is in an upstream's namespace (`<upstream>__<tool>`), listed at start or
+    /// not: settings for it are an upstream tool's, whether or not its server answered yet.
+    pub fn covers(&self, name: &str) -> bool {
+        self.started.iter().any(|started| {
+            name.strip_prefix(started.link.name())
+                .and_then(|rest| rest.strip_prefix(config::SEPARATOR))
+                .is_some_and(|tool| !tool.is_empty())
+        })
+    }
+
     /// Adds the tools read at start to `dispatcher`, and starts each upstream's supervisor
     /// (inside the current tokio runtime).
     pub(crate) fn start(self, dispatcher: &Dispatcher) {

@@ -236,7 +236,7 @@ pub async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>
 /// Installs the TLS crypto provider reqwest needs (toolgate builds it with
 /// `rustls-no-provider`), before any client is made.
 pub fn tls() {
-    toolgate::feed::webhooks::install_crypto();
+    toolgate::install_crypto();
 }
 
 /// A JSON client bound to one server's base URL.

@@ -1,7 +1,8 @@
 //! `ServerBuilder`'s router mounted in an app of its own, as the README promises a Rust
 //! developer: the app's own routes and toolgate's side by side, and the store's upkeep running
 //! with nothing from the binary (feed entries past their retention and inbox sessions that ran
-//! out are pruned).
+//! out are pruned). And an app that starts the builder itself (`ServerBuilder::start`) refused
+//! what the binary refuses at start-up.
 
 use std::time::Duration;
 
@@ -9,10 +10,11 @@ use axum::Router;
 use axum::routing::get;
 use reqwest::StatusCode;
 use serde_json::json;
-use toolgate::ServerBuilder;
+use toolgate::config::Config;
 use toolgate::store::{InboxSession, Timestamp};
+use toolgate::{ServerBuilder, StartError};
 
-use crate::common::{Api, Backend, Location, eventually, example_tools, open_store};
+use crate::common::{Api, Backend, Location, Site, eventually, example_tools, open_store};
 
 fn session(id: &str, expires_in_ms: i64) -> InboxSession {
     let now = Timestamp::now();
@@ -90,6 +92,75 @@ async fn a_mounted_router_runs_the_stores_upkeep(backend: Backend) {
         "a live session is kept"
     );
     server.abort();
+}
+
+/// `builder` started; what it was refused, or, when it starts, the tools it serves on a port of
+/// its own.
+async fn started(builder: ServerBuilder) -> Result<Vec<String>, StartError> {
+    let serving = builder.start().await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(axum::serve(listener, serving.router.clone()).into_future());
+    let (status, body) = Api::new(addr).get("/tools").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    server.abort();
+    serving.running().release_held();
+    serving.drain().await;
+    let names = body["tools"].as_array().expect("a tool list");
+    Ok(names
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap().to_owned())
+        .collect())
+}
+
+#[tokio::test]
+async fn an_app_starting_the_builder_is_refused_what_the_binary_refuses() {
+    let location = Location::new(Backend::Sqlite).await;
+    let builder = |config: &str| {
+        let config = Config::from_toml(config).unwrap();
+        let store = toolgate::store::SqliteStore::open(location.data_dir().join("started.db"));
+        ServerBuilder::new(example_tools(&location), store.unwrap())
+            .dispatch_config(config.dispatch_config())
+    };
+    let public = "0.0.0.0:8080".parse().unwrap();
+
+    // Without credentials, an address other hosts reach is refused; on loopback, or when the
+    // app says it means it, the server starts.
+    match started(builder("").listen_address(public)).await {
+        Err(StartError::NoCredentials { addr }) => assert_eq!(addr, public),
+        other => panic!(
+            "not refused for its credentials: {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
+    let loopback = "127.0.0.1:8080".parse().unwrap();
+    let tools = started(builder("").listen_address(loopback)).await.unwrap();
+    assert!(tools.contains(&"issue_refund".to_owned()), "{tools:?}");
+    let meant = builder("").listen_address(public).insecure_no_auth(true);
+    assert!(started(meant).await.is_ok());
+
+    // Settings for a tool that is not served: a misspelt name would leave the tool it meant
+    // without its approval.
+    match started(builder("[tools.issue_refnud]\nrequire_approval = true\n")).await {
+        Err(StartError::UnknownTool { tool }) => assert_eq!(tool, "issue_refnud"),
+        other => panic!(
+            "not refused for the name: {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
+
+    // A condition over a field the tool's input cannot have.
+    let condition = "[tools.issue_refund.approval]\nwhen = \"input.amount > 10000\"\n";
+    match started(builder(condition)).await {
+        Err(StartError::ApprovalField { tool, key, message }) => {
+            assert_eq!((tool.as_str(), key), ("issue_refund", "when"));
+            assert!(message.contains("`input.amount`"), "{message}");
+        }
+        other => panic!(
+            "not refused for the field: {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
 }
 
 crate::on_each_backend! {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{DeliverySettings, Webhook, Webhooks, parse_secret};
-use crate::config::invalid::{Invalid, invalid};
+use crate::base::{Invalid, invalid};
 
 /// One `[[webhooks]]` entry.
 #[derive(Clone, PartialEq, Deserialize)]

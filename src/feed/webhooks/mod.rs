@@ -189,16 +189,6 @@ impl Webhook {
     }
 }
 
-/// rustls needs a process-wide crypto provider: ring, installed once. An application that makes
-/// its own `reqwest` clients beside toolgate (the crate is built with `rustls-no-provider`) calls
-/// this first.
-pub fn install_crypto() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
 /// The configured webhooks and their two loops.
 pub struct Webhooks {
     hooks: Vec<Webhook>,

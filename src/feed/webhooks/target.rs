@@ -74,7 +74,7 @@ pub(super) fn client(
     settings: &DeliverySettings,
     allow_private: bool,
 ) -> Result<reqwest::Client, WebhookError> {
-    super::install_crypto();
+    crate::base::install_crypto();
     let builder = reqwest::Client::builder()
         .timeout(settings.timeout)
         .connect_timeout(settings.timeout)

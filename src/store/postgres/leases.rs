@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::{pg_error, pool_error};
-use crate::store::{CallStatus, StoreError, Timestamp};
+use crate::store::{StoreError, Timestamp};
 
 /// Takes or renews this replica's lease for `ttl`.
 const RENEW: &str = "INSERT INTO replicas (replica_id, lease_expires_at) \
@@ -121,9 +121,7 @@ pub(super) async fn sweep(conn: &deadpool_postgres::ClientWrapper) -> Result<usi
                 replica = owner.as_deref().unwrap_or("?"),
                 "settled a call whose replica stopped (its lease expired)"
             );
-            if let Some(status) = CallStatus::parse(&status) {
-                crate::metrics::call_outcome(&tool, status);
-            }
+            crate::metrics::call_outcome(&tool, &status);
         }
         settled += rows.len();
         if rows.len() < 1000 {

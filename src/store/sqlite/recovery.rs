@@ -58,7 +58,7 @@ pub(super) fn recover(conn: &mut Connection) -> Result<(), StoreError> {
     }
     tx.commit().map_err(backend)?;
     for (tool, status) in settled {
-        crate::metrics::call_outcome(&tool, status);
+        crate::metrics::call_outcome(&tool, status.as_str());
     }
     if counts != [0, 0] {
         tracing::warn!(

@@ -1,6 +1,6 @@
 //! A config key that is wrong, as a section beside its subsystem reports it: the key and why.
 //! It imports nothing, so every section can use it without reaching back into the loader; the
-//! loader turns it into [`super::ConfigError::Invalid`].
+//! loader turns it into [`ConfigError::Invalid`](crate::config::ConfigError::Invalid).
 
 /// What is wrong with a key: its path (within the section's entry, or from the top), and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,14 @@
-//! Bearer tokens from identity providers: `[[auth.issuers]]`, each an OAuth 2.1 / OIDC issuer
-//! whose signed JWT access tokens are principals beside the API keys.
+//! Identity: the tokens of identity providers, turned into principals. `[[auth.issuers]]` names
+//! each provider, an OAuth 2.1 / OIDC issuer whose access tokens are principals beside the API
+//! keys. This wing verifies a token (below: the key sets in `keys`, introspection in
+//! `introspect`), maps its claims to a role and a reach ([`grants`]), serves
+//! the resource's own metadata so a client finds the provider (RFC 9728, `resource`), and signs
+//! a person in to the inbox with the provider ([`SignIn`]: the authorization code flow).
+//!
+//! It stands below the HTTP kit: `crate::http`'s auth asks it about a bearer token that is no
+//! API key, and the inbox asks it to sign a person in; it knows no route and no door.
+//!
+//! # Verification
 //!
 //! A token is checked against the issuer its unverified `iss` names (one of those configured, or
 //! it is refused), then verified with that issuer's key set: the signature with a key of the
@@ -10,10 +19,10 @@
 //! is named `<issuer name>:<name claim>`, and its role comes from the issuer's grants
 //! ([`grants`]).
 //!
-//! Most tokens are decided at once, from the cached key set ([`keys`]); a token whose `kid` the
+//! Most tokens are decided at once, from the cached key set (`keys`); a token whose `kid` the
 //! cache does not know waits for one fetch of the set (at most one per issuer every 30 s,
 //! whatever the load), after which an unknown key fails closed. A token that is no JWT is
-//! asked about at the introspection endpoint of each issuer that has one ([`introspect`]),
+//! asked about at the introspection endpoint of each issuer that has one (`introspect`),
 //! whose answer is held to the same `iss`, `aud`, `exp`, `nbf` and grants.
 //!
 //! A token is never logged, and never passed on (upstream MCP servers keep their own
@@ -38,7 +47,7 @@ use crate::dispatch::who::Principal;
 /// The HTTP client every request to a provider goes through: bounded in time, and following
 /// no redirect (one could lead off https; the configured or discovered URL is the one).
 fn provider_client(timeout: std::time::Duration) -> Result<reqwest::Client, IssuerError> {
-    crate::feed::webhooks::install_crypto();
+    crate::base::install_crypto();
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout)

@@ -4,7 +4,11 @@
 //!
 //! Everything a running server does is started here, not in the binary: an app that mounts
 //! [`ServerBuilder::build`]'s router in its own axum server gets the same server, upkeep
-//! included, and [`Serving::drain`] is the graceful stop the binary uses.
+//! included, and [`Serving::drain`] is the graceful stop the binary uses. The checks the binary
+//! makes before it serves are here too ([`ServerBuilder::start`], in `start.rs`), so an app that
+//! starts the builder the same way is refused the same things.
+
+mod start;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +25,10 @@ use crate::http::error::ApiError;
 use crate::http::gate::Gates;
 use crate::http::hosts::AllowedHosts;
 use crate::http::{DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_IN_FLIGHT};
+use crate::identity::Issuers;
 use crate::store::{Store, Timestamp};
+
+pub use start::StartError;
 
 /// How long the change feed keeps its entries by default: a day.
 pub const DEFAULT_FEED_RETENTION: Duration = Duration::from_secs(86_400);
@@ -47,7 +54,7 @@ pub struct ServerBuilder {
     body_timeout: Duration,
     allowed_hosts: Vec<String>,
     keys: Vec<ApiKey>,
-    issuers: Arc<crate::http::issuers::Issuers>,
+    issuers: Arc<Issuers>,
     dispatch: DispatchConfig,
     webhooks: crate::feed::webhooks::Webhooks,
     mcp: crate::mcp::McpOptions,
@@ -55,6 +62,9 @@ pub struct ServerBuilder {
     upstreams: crate::upstream::Upstreams,
     feed_retention: Duration,
     upkeep_interval: Duration,
+    /// Where the server listens, when the caller says ([`ServerBuilder::listen_address`]).
+    listen: Option<std::net::SocketAddr>,
+    insecure_no_auth: bool,
 }
 
 impl ServerBuilder {
@@ -82,6 +92,8 @@ impl ServerBuilder {
             upstreams: crate::upstream::Upstreams::none(),
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
+            listen: None,
+            insecure_no_auth: false,
         }
     }
 
@@ -128,7 +140,7 @@ impl ServerBuilder {
 
     /// The identity providers whose bearer tokens are principals beside the API keys
     /// (`[[auth.issuers]]`); with any, auth is on.
-    pub fn issuers(mut self, issuers: crate::http::issuers::Issuers) -> Self {
+    pub fn issuers(mut self, issuers: Issuers) -> Self {
         self.issuers = Arc::new(issuers);
         self
     }
@@ -196,7 +208,8 @@ impl ServerBuilder {
         (serving.router, serving.running)
     }
 
-    /// The router, and what a graceful stop of it needs ([`Serving`]).
+    /// The router, and what a graceful stop of it needs ([`Serving`]), without the start's
+    /// checks ([`ServerBuilder::start`] makes them first).
     pub fn serve(self) -> Serving {
         let grace = drain_grace(&self.dispatch);
         let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch)

@@ -265,7 +265,7 @@ fn looks_like_jwt(token: &str) -> bool {
 /// An opaque token decided from the introspection answers cached: active at an issuer
 /// (then held to that issuer's rules), inactive at every one that introspects, or unknown.
 fn opaque_cached(issuers: &[Arc<Issuer>], token: &str) -> Verdict {
-    let hash = crate::http::auth::token_sha256(token);
+    let hash = crate::base::token_sha256(token);
     let mut unknown = false;
     for issuer in issuers {
         let Some(introspector) = &issuer.introspector else {
@@ -352,7 +352,7 @@ fn decide_introspected(issuer: &Issuer, claims: &Map<String, Value>) -> Verdict 
 /// Asks each introspecting issuer without an answer cached about the opaque `token`: the
 /// first that says it is active decides it.
 async fn introspect(issuers: &[Arc<Issuer>], token: &str) -> Result<Principal, Refused> {
-    let hash = crate::http::auth::token_sha256(token);
+    let hash = crate::base::token_sha256(token);
     let mut failed = false;
     for issuer in issuers {
         let Some(introspector) = &issuer.introspector else {
