@@ -18,7 +18,7 @@ RUN useradd --system --uid 10001 --home-dir /data toolgate \
     && chown toolgate /data
 COPY --from=build /src/target/release/toolgate /usr/local/bin/toolgate
 # Mount a config with [[auth.keys]] over this one: without keys the server refuses to listen on
-# 0.0.0.0 (see README, "Auth").
+# 0.0.0.0 (see docs/auth.md).
 COPY config/default.toml /etc/toolgate/toolgate.toml
 USER toolgate
 VOLUME ["/data"]

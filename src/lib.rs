@@ -95,7 +95,8 @@ pub use contract::outcome::{Suspension, ToolOutcome};
 pub use contract::registry::{AWAIT_CALL_TOOL, RegistryError, ToolSet, is_valid_tool_name};
 pub use contract::retry::RetryPolicy;
 
-/// The README's Rust examples, compiled as doctests so they stay true.
+/// The guide's Rust examples (writing tools, mounting toolgate in an axum app), compiled as
+/// doctests so they stay true.
 #[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-pub struct ReadmeDoctests;
+#[doc = include_str!("../docs/writing-tools.md")]
+pub struct GuideDoctests;

@@ -1,4 +1,4 @@
-//! `ServerBuilder`'s router mounted in an app of its own, as the README promises a Rust
+//! `ServerBuilder`'s router mounted in an app of its own, as docs/writing-tools.md promises a Rust
 //! developer: the app's own routes and toolgate's side by side, and the store's upkeep running
 //! with nothing from the binary (feed entries past their retention and inbox sessions that ran
 //! out are pruned). And an app that starts the builder itself (`ServerBuilder::start`) refused

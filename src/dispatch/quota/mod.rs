@@ -12,8 +12,8 @@
 //!
 //! Where buckets live: in this process, or, on a store shared by replicas
 //! ([`crate::store::Store::shares_quotas`]), in the database, one row per bucket paid by
-//! one statement, so replicas together never admit more than one bucket allows (see README,
-//! "Quotas"). Counts of running and held requests are this process's own.
+//! one statement, so replicas together never admit more than one bucket allows (see
+//! docs/operating.md, "Quotas"). Counts of running and held requests are this process's own.
 //!
 //! A server with no quota limiting calls pays one branch per call: [`Quotas::applies`] is two
 //! booleans read, and nothing is locked, looked up or allocated.
