@@ -224,18 +224,9 @@ async fn mcp_call(
     tool: &str,
     arguments: serde_json::Value,
 ) -> serde_json::Value {
-    let response = api
-        .client
-        .post(format!("{}/mcp", api.base))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                      "params": {"name": tool, "arguments": arguments}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let body: serde_json::Value = response.json().await.unwrap();
+    let params = json!({"name": tool, "arguments": arguments});
+    let (status, _, body) = common::mcp_request_as(api, None, "tools/call", params).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     body["result"].clone()
 }
 
