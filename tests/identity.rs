@@ -331,16 +331,7 @@ async fn a_rotated_key_is_picked_up_and_unknown_kids_cost_at_most_one_fetch() {
     assert_eq!(echo(api, &rotated).await.0, StatusCode::OK);
 
     // The admin's API key still works beside the tokens, and sees what was checked.
-    let metrics = api
-        .client
-        .get(format!("{}/metrics", api.base))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = api.metrics(ADMIN).await;
     let series = |line: &str| -> u64 {
         metrics
             .lines()

@@ -42,6 +42,14 @@ fn refused_start(config: &str) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Each of `tables`, as `echo`'s `[tools.echo.approval]`, stops the start naming `key`.
+fn each_approval_table_stops_the_start_naming(key: &str, tables: &[&str]) {
+    for table in tables {
+        let log = refused_start(&format!("[tools.echo.approval]\n{table}\n"));
+        assert!(log.contains(key), "{table}: {log}");
+    }
+}
+
 fn refund(amount_cents: u64, order_id: &str) -> serde_json::Value {
     json!({"order_id": order_id, "amount_cents": amount_cents, "reason": "damaged"})
 }
@@ -91,16 +99,6 @@ async fn a_condition_over_the_input_asks_for_the_large_refund_only(backend: Back
     assert_eq!(body["output"]["order_id"], "B-7");
 }
 
-#[tokio::test]
-async fn a_condition_over_the_input_asks_for_the_large_refund_only_sqlite() {
-    a_condition_over_the_input_asks_for_the_large_refund_only(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn a_condition_over_the_input_asks_for_the_large_refund_only_postgres() {
-    a_condition_over_the_input_asks_for_the_large_refund_only(Backend::Postgres).await;
-}
-
 async fn a_condition_that_cannot_be_evaluated_asks(backend: Backend) {
     let location = Location::new(backend).await;
     // Divides by zero for 500 cents; false for 1000.
@@ -128,16 +126,6 @@ async fn a_condition_that_cannot_be_evaluated_asks(backend: Backend) {
     let (status, body) = api.approve(&token, json!({})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["output"]["order_id"], "C-2");
-}
-
-#[tokio::test]
-async fn a_condition_that_cannot_be_evaluated_asks_sqlite() {
-    a_condition_that_cannot_be_evaluated_asks(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn a_condition_that_cannot_be_evaluated_asks_postgres() {
-    a_condition_that_cannot_be_evaluated_asks(Backend::Postgres).await;
 }
 
 #[tokio::test]
@@ -195,8 +183,10 @@ fn a_field_the_input_cannot_have_stops_the_start_naming_it() {
 struct Receiver(std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>);
 
 impl Receiver {
-    async fn start(&self) -> String {
-        let got = self.0.clone();
+    /// A receiver listening, and the `[[webhooks]]` table of a server that sends to it.
+    async fn start() -> (Receiver, String) {
+        let receiver = Receiver::default();
+        let got = receiver.0.clone();
         let app = axum::Router::new().route(
             "/hook",
             axum::routing::post(move |body: String| {
@@ -212,7 +202,11 @@ impl Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        url
+        let webhook = format!(
+            "[[webhooks]]\nurl = \"{url}\"\n\
+             secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n"
+        );
+        (receiver, webhook)
     }
 
     async fn of_type(&self, kind: &str) -> serde_json::Value {
@@ -230,18 +224,9 @@ async fn mcp_call(
     tool: &str,
     arguments: serde_json::Value,
 ) -> serde_json::Value {
-    let response = api
-        .client
-        .post(format!("{}/mcp", api.base))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                      "params": {"name": tool, "arguments": arguments}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let body: serde_json::Value = response.json().await.unwrap();
+    let params = json!({"name": tool, "arguments": arguments});
+    let (status, _, body) = common::mcp_request_as(api, None, "tools/call", params).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     body["result"].clone()
 }
 
@@ -251,14 +236,11 @@ const OPTIONS: &str = "reject_options = [\n\
 
 async fn a_rejection_option_reaches_the_caller_on_every_door(backend: Backend) {
     let location = Location::new(backend).await;
-    let receiver = Receiver::default();
-    let hook = receiver.start().await;
+    let (receiver, webhook) = Receiver::start().await;
     let server = serve(
         &location,
         &format!(
-            "{REFUNDS}[[webhooks]]\nurl = \"{hook}\"\n\
-             secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n\
-             [tools.issue_refund.approval]\nwhen = \"input.amount_cents > 10000\"\n{OPTIONS}"
+            "{REFUNDS}{webhook}[tools.issue_refund.approval]\nwhen = \"input.amount_cents > 10000\"\n{OPTIONS}"
         ),
     );
     let api = &server.api;
@@ -332,30 +314,17 @@ async fn a_rejection_option_reaches_the_caller_on_every_door(backend: Backend) {
     );
 }
 
-#[tokio::test]
-async fn a_rejection_option_reaches_the_caller_on_every_door_sqlite() {
-    a_rejection_option_reaches_the_caller_on_every_door(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn a_rejection_option_reaches_the_caller_on_every_door_postgres() {
-    a_rejection_option_reaches_the_caller_on_every_door(Backend::Postgres).await;
-}
-
 #[test]
 fn bad_rejection_options_stop_the_start_naming_the_key() {
-    for options in [
-        "reject_options = []",
-        "reject_options = [{ name = \"a b\", description = \"x\" }]",
-        "reject_options = [{ name = \"a\", description = \"x\" }, { name = \"a\", description = \"y\" }]",
-        "reject_options = [{ name = \"a\", description = \" \" }]",
-    ] {
-        let log = refused_start(&format!("[tools.echo.approval]\n{options}\n"));
-        assert!(
-            log.contains("tools.echo.approval.reject_options"),
-            "{options}: {log}"
-        );
-    }
+    each_approval_table_stops_the_start_naming(
+        "tools.echo.approval.reject_options",
+        &[
+            "reject_options = []",
+            "reject_options = [{ name = \"a b\", description = \"x\" }]",
+            "reject_options = [{ name = \"a\", description = \"x\" }, { name = \"a\", description = \"y\" }]",
+            "reject_options = [{ name = \"a\", description = \" \" }]",
+        ],
+    );
 }
 
 // Several approvers, and the four-eyes rule (§2).
@@ -431,14 +400,11 @@ async fn suspended_email(api: &common::Api, to: &str) -> (String, String) {
 
 async fn two_distinct_approvers_release_a_call(backend: Backend) {
     let location = Location::new(backend).await;
-    let receiver = Receiver::default();
-    let hook = receiver.start().await;
+    let (receiver, webhook) = Receiver::start().await;
     let server = serve(
         &location,
         &format!(
-            "{}[[webhooks]]\nurl = \"{hook}\"\n\
-             secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n\
-             [tools.send_email.approval]\napprovals = 2\n",
+            "{}{webhook}[tools.send_email.approval]\napprovals = 2\n",
             keys()
         ),
     );
@@ -542,16 +508,6 @@ async fn two_distinct_approvers_release_a_call(backend: Backend) {
     );
 }
 
-#[tokio::test]
-async fn two_distinct_approvers_release_a_call_sqlite() {
-    two_distinct_approvers_release_a_call(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn two_distinct_approvers_release_a_call_postgres() {
-    two_distinct_approvers_release_a_call(Backend::Postgres).await;
-}
-
 /// Two replicas on one database, a call with one approval of two: the second approvals, sent at
 /// once to both replicas by two approvers, run the tool once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -599,13 +555,10 @@ async fn concurrent_second_approvals_on_two_replicas_run_the_tool_once() {
 
 #[test]
 fn a_quorum_out_of_range_stops_the_start_naming_the_key() {
-    for approvals in ["0", "17"] {
-        let log = refused_start(&format!("[tools.echo.approval]\napprovals = {approvals}\n"));
-        assert!(
-            log.contains("tools.echo.approval.approvals"),
-            "{approvals}: {log}"
-        );
-    }
+    each_approval_table_stops_the_start_naming(
+        "tools.echo.approval.approvals",
+        &["approvals = 0", "approvals = 17"],
+    );
 }
 
 // Escalation (§4).
@@ -619,17 +572,14 @@ const MANAGER: &str = "tg_manager_0123456789abcdef";
 /// may not.
 async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides(backend: Backend) {
     let location = Location::new(backend).await;
-    let receiver = Receiver::default();
-    let hook = receiver.start().await;
+    let (receiver, webhook) = Receiver::start().await;
     let hash = |token: &str| hex::encode(toolgate::http::auth::token_sha256(token));
     let config = format!(
         "{}[[auth.keys]]\nname = \"desk\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n\
          decides = [\"ask_*\"]\n\
          [[auth.keys]]\nname = \"manager\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n\
          decides = [\"escalations\"]\n\
-         [[webhooks]]\nurl = \"{hook}\"\n\
-         secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n\
-         [tools.send_email.approval]\nescalate_after_s = 2\nescalate_to = [\"escalations\"]\n",
+         {webhook}[tools.send_email.approval]\nescalate_after_s = 2\nescalate_to = [\"escalations\"]\n",
         keys(),
         hash(DESK),
         hash(MANAGER),
@@ -722,31 +672,26 @@ async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides(backen
     assert_eq!(escalations, 1);
 }
 
-#[tokio::test]
-async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides_sqlite() {
-    an_escalation_fires_once_across_a_restart_and_widens_who_decides(Backend::Sqlite).await;
-}
-
-#[tokio::test]
-async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides_postgres() {
-    an_escalation_fires_once_across_a_restart_and_widens_who_decides(Backend::Postgres).await;
-}
-
 #[test]
 fn bad_escalation_keys_stop_the_start_naming_the_key() {
-    for (table, key) in [
-        ("escalate_after_s = 0", "approval.escalate_after_s"),
-        ("escalate_to = [\"managers\"]", "approval.escalate_to"),
-        (
+    each_approval_table_stops_the_start_naming(
+        "tools.echo.approval.escalate_after_s",
+        &["escalate_after_s = 0"],
+    );
+    each_approval_table_stops_the_start_naming(
+        "tools.echo.approval.escalate_to",
+        &[
+            "escalate_to = [\"managers\"]",
             "escalate_after_s = 60\nescalate_to = []",
-            "approval.escalate_to",
-        ),
-        (
             "escalate_after_s = 60\nescalate_to = [\" \"]",
-            "approval.escalate_to",
-        ),
-    ] {
-        let log = refused_start(&format!("[tools.echo.approval]\n{table}\n"));
-        assert!(log.contains(&format!("tools.echo.{key}")), "{table}: {log}");
-    }
+        ],
+    );
+}
+
+crate::on_each_backend! {
+    #[tokio::test] async fn a_condition_over_the_input_asks_for_the_large_refund_only;
+    #[tokio::test] async fn a_condition_that_cannot_be_evaluated_asks;
+    #[tokio::test] async fn a_rejection_option_reaches_the_caller_on_every_door;
+    #[tokio::test] async fn two_distinct_approvers_release_a_call;
+    #[tokio::test] async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides;
 }

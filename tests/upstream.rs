@@ -13,7 +13,10 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use common::upstream::{HttpUpstream, free_port, server_script, starts};
-use common::{Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, temp_dir};
+use common::{
+    Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, mcp_request_as,
+    temp_dir,
+};
 
 /// How many times the upstream ran `tool`, by its log in `dir`.
 fn runs(dir: &Path, tool: &str) -> usize {
@@ -72,17 +75,8 @@ async fn descriptor(api: &Api, name: &str) -> Value {
 
 /// `tools/list` over `/mcp`, in the `initialize` era.
 async fn mcp_tools(api: &Api) -> Vec<Value> {
-    let response = api
-        .client
-        .post(format!("{}/mcp", api.base))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let body: Value = response.json().await.unwrap();
+    let (status, _, body) = mcp_request_as(api, None, "tools/list", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     body["result"]["tools"].as_array().unwrap().clone()
 }
 
@@ -140,17 +134,8 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
     );
     let listed = mcp_tools(api).await;
     // And /mcp calls them through the same lifecycle.
-    let response = api
-        .client
-        .post(format!("{}/mcp", api.base))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                      "params": {"name": "files__lookup", "arguments": {"key": "k"}}}))
-        .send()
-        .await
-        .unwrap();
-    let answer: Value = response.json().await.unwrap();
+    let params = json!({"name": "files__lookup", "arguments": {"key": "k"}});
+    let (_, _, answer) = mcp_request_as(api, None, "tools/call", params).await;
     assert_eq!(
         answer["result"]["structuredContent"],
         json!({"key": "k", "value": "K"}),

@@ -1,6 +1,7 @@
 //! Recording what a run came to: the outcome written before anyone is told of it, retried in
 //! the background while the store cannot be reached; and what is counted for the metrics.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -10,6 +11,19 @@ use super::live::ToolPolicy;
 use super::{CallOutcome, CallResult, DispatchError, Dispatcher};
 use crate::contract::registry::Registered;
 use crate::store::{CallRecord, CallStatus, Outcome, Resolved, StoreError, Timestamp};
+
+/// How long a background retry waits before its first try.
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+/// The longest a background retry waits between two tries.
+const LONGEST_RETRY: Duration = Duration::from_secs(5);
+
+/// What one try of a background retry came to (`Dispatcher::retry_until_store_answers`).
+pub(super) enum Tried {
+    /// Done with: the store took it, refused it for good, or it needs nothing more.
+    Settled,
+    /// The store could not be reached: try again later.
+    Unreachable,
+}
 
 /// The end of a run of attempts: what is answered, what is recorded, and how many attempts the
 /// call has had in all.
@@ -89,9 +103,8 @@ impl Dispatcher {
         }
     }
 
-    /// Retries recording `outcome` until the store takes or refuses it, with a growing wait. A
-    /// shutdown waits for it like for a running call; a process that dies first leaves the
-    /// call running, and its lease expiring settles it.
+    /// Retries recording `outcome` until the store takes or refuses it. A process that dies
+    /// first leaves the call running, and its lease expiring settles it.
     pub(super) fn record_later(
         &self,
         call_id: String,
@@ -100,27 +113,45 @@ impl Dispatcher {
         outcome: Outcome,
     ) {
         let store = self.store.clone();
+        let (call_id, outcome) = (Arc::new(call_id), Arc::new(outcome));
+        self.retry_until_store_answers(move || {
+            let (store, call_id, outcome) = (store.clone(), call_id.clone(), outcome.clone());
+            async move {
+                match store.finish_call(&call_id, run, attempts, &outcome).await {
+                    Ok(()) => {
+                        tracing::info!(%call_id, "recorded an outcome once the store was back");
+                    }
+                    Err(StoreError::Unavailable(_)) => return Tried::Unreachable,
+                    // The intent was never committed, or the call was settled meanwhile.
+                    Err(StoreError::NotRunning { .. }) => {}
+                    Err(err) => {
+                        tracing::warn!(%call_id, error = %err, "an outcome retried once the store was back was refused");
+                    }
+                }
+                Tried::Settled
+            }
+        });
+    }
+
+    /// Tries `once` in the background until it settles: the lifecycle's "try again when the
+    /// store is back". The first try comes after [`FIRST_RETRY`], each next one after twice the
+    /// wait before it, at most [`LONGEST_RETRY`]. A shutdown waits for it like for a running
+    /// call.
+    pub(super) fn retry_until_store_answers<F, Fut>(&self, mut once: F)
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = Tried> + Send,
+    {
         let guard = self.running.enter();
         tokio::spawn(async move {
             let _guard = guard;
-            let mut wait = Duration::from_millis(200);
+            let mut wait = FIRST_RETRY;
             loop {
                 tokio::time::sleep(wait).await;
-                match store.finish_call(&call_id, run, attempts, &outcome).await {
-                    Ok(()) => {
-                        tracing::info!(call_id, "recorded an outcome once the store was back");
-                        return;
-                    }
-                    Err(StoreError::Unavailable(_)) => {
-                        wait = (wait * 2).min(Duration::from_secs(5));
-                    }
-                    // The intent was never committed, or the call was settled meanwhile.
-                    Err(StoreError::NotRunning { .. }) => return,
-                    Err(err) => {
-                        tracing::warn!(call_id, error = %err, "an outcome retried once the store was back was refused");
-                        return;
-                    }
+                if let Tried::Settled = once().await {
+                    return;
                 }
+                wait = (wait * 2).min(LONGEST_RETRY);
             }
         });
     }

@@ -20,12 +20,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::record::Tried;
 use super::{DispatchError, Dispatcher};
-use crate::store::{CallStatus, Outcome, StoreError};
+use crate::store::{CallStatus, Outcome, Store, StoreError};
 
 /// Why a run is released before its tool ran: the store could not be reached.
 pub(super) const STORE_UNREACHED: &str = "the store could not be reached before the tool ran";
@@ -130,50 +130,54 @@ impl Dispatcher {
         err.into()
     }
 
-    /// Reads `call_id` once the store answers, and releases it if a claim left it running. A
-    /// shutdown waits for it like for a running call.
+    /// Reads `call_id` once the store answers, and releases it if a claim left it running.
     fn settle_claim(&self, call_id: String) {
         let store = self.store.clone();
         let unsettled = self.unsettled.clone();
-        let guard = self.running.enter();
-        tokio::spawn(async move {
-            let _guard = guard;
-            let mut wait = Duration::from_millis(200);
-            loop {
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
-                let call = match store.call(&call_id).await {
-                    Ok(Some(call)) if call.status == CallStatus::Running => call,
-                    // The claim never committed (or the call was settled meanwhile).
-                    Ok(_) => break,
-                    Err(StoreError::Unavailable(_)) => continue,
-                    Err(err) => {
-                        tracing::warn!(call_id, error = %err, "a claim left unsettled could not be read");
-                        break;
-                    }
-                };
-                let released = Outcome::Interrupted {
-                    reason: STORE_UNREACHED.into(),
-                };
-                let run = call.attempts;
-                match store.finish_call(&call_id, Some(run), run, &released).await {
-                    Ok(()) => {
-                        tracing::info!(
-                            call_id,
-                            "released a claim the store committed while it could not be reached"
-                        );
-                        break;
-                    }
-                    Err(StoreError::Unavailable(_)) => continue,
-                    // Another replica's run, or settled meanwhile.
-                    Err(StoreError::NotRunning { .. } | StoreError::LeaseLost(_)) => break,
-                    Err(err) => {
-                        tracing::warn!(call_id, error = %err, "a claim left unsettled could not be released");
-                        break;
-                    }
+        let call_id = Arc::new(call_id);
+        self.retry_until_store_answers(move || {
+            let (store, unsettled, call_id) = (store.clone(), unsettled.clone(), call_id.clone());
+            async move {
+                let tried = release_claim(store.as_ref(), &call_id).await;
+                if let Tried::Settled = tried {
+                    unsettled.set().remove(call_id.as_str());
                 }
+                tried
             }
-            unsettled.set().remove(&call_id);
         });
     }
+}
+
+/// Reads `call_id` and releases it if it is `running` (a claim that did commit), under the run
+/// the claim began.
+async fn release_claim(store: &dyn Store, call_id: &str) -> Tried {
+    let call = match store.call(call_id).await {
+        Ok(Some(call)) if call.status == CallStatus::Running => call,
+        // The claim never committed (or the call was settled meanwhile).
+        Ok(_) => return Tried::Settled,
+        Err(StoreError::Unavailable(_)) => return Tried::Unreachable,
+        Err(err) => {
+            tracing::warn!(call_id, error = %err, "a claim left unsettled could not be read");
+            return Tried::Settled;
+        }
+    };
+    let released = Outcome::Interrupted {
+        reason: STORE_UNREACHED.into(),
+    };
+    let run = call.attempts;
+    match store.finish_call(call_id, Some(run), run, &released).await {
+        Ok(()) => {
+            tracing::info!(
+                call_id,
+                "released a claim the store committed while it could not be reached"
+            );
+        }
+        Err(StoreError::Unavailable(_)) => return Tried::Unreachable,
+        // Another replica's run, or settled meanwhile.
+        Err(StoreError::NotRunning { .. } | StoreError::LeaseLost(_)) => {}
+        Err(err) => {
+            tracing::warn!(call_id, error = %err, "a claim left unsettled could not be released");
+        }
+    }
+    Tried::Settled
 }

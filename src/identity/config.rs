@@ -280,22 +280,31 @@ mod tests {
             let err = config(&toml).check().unwrap_err().0;
             assert!(err.contains(says), "{err}");
         };
-        refused(
-            BASE.replace("audiences = [\"https://tools.example.com/mcp\"]\n", ""),
-            "`audiences` is required",
-        );
-        refused(
-            BASE.replace("[\"https://tools.example.com/mcp\"]", "[\" \"]"),
-            "`audiences` is required",
-        );
-        refused(
-            BASE.replace("https://id.example.com", "http://id.example.com"),
-            "must be https",
-        );
-        refused(
-            BASE.replace("https://id.example.com", "https://u:p@id.example.com"),
-            "no credentials",
-        );
+        // (what is replaced in the good config, by what, and what the refusal then says)
+        for (what, by, says) in [
+            (
+                "audiences = [\"https://tools.example.com/mcp\"]\n",
+                "",
+                "`audiences` is required",
+            ),
+            (
+                "[\"https://tools.example.com/mcp\"]",
+                "[\" \"]",
+                "`audiences` is required",
+            ),
+            (
+                "https://id.example.com",
+                "http://id.example.com",
+                "must be https",
+            ),
+            (
+                "https://id.example.com",
+                "https://u:p@id.example.com",
+                "no credentials",
+            ),
+        ] {
+            refused(BASE.replace(what, by), says);
+        }
         for alg in ["none", "HS256", "HS512", "rs256"] {
             let toml = BASE.replace("audiences", &format!("algorithms = [\"{alg}\"]\naudiences"));
             refused(toml, "never accepted");

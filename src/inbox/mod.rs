@@ -9,10 +9,11 @@
 //!   escapes every value for HTML; nothing a caller or a model wrote is ever marked safe),
 //!   with one stylesheet and one small script embedded in the binary (`assets.rs`). Every page
 //!   carries a Content-Security-Policy without inline scripts or styles.
-//! - Sign-in (`session.rs`): a person pastes an approver or admin key; the session is a random
-//!   id in an `HttpOnly`, `SameSite=Strict` cookie, stored server-side by its SHA-256 (so it
-//!   survives restarts and works on every replica), re-checked against the configured keys on
-//!   every request. Every state-changing form carries a CSRF token derived from the session id.
+//! - Sign-in (`sign_in.rs`, the session in `session.rs`): a person pastes an approver or admin
+//!   key; the session is a random id in an `HttpOnly`, `SameSite=Strict` cookie, stored
+//!   server-side by its SHA-256 (so it survives restarts and works on every replica), re-checked
+//!   against the configured keys on every request. Every state-changing form carries a CSRF
+//!   token derived from the session id.
 //!   Attempts are rate-limited per client address (`limit.rs`). With auth off (no keys), no
 //!   sign-in is needed: the page acts as the anonymous admin, as every REST request then does,
 //!   in a session of its own so that its forms are still bound to a CSRF token. With
@@ -39,6 +40,7 @@ mod oidc;
 mod pages;
 mod prose;
 mod session;
+mod sign_in;
 mod views;
 
 use std::sync::Arc;
@@ -136,8 +138,8 @@ pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gate
         .route("/inbox/calls/{call_id}/reject", post(decide::reject))
         .route("/inbox/calls/{call_id}/complete", post(decide::complete))
         .route("/inbox/calls/{call_id}/resolve", post(decide::resolve))
-        .route("/inbox/sign-in", post(session::sign_in))
-        .route("/inbox/sign-out", post(session::sign_out))
+        .route("/inbox/sign-in", post(sign_in::sign_in))
+        .route("/inbox/sign-out", post(sign_in::sign_out))
         .route("/inbox/oidc/start", get(oidc::start))
         .route("/inbox/oidc/callback", get(oidc::callback))
         .route("/inbox/assets/{file}", get(assets::serve))

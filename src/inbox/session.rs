@@ -18,7 +18,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use askama::Template;
-use axum::Form;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -27,7 +26,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::InboxState;
-use super::views::{Answer, Base, Nav, PageError, page, see_other};
+use super::views::{Base, Nav, PageError, page, see_other};
 use crate::dispatch::Dispatcher;
 use crate::http::auth::{ApiKey, Principal, Reach, Role};
 use crate::identity;
@@ -180,12 +179,12 @@ fn sha256_hex(parts: &[&[u8]]) -> String {
 }
 
 /// What the store finds a session by.
-fn id_hash(id: &str) -> String {
+pub(super) fn id_hash(id: &str) -> String {
     sha256_hex(&[id.as_bytes()])
 }
 
 /// The CSRF token of the session `id`.
-fn csrf_token(id: &str) -> String {
+pub(super) fn csrf_token(id: &str) -> String {
     sha256_hex(&[b"toolgate inbox csrf\0", id.as_bytes()])
 }
 
@@ -217,7 +216,13 @@ pub(crate) fn secure_cookies(visit: &Visit) -> bool {
 }
 
 /// A `Set-Cookie` value: `HttpOnly`, `SameSite=Strict`, for the inbox's path only.
-fn set_cookie(name: &str, value: &str, base: &Base, max_age_s: u64, secure: bool) -> HeaderValue {
+pub(super) fn set_cookie(
+    name: &str,
+    value: &str,
+    base: &Base,
+    max_age_s: u64,
+    secure: bool,
+) -> HeaderValue {
     let secure = if secure { "; Secure" } else { "" };
     let text = format!(
         "{name}={value}; Path={}; Max-Age={max_age_s}; HttpOnly; SameSite=Strict{secure}",
@@ -369,7 +374,11 @@ impl Visit {
 const PERSON_MARKER: &str = "issuer:";
 
 /// Makes a session for `principal`, signed in with `key`.
-async fn start(visit: &Visit, principal: Principal, key: &ApiKey) -> Result<Signed, PageError> {
+pub(super) async fn start(
+    visit: &Visit,
+    principal: Principal,
+    key: &ApiKey,
+) -> Result<Signed, PageError> {
     open(visit, principal, Some(fingerprint(key))).await
 }
 
@@ -503,102 +512,6 @@ pub(crate) fn sign_in_page(visit: &Visit, status: StatusCode, message: Option<St
     );
     response.headers_mut().append(header::SET_COOKIE, cookie);
     response
-}
-
-/// The sign-in form.
-#[derive(serde::Deserialize)]
-pub(crate) struct SignIn {
-    key: Option<String>,
-    csrf: Option<String>,
-}
-
-/// `POST /inbox/sign-in`: a person pastes their key. A caller key, an unknown key or a form
-/// from elsewhere is refused; the key is never echoed, logged or put in a URL.
-pub(crate) async fn sign_in(
-    ClientAddr(address): ClientAddr,
-    visit: Visit,
-    Form(form): Form<SignIn>,
-) -> Answer {
-    let app = &visit.app;
-    app.limiter.take(address).map_err(PageError::RateLimited)?;
-    // Past the per-address limit (and with its body in within the body timeout), an attempt
-    // holds a slot like any request.
-    let _slot = visit.slot()?;
-    let expected = cookie(&visit.headers, SIGN_IN_COOKIE).unwrap_or_default();
-    let sent = form.csrf.as_deref().unwrap_or_default();
-    if expected.is_empty() || !bool::from(sent.as_bytes().ct_eq(expected.as_bytes())) {
-        return Err(PageError::Csrf);
-    }
-    let keys = &app.keys;
-    if !keys.enabled() {
-        // Nothing to sign in with: the inbox is open (auth off).
-        return Ok(visit.home());
-    }
-    if !app.options.key_sign_in {
-        return Ok(sign_in_page(
-            &visit,
-            StatusCode::FORBIDDEN,
-            Some("Signing in with a key is turned off here: use the identity provider.".into()),
-        ));
-    }
-    let typed = form.key.as_deref().map(str::trim).unwrap_or_default();
-    let refused =
-        |status, message: &str| Ok(sign_in_page(&visit, status, Some(message.to_owned())));
-    if typed.is_empty() {
-        return refused(StatusCode::UNPROCESSABLE_ENTITY, "Paste your API key.");
-    }
-    let Some(key) = keys.find(typed) else {
-        return refused(
-            StatusCode::UNAUTHORIZED,
-            "This key is not one this server knows. Check that you pasted all of it.",
-        );
-    };
-    if key.role == Role::Caller {
-        return refused(
-            StatusCode::FORBIDDEN,
-            "This is a caller key: it may call tools but never decide. Sign in with an approver \
-             or admin key.",
-        );
-    }
-    let principal = key.principal();
-    let key = key.clone();
-    let signed = start(&visit, principal, &key).await?;
-    tracing::info!(key = %key.name, "signed in to the inbox");
-    let mut response = signed.answer(visit.home());
-    // The sign-in token is spent.
-    let spent = set_cookie(SIGN_IN_COOKIE, "", &visit.base, 0, false);
-    response.headers_mut().append(header::SET_COOKIE, spent);
-    Ok(response)
-}
-
-/// The sign-out form.
-#[derive(serde::Deserialize)]
-pub(crate) struct SignOut {
-    csrf: Option<String>,
-}
-
-/// `POST /inbox/sign-out`: ends the session, here and on every replica.
-pub(crate) async fn sign_out(visit: Visit, Form(form): Form<SignOut>) -> Answer {
-    let Some(id) = cookie(&visit.headers, SESSION_COOKIE) else {
-        return Ok(visit.home());
-    };
-    if !bool::from(
-        form.csrf
-            .unwrap_or_default()
-            .as_bytes()
-            .ct_eq(csrf_token(id).as_bytes()),
-    ) {
-        return Err(PageError::Csrf);
-    }
-    visit
-        .dispatcher()
-        .store()
-        .delete_session(&id_hash(id))
-        .await?;
-    let mut response = visit.home();
-    let gone = set_cookie(SESSION_COOKIE, "", &visit.base, 0, secure_cookies(&visit));
-    response.headers_mut().append(header::SET_COOKIE, gone);
-    Ok(response)
 }
 
 #[cfg(test)]

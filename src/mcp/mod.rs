@@ -312,9 +312,9 @@ impl Door {
         let answer = self.run(request, context).instrument(span.clone()).await;
         match &answer {
             Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
-                crate::telemetry::spans::mcp_error(&span, "tool_error");
+                crate::telemetry::spans::failed(&span, "tool_error");
             }
-            Err(error) => crate::telemetry::spans::mcp_error(&span, &error.code.0.to_string()),
+            Err(error) => crate::telemetry::spans::failed(&span, &error.code.0.to_string()),
             Ok(_) => {}
         }
         answer

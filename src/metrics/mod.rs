@@ -142,6 +142,14 @@ struct Metrics {
     trace_spans: SortedFamily<ResultLabel, Counter>,
 }
 
+/// Registers in `$registry` each metric (a clone: the series are shared) under its name,
+/// with its help.
+macro_rules! register {
+    ($registry:ident; $($name:expr => $metric:expr, $help:expr;)+) => {
+        $($registry.register($name, $help, $metric.clone());)+
+    };
+}
+
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
 impl Metrics {
@@ -162,73 +170,40 @@ impl Metrics {
             trace_spans: SortedFamily::default(),
         };
         let mut registry = Registry::default();
-        registry.register(
-            CALLS,
-            "Calls that reached a recorded outcome, by tool and the status it left them in",
-            metrics.calls.clone(),
-        );
-        registry.register(
-            CALL_DURATION,
-            "How long a run of a tool took, from its first attempt to its outcome (retries and \
-             their waits included)",
-            metrics.call_duration.clone(),
-        );
-        registry.register(
-            APPROVAL_DECISION,
-            "How long a suspension waited for a person's approval, rejection or completion",
-            metrics.approval_decision.clone(),
-        );
-        registry.register(
-            HTTP_REQUESTS,
-            "Requests answered, by route template (never the path itself) and status code",
-            metrics.http_requests.clone(),
-        );
-        registry.register(
-            STORE_BATCH_SIZE,
-            "Writes committed together in one transaction of the store's batching writer \
-             (records written behind their answer included)",
-            metrics.store_batch_size.clone(),
-        );
-        registry.register(
-            STORE_COMMIT,
-            "How long one transaction of the store's batching writer took, from its start to \
-             its commit",
-            metrics.store_commit.clone(),
-        );
-        registry.register(
-            WEBHOOK_DELIVERIES,
-            "Webhook delivery attempts, by what they came to",
-            metrics.webhook_deliveries.clone(),
-        );
-        registry.register(
-            WAITERS,
-            "Requests held now by ?wait= until what they wait for changes",
-            metrics.waiters.clone(),
-        );
-        registry.register(
-            RATE_LIMITED,
-            "Requests refused by a principal's quota, by tool (empty for a held request or a \
-             stream, which belong to no tool) and quota (calls_per_minute, max_running, \
-             max_held)",
-            metrics.rate_limited.clone(),
-        );
-        registry.register(
-            TOKEN_VERIFICATIONS,
-            "Bearer tokens of an identity provider checked, by issuer (its configured name) and \
-             result (accepted, or why refused)",
-            metrics.token_verifications.clone(),
-        );
-        registry.register(
-            KEY_SET_FETCHES,
-            "Fetches of an issuer's key set (JWKS), by issuer and result (fetched, failed)",
-            metrics.key_set_fetches.clone(),
-        );
-        registry.register(
-            TRACE_SPANS,
-            "Spans handed to the trace exporter ([telemetry]), by what came of them: exported, \
-             or dropped because the queue was full or the collector did not take them",
-            metrics.trace_spans.clone(),
-        );
+        register! {
+            registry;
+            CALLS => metrics.calls,
+                "Calls that reached a recorded outcome, by tool and the status it left them in";
+            CALL_DURATION => metrics.call_duration,
+                "How long a run of a tool took, from its first attempt to its outcome (retries and \
+                their waits included)";
+            APPROVAL_DECISION => metrics.approval_decision,
+                "How long a suspension waited for a person's approval, rejection or completion";
+            HTTP_REQUESTS => metrics.http_requests,
+                "Requests answered, by route template (never the path itself) and status code";
+            STORE_BATCH_SIZE => metrics.store_batch_size,
+                "Writes committed together in one transaction of the store's batching writer \
+                (records written behind their answer included)";
+            STORE_COMMIT => metrics.store_commit,
+                "How long one transaction of the store's batching writer took, from its start to \
+                its commit";
+            WEBHOOK_DELIVERIES => metrics.webhook_deliveries,
+                "Webhook delivery attempts, by what they came to";
+            WAITERS => metrics.waiters,
+                "Requests held now by ?wait= until what they wait for changes";
+            RATE_LIMITED => metrics.rate_limited,
+                "Requests refused by a principal's quota, by tool (empty for a held request or a \
+                stream, which belong to no tool) and quota (calls_per_minute, max_running, \
+                max_held)";
+            TOKEN_VERIFICATIONS => metrics.token_verifications,
+                "Bearer tokens of an identity provider checked, by issuer (its configured name) and \
+                result (accepted, or why refused)";
+            KEY_SET_FETCHES => metrics.key_set_fetches,
+                "Fetches of an issuer's key set (JWKS), by issuer and result (fetched, failed)";
+            TRACE_SPANS => metrics.trace_spans,
+                "Spans handed to the trace exporter ([telemetry]), by what came of them: exported, \
+                or dropped because the queue was full or the collector did not take them";
+        }
         Metrics {
             registry,
             ..metrics

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::RestState;
+use super::error_responses::{
+    DecisionRefused, HoldRefused, PathMalformed, StoreFailed, SuspensionExpired, ToolRunFailed,
+    UnknownToken,
+};
 use super::responses::{CallCompleted, SuspensionTicket, call_response};
 use crate::dispatch::Approved;
 use crate::http::auth::{Access, Principal};
@@ -138,9 +142,8 @@ pub(super) fn page(
     responses(
         (status = 200, description = "A page of pending, unexpired suspensions.", body = ApprovalList),
         (status = 400, description = "`bad_request`: a bad `limit` or `cursor`, or an unknown parameter.", body = ErrorEnvelope),
-        (status = 429, description = "`rate_limited`: with `?wait=`, the key holds as many requests as its `max_held` allows.", body = ErrorEnvelope,
-            headers(("Retry-After" = String, description = "Seconds to wait."), ("RateLimit-Policy" = String, description = "`\"held\";q=<max_held>;qu=\"concurrent-requests\"`."), ("RateLimit" = String, description = "`\"held\";r=0`."))),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+        HoldRefused,
+        StoreFailed,
     )
 )]
 pub(super) async fn list(
@@ -167,11 +170,11 @@ pub(super) async fn list(
     params(("token" = String, Path, description = "The suspension's token.")),
     responses(
         (status = 200, description = "The pending suspension, with `input`.", body = Approval),
-        (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches).", body = ErrorEnvelope),
+        PathMalformed,
+        UnknownToken,
         (status = 409, description = "`already_resolved`: it was approved, rejected or completed; `details` is the call's record.", body = ErrorEnvelope),
-        (status = 410, description = "`suspension_expired`: nobody resolved it in time; `details` is the call's record.", body = ErrorEnvelope),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+        SuspensionExpired,
+        StoreFailed,
     )
 )]
 pub(super) async fn get(
@@ -239,14 +242,10 @@ impl ApprovalRecorded {
         (status = 200, description = "The tool ran again and completed.", body = CallCompleted),
         (status = 202, description = "The tool ran again and suspended anew, with a new token (`CallSuspended`); or the approval was recorded, short of the approvers the tool's policy needs, and the call waits for the others under the same token (`ApprovalRecorded`).", body = ApprovalRecorded),
         (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches); or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
         (status = 409, description = "`already_approved`: this principal approved it before and the policy needs others too; `details.approvals` are the approvals so far, `details.approvals_required` how many it needs. `already_resolved`: it was resolved before; `details` is the call's record. `lease_lost`: this replica lost its lease while the tool re-ran and the call was settled meanwhile; the outcome was refused and kept as `late_outcome` (`details` is the call).", body = ErrorEnvelope),
-        (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
-        (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
+        DecisionRefused,
         (status = 422, description = "`invalid_resume_input`: `input` does not fit the suspension's `input_schema` (`details.errors`); it stays pending.", body = ErrorEnvelope),
-        (status = 500, description = "`tool_failed`, `tool_panicked` or `output_schema_violation`: the re-run failed, and the body also carries `call_id`, `tool` and `status`. Or `internal`.", body = ErrorEnvelope),
-        (status = 504, description = "`tool_timeout`: the re-run did not finish in time.", body = ErrorEnvelope),
+        ToolRunFailed,
     )
 )]
 pub(super) async fn approve(
@@ -275,12 +274,9 @@ pub(super) async fn approve(
     responses(
         (status = 200, description = "Rejected; the call's record.", body = CallRecord),
         (status = 400, description = "`bad_request`: malformed JSON, a `reason` longer than 4096 characters, an `option` that is not one of the approval's `reject_options`, or an unknown field.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches).", body = ErrorEnvelope),
         (status = 409, description = "`already_resolved`: it was resolved before; `details` is the call's record.", body = ErrorEnvelope),
-        (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
-        (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+        DecisionRefused,
+        StoreFailed,
     )
 )]
 pub(super) async fn reject(
@@ -305,13 +301,10 @@ pub(super) async fn reject(
     responses(
         (status = 200, description = "Completed with this output.", body = CallCompleted),
         (status = 400, description = "`bad_request`: malformed JSON, a missing `output`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
-        (status = 404, description = "`unknown_token`: no suspension ever had this token (or none of a tool the principal's `decides` reaches); or `unknown_tool`: its tool is no longer served.", body = ErrorEnvelope),
         (status = 409, description = "`completion_not_allowed`: the tool declares no output schema, or its policy needs several approvers; or `already_resolved`.", body = ErrorEnvelope),
-        (status = 410, description = "`suspension_expired`: nobody resolved it in time.", body = ErrorEnvelope),
-        (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
+        DecisionRefused,
         (status = 422, description = "`output_schema_violation`: `output` does not match the tool's output schema (`details.errors`); it stays pending.", body = ErrorEnvelope),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+        StoreFailed,
     )
 )]
 pub(super) async fn complete(

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::RestState;
 use super::approvals::page;
+use super::error_responses::{BodyRefused, HoldRefused, PathMalformed, StoreFailed};
 use crate::http::auth::{Access, Principal};
 use crate::http::error::{ApiError, ErrorEnvelope};
 use crate::http::extract::{JsonBody, PathParam, QueryParams};
@@ -77,7 +78,7 @@ pub struct ResolveRequest {
     responses(
         (status = 200, description = "A page of calls.", body = CallList),
         (status = 400, description = "`bad_request`: a bad filter, `limit` or `cursor`, or an unknown parameter.", body = ErrorEnvelope),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+        StoreFailed,
     )
 )]
 pub(super) async fn list(
@@ -110,11 +111,10 @@ pub(super) async fn list(
     ),
     responses(
         (status = 200, description = "The call, with its events.", body = CallRecord),
-        (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
+        PathMalformed,
         (status = 404, description = "`unknown_call`: no call has this id (or it is another caller's).", body = ErrorEnvelope),
-        (status = 429, description = "`rate_limited`: with `?wait=`, the key holds as many requests as its `max_held` allows.", body = ErrorEnvelope,
-            headers(("Retry-After" = String, description = "Seconds to wait."), ("RateLimit-Policy" = String, description = "`\"held\";q=<max_held>;qu=\"concurrent-requests\"`."), ("RateLimit" = String, description = "`\"held\";r=0`."))),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+        HoldRefused,
+        StoreFailed,
     )
 )]
 pub(super) async fn get(
@@ -145,10 +145,9 @@ pub(super) async fn get(
         (status = 400, description = "`bad_request`: not exactly one of `output` and `error`, malformed JSON, or an unknown field.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_call`: no call has this id.", body = ErrorEnvelope),
         (status = 409, description = "`not_reconcilable`: the call does not need reconciliation; `details` is its record.", body = ErrorEnvelope),
-        (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
+        BodyRefused,
         (status = 422, description = "`output_schema_violation`: `output` does not match the tool's output schema.", body = ErrorEnvelope),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+        StoreFailed,
     )
 )]
 pub(super) async fn resolve(

@@ -8,8 +8,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::RestState;
+use super::error_responses::StoreFailed;
 use crate::http::auth::Access;
-use crate::http::error::{ApiError, ErrorEnvelope};
+use crate::http::error::ApiError;
 use crate::http::gate::Gates;
 
 /// `GET /metrics`: admins only.
@@ -25,7 +26,7 @@ pub(super) fn router(gates: &Gates) -> Router<RestState> {
     get, path = "/metrics", tag = "metrics", operation_id = "metrics",
     responses(
         (status = 200, description = "The Prometheus text format, version 0.0.4 (`text/plain; version=0.0.4`): `toolgate_calls_total{tool,status}`, `toolgate_call_duration_seconds{tool}`, `toolgate_approvals_pending`, `toolgate_approval_decision_seconds`, `toolgate_http_requests_total{route,status}`, `toolgate_store_batch_size`, `toolgate_store_commit_seconds`, `toolgate_webhook_deliveries_total{result}`, `toolgate_waiters`, and on PostgreSQL `toolgate_replicas_live`.", content_type = "text/plain", body = String),
-        (status = 500, description = "`internal`: the store failed.", body = ErrorEnvelope),
+        StoreFailed,
     )
 )]
 pub(super) async fn serve(State(app): State<RestState>) -> Result<Response, ApiError> {

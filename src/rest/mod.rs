@@ -8,6 +8,7 @@
 mod approvals;
 mod calls;
 mod catalog;
+mod error_responses;
 mod events;
 mod health;
 mod metrics;

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::RestState;
 use super::catalog::json_response;
+use super::error_responses::{BodyRefused, PathMalformed, ToolRunFailed};
 use super::responses::{CallCompleted, CallSuspended, call_response};
 use crate::contract::erased::ToolDescriptor;
 use crate::dispatch::{CallOptions, CallOutcome};
@@ -141,7 +142,7 @@ pub(super) async fn list(
     responses(
         (status = 200, description = "The tool.", body = ToolDescriptor),
         (status = 404, description = "`unknown_tool`: no tool has this name, or none the principal's `tools` reach.", body = ErrorEnvelope),
-        (status = 400, description = "`bad_request`: the path is malformed.", body = ErrorEnvelope),
+        PathMalformed,
     )
 )]
 pub(super) async fn get(
@@ -177,15 +178,13 @@ pub(super) async fn get(
         (status = 409, description = "`call_in_progress` (with `Retry-After`): the call with this idempotency key still runs. `needs_reconciliation`: it may have had its effect and waits for a person (`details` is the call). `rejected`: a replayed call that a person rejected. `lease_lost`: this replica lost its lease while the tool ran and the call was settled meanwhile; the outcome was refused and kept in the call's history as `late_outcome` (`details` is the call).", body = ErrorEnvelope,
             headers(("Retry-After" = String, description = "Seconds to wait, with `call_in_progress`."))),
         (status = 410, description = "`suspension_expired`: a replayed call whose suspension expired.", body = ErrorEnvelope),
-        (status = 413, description = "`payload_too_large`: the body exceeds the server's limit.", body = ErrorEnvelope),
-        (status = 415, description = "`unsupported_media_type`: the body is not sent as `application/json`.", body = ErrorEnvelope),
+        BodyRefused,
         (status = 422, description = "`invalid_input`: the input does not fit the tool's input schema (`details.errors`); the tool did not run. `idempotency_key_reused`: the key belongs to a call with another input.", body = ErrorEnvelope),
         (status = 429, description = "`rate_limited`: a quota of the caller's refuses the call (`details.quota`: `calls_per_minute`, `max_running`, or `max_held` for a `?wait=` request; `details.tool` for a tool's own quota); nothing ran.", body = ErrorEnvelope,
             headers(("Retry-After" = String, description = "Seconds to wait, rounded up."), ("RateLimit-Policy" = String, description = "The quota: `\"calls\";q=<burst>;w=<seconds>` for a rate, `\"running\";q=<n>;qu=\"concurrent-requests\"` for a count (`.<tool>` after the name for a tool's own)."), ("RateLimit" = String, description = "What is left of it: `\"calls\";r=0;t=<seconds>`."))),
-        (status = 500, description = "`tool_failed` (the tool returned an error), `tool_panicked`, or `output_schema_violation` (its output does not match its output schema); the body also carries `call_id`, `tool` and `\"status\": \"failed\"` (see `CallFailed`). Or `internal`: the server failed.", body = ErrorEnvelope),
+        ToolRunFailed,
         (status = 503, description = "`overloaded` (with `Retry-After`): the tool is at its concurrency limit; nothing ran.", body = ErrorEnvelope,
             headers(("Retry-After" = String, description = "Seconds to wait."))),
-        (status = 504, description = "`tool_timeout`: an attempt ran past the tool's timeout. A `write` call then has `\"status\": \"needs_reconciliation\"`.", body = ErrorEnvelope),
     )
 )]
 pub(super) async fn call(

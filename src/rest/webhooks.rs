@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::RestState;
 use super::approvals::page;
+use super::error_responses::StoreFailed;
 use crate::http::auth::Access;
 use crate::http::error::{ApiError, ErrorEnvelope};
 use crate::http::extract::{PathParam, QueryParams};
@@ -56,6 +57,7 @@ pub struct DeliveryList {
     responses(
         (status = 200, description = "A page of deliveries: the webhook's URL, the type, the call, the attempts, the last status and error, the next attempt.", body = DeliveryList),
         (status = 400, description = "`bad_request`: a bad status, `limit` or `cursor`.", body = ErrorEnvelope),
+        StoreFailed,
     )
 )]
 pub(super) async fn list(
@@ -83,6 +85,7 @@ pub(super) async fn list(
         (status = 400, description = "`bad_request`: the id is not a number.", body = ErrorEnvelope),
         (status = 404, description = "`not_found`: no delivery has this id.", body = ErrorEnvelope),
         (status = 409, description = "`not_retryable`: the delivery is not failed (`details` is the delivery).", body = ErrorEnvelope),
+        StoreFailed,
     )
 )]
 pub(super) async fn retry(

@@ -9,6 +9,26 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::{TARGET, enabled, propagation};
 
+/// A span about a call of the tool `$tool` by the GenAI semantic conventions: named
+/// `<$name> <tool>`, of the kind `$kind`, with `gen_ai.operation.name` `execute_tool`,
+/// `gen_ai.tool.name`, and `otel.status_code` and `error.type` to record a failure; then
+/// `$fields`. At INFO, under [`TARGET`].
+macro_rules! tool_span {
+    ($name:literal, $kind:literal, $tool:expr, $($fields:tt)*) => {
+        tracing::info_span!(
+            target: TARGET,
+            $name,
+            otel.name = %format_args!("{} {}", $name, $tool),
+            otel.kind = $kind,
+            otel.status_code = Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = $tool,
+            error.type = Empty,
+            $($fields)*
+        )
+    };
+}
+
 /// The W3C `traceparent` of the current span, when traces are exported and one is active.
 pub fn traceparent() -> Option<String> {
     if !enabled() {
@@ -99,13 +119,19 @@ pub fn server(method: &str, route: &str, headers: &axum::http::HeaderMap) -> Spa
         http.response.status_code = Empty,
         enduser.id = Empty,
     );
+    adopt(&span, parent);
+    span
+}
+
+/// Gives a `SERVER` span what its caller's context `parent` carries: the baggage entries the
+/// configuration names, as attributes, and `parent` as its parent when it names a span.
+fn adopt(span: &Span, parent: opentelemetry::Context) {
     for attribute in propagation::baggage_attributes(&parent) {
         span.set_attribute(attribute.key, attribute.value);
     }
     if parent.span().span_context().is_valid() {
         let _ = span.set_parent(parent);
     }
-    span
 }
 
 /// Records the response's status on a [`server`] span; a 5xx is an error.
@@ -128,18 +154,13 @@ pub fn call(tool: &str, effect: &str) -> Span {
     if !under_ours() {
         return Span::none();
     }
-    tracing::info_span!(
-        target: TARGET,
+    tool_span!(
         "execute_tool",
-        otel.name = %format_args!("execute_tool {tool}"),
-        otel.kind = "internal",
-        otel.status_code = Empty,
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = tool,
+        "internal",
+        tool,
         toolgate.effect = effect,
         toolgate.call_id = Empty,
         toolgate.status = Empty,
-        error.type = Empty,
     )
 }
 
@@ -192,17 +213,12 @@ pub fn upstream_call(remote: &str, upstream: &str) -> Span {
     if !under_ours() {
         return Span::none();
     }
-    tracing::info_span!(
-        target: TARGET,
+    tool_span!(
         "tools/call",
-        otel.name = %format_args!("tools/call {remote}"),
-        otel.kind = "client",
-        otel.status_code = Empty,
+        "client",
+        remote,
         mcp.method.name = "tools/call",
-        gen_ai.tool.name = remote,
-        gen_ai.operation.name = "execute_tool",
         toolgate.upstream = upstream,
-        error.type = Empty,
     )
 }
 
@@ -241,8 +257,8 @@ pub fn meta_of(span: &Span) -> Option<serde_json::Map<String, serde_json::Value>
     Some(meta)
 }
 
-/// Records how a call of a span's request failed (`tool_error`, an error code, a transport
-/// failure).
+/// Records how a call of a span's request failed (`tool_error` for a result with `isError`, a
+/// JSON-RPC error code, a transport failure).
 pub fn failed(span: &Span, error: &str) {
     span.record("error.type", error);
     span.record("otel.status_code", "error");
@@ -323,35 +339,20 @@ pub fn mcp_call(
     if !follows {
         return Span::none();
     }
-    let span = tracing::info_span!(
-        target: TARGET,
+    let span = tool_span!(
         "tools/call",
-        otel.name = %format_args!("tools/call {tool}"),
-        otel.kind = "server",
-        otel.status_code = Empty,
+        "server",
+        tool,
         mcp.method.name = "tools/call",
-        gen_ai.tool.name = tool,
-        gen_ai.operation.name = "execute_tool",
         jsonrpc.request.id = request_id,
         mcp.protocol.version = protocol_version.unwrap_or(""),
-        error.type = Empty,
     );
     if let Some(parent) = parent {
         let http = Span::current().context().span().span_context().clone();
-        for attribute in propagation::baggage_attributes(&parent) {
-            span.set_attribute(attribute.key, attribute.value);
-        }
-        let _ = span.set_parent(parent);
+        adopt(&span, parent);
         if http.is_valid() {
             span.add_link(http);
         }
     }
     span
-}
-
-/// Records how an MCP `tools/call` ended: `tool_error` for a result with `isError`, else the
-/// JSON-RPC error code, if any.
-pub fn mcp_error(span: &Span, error: &str) {
-    span.record("error.type", error);
-    span.record("otel.status_code", "error");
 }

@@ -272,6 +272,15 @@ impl Api {
         read(response).await
     }
 
+    /// The Prometheus text `/metrics` answers `token`, which must be allowed to read it.
+    pub async fn metrics(&self, token: &str) -> String {
+        let url = format!("{}/metrics", self.base);
+        let response = self.client.get(url).bearer_auth(token).send().await;
+        let response = response.expect("request sent");
+        assert_eq!(response.status(), StatusCode::OK, "GET /metrics");
+        response.text().await.expect("a text body")
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         let response = self
             .client
@@ -409,16 +418,28 @@ pub async fn mcp_request(
     method: &str,
     params: Value,
 ) -> (StatusCode, Option<String>, Value) {
-    let response = api
+    mcp_request_as(api, Some(token), method, params).await
+}
+
+/// [`mcp_request`] as `token`, or with no credentials at all when `None` (a server without
+/// auth).
+pub async fn mcp_request_as(
+    api: &Api,
+    token: Option<&str>,
+    method: &str,
+    params: Value,
+) -> (StatusCode, Option<String>, Value) {
+    let mut request = api
         .client
         .post(format!("{}/mcp", api.base))
         .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25")
-        .bearer_auth(token)
-        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-        .send()
-        .await
-        .unwrap();
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let json_rpc =
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let response = request.json(&json_rpc).send().await.unwrap();
     let status = response.status();
     let challenge = response
         .headers()

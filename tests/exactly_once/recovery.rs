@@ -1,8 +1,65 @@
-//! A call that a crash cut off: what the next process does with it. A read runs again when
-//! its request comes back, an approval already given is not asked again, and an approver
-//! settles what cannot be known (a write, a call without a key), which releases its key.
+//! Calls that were cut short: an unanswered suspension expires, an interrupted read runs again,
+//! an approval interrupted by a crash resumes without asking again, and an interrupted call
+//! without a key can be settled by an approver.
 
 use super::*;
+
+async fn an_unanswered_suspension_expires(backend: Backend) {
+    let location = Location::new(backend).await;
+    let mut tools = ToolSet::new();
+    toolgate::examples::register(&mut tools, &Default::default(), location.data_dir()).unwrap();
+    let mut config = DispatchConfig::default();
+    config.tools.insert(
+        "ask_human".into(),
+        ToolSettings {
+            approval_ttl: Some(Duration::from_millis(200)),
+            ..ToolSettings::default()
+        },
+    );
+    let server = serve(tools, &location, config).await;
+    let api = &server.api;
+    let (_, body) = api.call("ask_human", json!({"question": "soon?"})).await;
+    let token = body["suspension"]["token"].as_str().unwrap().to_owned();
+    let call_id = body["call_id"].as_str().unwrap().to_owned();
+    let (_, list) = api.get("/approvals").await;
+    assert_eq!(list["approvals"].as_array().unwrap().len(), 1);
+    assert!(list["approvals"][0]["expires_at"].is_string());
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (_, list) = api.get("/approvals").await;
+    assert_eq!(list["approvals"], json!([]));
+    let (status, body) = api.get(&format!("/approvals/{token}")).await;
+    assert_eq!(status, StatusCode::GONE);
+    assert_error(&body, "suspension_expired");
+    let (status, body) = api.approve(&token, json!({"answer": "late"})).await;
+    assert_eq!(status, StatusCode::GONE);
+    assert_eq!(
+        assert_error(&body, "suspension_expired")["status"],
+        "expired"
+    );
+    let (_, record) = api.get(&format!("/calls/{call_id}")).await;
+    assert_eq!(record["status"], "expired");
+    assert_eq!(
+        record["events"].as_array().unwrap().last().unwrap()["kind"],
+        "expired"
+    );
+    // Once the expiry is written down, it still reads as expired, never as resolved.
+    let (status, body) = api.approve(&token, json!({"answer": "later"})).await;
+    assert_eq!(status, StatusCode::GONE);
+    assert_error(&body, "suspension_expired");
+    let (status, _) = api
+        .post(
+            &format!("/approvals/{token}/reject"),
+            json!({"reason": "late"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::GONE);
+    let (status, _) = api.get(&format!("/approvals/{token}")).await;
+    assert_eq!(status, StatusCode::GONE);
+    let (_, listed) = api.get("/calls?status=expired").await;
+    assert_eq!(listed["calls"][0]["call_id"], call_id.as_str());
+    server.stop().await;
+}
 
 async fn an_interrupted_read_runs_again_when_its_request_comes_back(backend: Backend) {
     let location = Location::new(backend).await;
@@ -126,39 +183,9 @@ async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver(backend
     server.stop().await;
 }
 
-async fn a_write_settled_as_failed_releases_its_key(backend: Backend) {
-    let location = Location::new(backend).await;
-    let mut tools = ToolSet::new();
-    tools.register(SlowCharge).unwrap();
-    let config = DispatchConfig {
-        defaults: ToolSettings {
-            timeout: Duration::from_millis(50),
-            ..ToolSettings::default()
-        },
-        ..DispatchConfig::default()
-    };
-    let server = serve(tools, &location, config).await;
-    let (status, _, _, body) = server.api.call_keyed("slow_charge", "c-1", json!({})).await;
-    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
-    let first = body["call_id"].as_str().unwrap().to_owned();
-    let (status, _) = server
-        .api
-        .post(
-            &format!("/calls/{first}/resolve"),
-            json!({"error": "the bank has no charge"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
-    // The effect did not happen: the same request is a new call, not a replay of the failure.
-    let (status, replayed, _, body) = server.api.call_keyed("slow_charge", "c-1", json!({})).await;
-    assert_eq!((status, replayed), (StatusCode::GATEWAY_TIMEOUT, None));
-    assert_ne!(body["call_id"], first.as_str());
-    server.stop().await;
-}
-
 crate::on_each_backend! {
+    #[tokio::test] async fn an_unanswered_suspension_expires;
     #[tokio::test] async fn an_interrupted_read_runs_again_when_its_request_comes_back;
     #[tokio::test] async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again;
     #[tokio::test] async fn an_interrupted_call_without_a_key_can_be_settled_by_an_approver;
-    #[tokio::test] async fn a_write_settled_as_failed_releases_its_key;
 }

@@ -93,6 +93,12 @@ impl Page {
             .collect()
     }
 
+    /// Asserts the page shows the person signed in as `name`.
+    fn assert_signed_in_as(&self, name: &str) {
+        let shown = format!("Signed in as <strong>{name}</strong>");
+        assert!(self.body.contains(&shown), "{}", self.body);
+    }
+
     /// The first hidden `csrf` field's value.
     fn csrf(&self) -> String {
         let at = self
@@ -167,6 +173,17 @@ impl Person {
             .header("content-type", "application/x-www-form-urlencoded")
             .body(body);
         self.send(request).await
+    }
+
+    /// Opens the page's live stream (`/inbox/events`) with this person's cookies: the response,
+    /// its body still streaming.
+    async fn open_events(&self) -> reqwest::Response {
+        self.client
+            .get(format!("{}/inbox/events", self.base))
+            .header("cookie", self.cookie_header())
+            .send()
+            .await
+            .unwrap()
     }
 
     /// Opens the sign-in page and signs in with `key`.

@@ -78,13 +78,7 @@ async fn the_live_stream_needs_a_session_and_carries_no_token() {
     );
     let mut person = Person::new(&server);
     person.sign_in(APPROVER).await;
-    let mut stream = person
-        .client
-        .get(format!("{}/inbox/events", person.base))
-        .header("cookie", person.cookie_header())
-        .send()
-        .await
-        .unwrap();
+    let mut stream = person.open_events().await;
     assert_eq!(stream.status(), StatusCode::OK);
     assert!(
         stream.headers()["content-type"]
@@ -127,25 +121,16 @@ async fn an_open_live_stream_counts_against_the_keys_max_held() {
     let server = start(dir.path(), |b| b.dispatch_config(one)).await;
     let mut person = Person::new(&server);
     person.sign_in(APPROVER).await;
-    let open = async |person: &Person| {
-        person
-            .client
-            .get(format!("{}/inbox/events", person.base))
-            .header("cookie", person.cookie_header())
-            .send()
-            .await
-            .unwrap()
-    };
-    let first = open(&person).await;
+    let first = person.open_events().await;
     assert_eq!(first.status(), StatusCode::OK);
     // A second page of the same key, past its `max_held`, is refused at once, with a wait.
-    let second = open(&person).await;
+    let second = person.open_events().await;
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(second.headers()["retry-after"], "1");
     // Closing the first gives its count back.
     drop(first);
     common::eventually("the closed stream is counted no more", async || {
-        (open(&person).await.status() == StatusCode::OK).then_some(())
+        (person.open_events().await.status() == StatusCode::OK).then_some(())
     })
     .await;
     server.stop().await;

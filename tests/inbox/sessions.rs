@@ -38,13 +38,7 @@ async fn signing_in_with_an_approver_key_sets_a_strict_http_only_cookie() {
 
     let queue = person.get("/inbox").await;
     assert_eq!(queue.status, StatusCode::OK);
-    assert!(
-        queue
-            .body
-            .contains("Signed in as <strong>finance-ops</strong>"),
-        "{}",
-        queue.body
-    );
+    queue.assert_signed_in_as("finance-ops");
     assert!(
         !queue.body.contains(APPROVER),
         "the key never shows in a page"
@@ -177,13 +171,7 @@ async fn signing_out_ends_the_session() {
 async fn signing_out_ends_the_sessions_open_live_stream() {
     let (_dir, server, mut person) = signed_in(APPROVER).await;
     let queue = person.get("/inbox").await;
-    let mut stream = person
-        .client
-        .get(format!("{}/inbox/events", person.base))
-        .header("cookie", person.cookie_header())
-        .send()
-        .await
-        .unwrap();
+    let mut stream = person.open_events().await;
     assert_eq!(stream.status(), StatusCode::OK);
     // Open and quiet: nothing ends it on its own.
     let quiet = tokio::time::timeout(std::time::Duration::from_millis(1500), async {
@@ -310,13 +298,7 @@ async fn the_session_survives_a_restart(backend: Backend) {
     let server = start(&at, |b| b).await;
     person.base = server.api.base.clone();
     let queue = person.get("/inbox").await;
-    assert!(
-        queue
-            .body
-            .contains("Signed in as <strong>finance-ops</strong>"),
-        "{}",
-        queue.body
-    );
+    queue.assert_signed_in_as("finance-ops");
     // The page's CSRF token, bound to the session, still holds too.
     let approved = person
         .post(

@@ -1,7 +1,5 @@
-//! The database itself restarting under load: a PostgreSQL cluster of the test's own, stopped
-//! and started again while three replicas serve a steady load; meanwhile every request is
-//! answered `503 store_unavailable` with `Retry-After`, never a hang or a 500, and no call that
-//! was acknowledged is lost.
+//! A database that stops and comes back under load: every replica answers `503
+//! store_unavailable` meanwhile, never a hang or a 500, and loses nothing that was acknowledged.
 
 use super::*;
 
