@@ -116,9 +116,14 @@ async fn started(builder: ServerBuilder) -> Result<Vec<String>, StartError> {
 #[tokio::test]
 async fn an_app_starting_the_builder_is_refused_what_the_binary_refuses() {
     let location = Location::new(Backend::Sqlite).await;
+    // A database file of its own for each start: a refused builder's store is dropped, not
+    // closed, and its writer may still hold the file's lock for a moment.
+    let starts = std::sync::atomic::AtomicUsize::new(0);
     let builder = |config: &str| {
         let config = Config::from_toml(config).unwrap();
-        let store = toolgate::store::SqliteStore::open(location.data_dir().join("started.db"));
+        let n = starts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let store =
+            toolgate::store::SqliteStore::open(location.data_dir().join(format!("started-{n}.db")));
         ServerBuilder::new(example_tools(&location), store.unwrap())
             .dispatch_config(config.dispatch_config())
     };
