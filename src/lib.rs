@@ -40,6 +40,7 @@
 //!   route, the one error envelope, extractors, `?wait=`, the feed as Server-Sent Events.
 //! - [`rest`]: the REST API, one file per resource.
 //! - [`mcp`]: `/mcp`, the same tools over the Model Context Protocol (rmcp).
+//! - [`notify`]: approvers where they work: the people the channels reach, mail and Slack.
 //! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key or the identity
 //!   provider, the live queue, one approval with a form generated from its schema; every
 //!   decision goes through the dispatcher.
@@ -73,6 +74,7 @@ mod ids;
 pub mod inbox;
 pub mod mcp;
 mod metrics;
+pub mod notify;
 pub mod rest;
 pub mod schema;
 mod slots;

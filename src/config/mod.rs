@@ -41,6 +41,7 @@ pub use crate::feed::webhooks::config::{WebhookConfig, WebhookDeliveryConfig};
 pub use crate::http::config::ServerConfig;
 pub use crate::inbox::config::InboxConfig;
 pub use crate::mcp::config::McpConfig;
+use crate::notify::PersonConfig;
 pub use crate::store::config::StoreConfig;
 pub use crate::telemetry::config::{LogFormat, TelemetryConfig};
 pub use server::{AuthConfig, FeedConfig, KeyConfig};
@@ -110,6 +111,8 @@ pub struct Config {
     pub upstreams: Vec<UpstreamConfig>,
     /// `[telemetry]`: traces, sent over OTLP/HTTP to a collector.
     pub telemetry: TelemetryConfig,
+    /// `[[people]]`: who a principal is, for the channels that reach approvers.
+    pub people: Vec<PersonConfig>,
 }
 
 impl Default for Config {
@@ -138,6 +141,7 @@ impl Default for Config {
             webhook_delivery: WebhookDeliveryConfig::default(),
             mcp: McpConfig::default(),
             inbox: InboxConfig::default(),
+            people: Vec::new(),
             upstreams: Vec::new(),
             telemetry: TelemetryConfig::default(),
         }
@@ -289,6 +293,7 @@ impl Config {
         config.check_approvals()?;
         config.check_quotas()?;
         config.check_upstreams()?;
+        config.people()?;
         // The file's webhooks are checked now; their `secret_env` is read when they start.
         config.webhooks_with(|_| None, true)?;
         Ok(config)
@@ -338,6 +343,25 @@ impl Config {
     /// name used twice.
     pub fn api_keys(&self) -> Result<Vec<ApiKey>, ConfigError> {
         self.auth.api_keys()
+    }
+
+    /// `[[people]]`: each person's rights are the API key of the same name's, else their own
+    /// `decides`; with no key and no identity provider (auth off) everyone is the anonymous
+    /// admin.
+    pub fn people(&self) -> Result<crate::notify::People, ConfigError> {
+        let keys = self.api_keys()?;
+        let auth_off = keys.is_empty() && self.auth.issuers.is_empty();
+        let key_principal = |name: &str| {
+            keys.iter()
+                .find(|key| key.name == name)
+                .map(ApiKey::principal)
+        };
+        crate::notify::People::new(&self.people, key_principal, auth_off).map_err(|err| {
+            ConfigError::Invalid {
+                key: "people".into(),
+                message: err.0,
+            }
+        })
     }
 
     /// The identity providers (see [`AuthConfig::issuers`]), the scopes the tools require

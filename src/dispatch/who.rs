@@ -77,6 +77,11 @@ impl Reach {
         Ok(Reach(Some(globs.into())))
     }
 
+    /// No tool.
+    pub fn none() -> Reach {
+        Reach(Some(Arc::from([])))
+    }
+
     /// Whether this reaches every tool (nothing to filter).
     pub fn is_all(&self) -> bool {
         self.0.is_none()
