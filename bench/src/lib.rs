@@ -29,6 +29,7 @@
 
 pub mod budget;
 pub mod harness;
+pub mod notifications;
 pub mod replicas;
 mod report;
 pub mod waiting;

@@ -30,6 +30,32 @@ fn main() -> ExitCode {
         ));
         return ExitCode::SUCCESS;
     }
+    if args.first().map(String::as_str) == Some("notifications") {
+        // `notifications [CALLS] [ROUNDS]`: Slack notifications per second from the outbox,
+        // beside webhook deliveries in the same run (see `toolgate_bench::notifications`).
+        let number = |at: usize, default: usize| {
+            args.get(at).map_or(Some(default), |text| text.parse().ok())
+        };
+        let (Some(calls), Some(rounds)) = (number(1, 5_000), number(2, 3)) else {
+            eprintln!("usage: toolgate-bench notifications [CALLS] [ROUNDS]");
+            return ExitCode::from(2);
+        };
+        let exe = std::env::current_exe().expect("the harness's own path");
+        let dir = exe.parent().expect("a directory").to_path_buf();
+        let run = toolgate_bench::notifications::run(
+            dir.join("toolgate"),
+            dir.join("bench-data"),
+            calls,
+            rounds,
+        );
+        return match runtime.block_on(run) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.first().map(String::as_str) == Some("budget") {
         return budget(&args[1..], &runtime);
     }
