@@ -40,6 +40,7 @@ mod admit;
 mod attempt;
 pub mod condition;
 pub mod config;
+mod edit;
 mod escalate;
 mod events;
 pub mod live;
