@@ -257,13 +257,19 @@ async fn an_approved_edit_runs_the_edited_input_and_every_door_says_so(backend: 
     assert_eq!(pending["input"]["amount_cents"], 5000);
 }
 
-async fn with_two_approvers_an_edit_restarts_the_count(backend: Backend) {
+/// A server whose `send_email` needs two approvers and allows edits, on `backend`.
+async fn two_approvers(backend: Backend) -> (Location, Binary) {
     let location = Location::new(backend).await;
     let config = format!(
         "{}[tools.send_email.approval]\napprovals = 2\nedit_input = true\n",
         keys()
     );
     let server = serve(&location, &config);
+    (location, server)
+}
+
+async fn with_two_approvers_an_edit_restarts_the_count(backend: Backend) {
+    let (location, server) = two_approvers(backend).await;
     let api = &server.api;
 
     // Alice edits (her approval counts first, of her edit); Bob approves what he sees: it
@@ -361,6 +367,16 @@ impl Visitor {
         (response.status(), response.text().await.unwrap())
     }
 
+    /// Signs in on the inbox with the API key `key`.
+    async fn sign_in(&mut self, key: &str) {
+        let (_, page) = self.get("/inbox").await;
+        let csrf = value_of(&page, "csrf").unwrap().to_owned();
+        let (status, _) = self
+            .post("/inbox/sign-in", &[("key", key), ("csrf", &csrf)])
+            .await;
+        assert_eq!(status, StatusCode::SEE_OTHER, "signed in");
+    }
+
     async fn get(&mut self, path: &str) -> (StatusCode, String) {
         let request = self.client.get(format!("{}{path}", self.base));
         self.send(request).await
@@ -446,8 +462,60 @@ async fn an_inbox_approver_edits_the_input_in_its_form(backend: Backend) {
     );
 }
 
+/// The page's approve form posted with its edit, as `person` leaves it (`to` as the recipient),
+/// and confirmed (`send_email` is a write): the answer to the confirmation.
+async fn approve_on_the_page(person: &mut Visitor, call_id: &str, to: &str) -> StatusCode {
+    let (_, page) = person.get(&format!("/inbox/calls/{call_id}")).await;
+    let csrf = value_of(&page, "csrf").unwrap().to_owned();
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("edit", "1"),
+        ("e/to", to),
+        ("e/subject", "quarterly numbers"),
+        ("e/body", "attached"),
+        ("confirm", "1"),
+    ];
+    let (status, _) = person
+        .post(&format!("/inbox/calls/{call_id}/approve"), &form)
+        .await;
+    status
+}
+
+async fn on_the_page_an_edit_restarts_the_count_and_the_next_approver_reads_it(backend: Backend) {
+    let (location, server) = two_approvers(backend).await;
+    let api = &server.api;
+    let (call_id, token) = suspended_email(api, "all@example.com", None).await;
+    let (status, _) = approve_as(api, ALICE, &token, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    // Bob edits on the page: the count restarts with his approval alone.
+    let mut bob = Visitor::new(api);
+    bob.sign_in(BOB).await;
+    let status = approve_on_the_page(&mut bob, &call_id, "board@example.com").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let (_, shown) = get_as(api, ALICE, &format!("/approvals/{token}")).await;
+    assert_eq!(shown["input"]["to"], "board@example.com", "{shown}");
+    assert_eq!(shown["approvals"][0]["approver"], "bob", "{shown}");
+    assert!(sent_to(&location).is_empty());
+
+    // Alice's page shows Bob's edit, in the form too, and lets her approve again: left as it
+    // is, her approval is of that input, the second, and it runs.
+    let mut alice = Visitor::new(api);
+    alice.sign_in(ALICE).await;
+    let (_, page) = alice.get(&format!("/inbox/calls/{call_id}")).await;
+    assert!(page.contains("id=\"edit-note\""), "{page}");
+    assert!(page.contains("1 of 2 approvals: bob."), "{page}");
+    assert_eq!(value_of(&page, "e/to"), Some("board@example.com"));
+    let status = approve_on_the_page(&mut alice, &call_id, "board@example.com").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(sent_to(&location), ["board@example.com"]);
+    let (_, call) = get_as(api, ROOT, &format!("/calls/{call_id}")).await;
+    assert_eq!(call["edited"]["by"], "bob", "{call}");
+}
+
 crate::on_each_backend! {
     #[tokio::test] async fn an_approved_edit_runs_the_edited_input_and_every_door_says_so;
     #[tokio::test] async fn with_two_approvers_an_edit_restarts_the_count;
     #[tokio::test] async fn an_inbox_approver_edits_the_input_in_its_form;
+    #[tokio::test] async fn on_the_page_an_edit_restarts_the_count_and_the_next_approver_reads_it;
 }

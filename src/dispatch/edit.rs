@@ -18,7 +18,7 @@ use tracing::Instrument as _;
 
 use super::who::Principal;
 use super::{Approved, DispatchError, Dispatcher, detached};
-use crate::store::{CallEdit, CallRecord};
+use crate::store::{CallEdit, CallEvent, CallRecord};
 
 impl Dispatcher {
     /// Approves the suspension `token` as [`Dispatcher::approve`] does, with the approver's
@@ -95,4 +95,14 @@ pub(super) fn edit_of(call: &CallRecord) -> Option<Box<CallEdit>> {
         original_input,
         input: call.input.clone(),
     }))
+}
+
+/// `events` (a waiting call's, since it was suspended) from its last `edited` event on, that
+/// one included: the approvals among them are of the input as it stands.
+pub(super) fn since_edit(events: &[CallEvent]) -> &[CallEvent] {
+    let from = events
+        .iter()
+        .rposition(|event| event.kind == "edited")
+        .unwrap_or(0);
+    &events[from..]
 }

@@ -479,7 +479,9 @@ impl ApprovalRule {
 /// its policy needs, and why this principal may not approve it, if it may not.
 #[derive(Debug)]
 pub struct ApprovalProgress<'a> {
-    /// The `approval_recorded` events, oldest first.
+    /// The `approval_recorded` events of the input as it stands (since the call was last
+    /// suspended, and since its input was last edited: an edit restarts the count), oldest
+    /// first.
     pub approvals: Vec<&'a crate::store::CallEvent>,
     /// Distinct approvers the call needs.
     pub required: u32,
@@ -510,8 +512,8 @@ impl Dispatcher {
         if rule.required <= 1 && !own {
             return None;
         }
-        let approvals: Vec<_> = call
-            .events_since_suspended()
+        // An edit restarts the count: only the approvals of the input as it stands count.
+        let approvals: Vec<_> = super::edit::since_edit(call.events_since_suspended())
             .iter()
             .filter(|event| event.kind == "approval_recorded")
             .collect();
