@@ -446,6 +446,10 @@ async fn an_inbox_approver_edits_the_input_in_its_form(backend: Backend) {
     let (status, confirm) = person.post(&approve, &form).await;
     assert_eq!(status, StatusCode::OK, "{confirm}");
     assert_eq!(value_of(&confirm, "e/to"), Some("ops@example.com"));
+    assert!(
+        confirm.contains("id=\"confirm-edit\""),
+        "the edit is shown to confirm"
+    );
     assert!(sent_to(&location).is_empty(), "not before the confirmation");
     form.push(("confirm", "1"));
     let (status, done) = person.post(&approve, &form).await;

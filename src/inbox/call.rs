@@ -189,6 +189,8 @@ pub(crate) struct Typed {
     /// An approval's answer to confirm: the form's pairs, carried in hidden fields, and the
     /// answer read from them.
     pub(crate) confirm: Option<(Vec<(String, String)>, Value)>,
+    /// The call's input as the person edited it, with the answer to confirm.
+    pub(crate) confirm_edit: Option<Value>,
     /// The rejection's reason, and what is wrong with it.
     pub(crate) reject: Option<(String, String)>,
     /// The external completion's output.
@@ -306,6 +308,9 @@ fn progress(visit: &Visit, call: &CallRecord, principal: &Principal) -> Option<P
 pub(crate) struct Confirm {
     /// The answer, as a readable list.
     answer: Vec<Line>,
+    /// The call's input as the person edited it, when it differs from the input as it
+    /// stands, as a readable list.
+    edit: Option<Vec<Line>>,
     /// The answer form's pairs, sent again with the confirmation.
     hidden: Vec<(String, String)>,
 }
@@ -469,10 +474,14 @@ pub(crate) fn call_page(
         call.status,
         CallStatus::NeedsReconciliation | CallStatus::Interrupted
     );
+    let confirm_edit = typed
+        .confirm_edit
+        .filter(|edit| edit != edit::standing_input(call));
     let confirm = suspension
         .zip(typed.confirm)
         .map(|(s, (hidden, answer))| Confirm {
             answer: form::show(&s.input_schema, &answer),
+            edit: confirm_edit.map(|edit| form::show(input_schema, &edit)),
             hidden,
         });
     let complete_open = typed.complete.is_some();

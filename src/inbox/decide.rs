@@ -263,7 +263,7 @@ impl Decision {
 
     /// The first step of approving a `write`: the answer checked as the lifecycle will check
     /// it, then shown to confirm, with the form's pairs to send again; or the form, refused.
-    fn to_confirm(&self, schema: &Value) -> Answer {
+    fn to_confirm(&self, schema: &Value, edited: Option<Value>) -> Answer {
         let submitted = Submitted::from_pairs(&self.pairs);
         let checked = form::read(schema, &submitted).and_then(|answer| {
             match self.dispatcher().check_resume_input(schema, &answer) {
@@ -286,7 +286,11 @@ impl Decision {
                     })
                     .cloned()
                     .collect();
-                Ok(self.page(Typed::confirming(pairs, answer), StatusCode::OK))
+                let typed = Typed {
+                    confirm_edit: edited,
+                    ..Typed::confirming(pairs, answer)
+                };
+                Ok(self.page(typed, StatusCode::OK))
             }
             Err(violations) => Ok(self.page(
                 Typed::approving((submitted, violations)),
@@ -338,7 +342,7 @@ pub(crate) async fn approve(decision: Decision) -> Answer {
             let typed = |_| Typed::approving((Submitted::from_pairs(&decision.pairs), Vec::new()));
             return decision.refused(err, typed).await;
         }
-        return decision.to_confirm(schema);
+        return decision.to_confirm(schema, edited);
     }
     let approve = async |input| {
         let principal = decision.principal();
