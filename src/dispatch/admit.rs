@@ -345,6 +345,7 @@ impl Dispatcher {
             tool: dyn_tool.name().to_owned(),
             outcome: ran.outcome,
             replayed: false,
+            edited: None,
         })
     }
 
@@ -360,7 +361,10 @@ impl Dispatcher {
         asked: Option<&Suspension>,
     ) -> Result<CallResult, DispatchError> {
         tracing::Span::current().record("call_id", existing.call_id.as_str());
-        if existing.input != *input {
+        // The key's request is the one its caller made: an approver's edit (see `edit`) does
+        // not change what a repeated request must match.
+        let asked_with = existing.original_input.as_ref().unwrap_or(&existing.input);
+        if asked_with != input {
             return Err(DispatchError::IdempotencyKeyReused {
                 call_id: Some(existing.call_id),
             });
@@ -397,6 +401,7 @@ impl Dispatcher {
             }
             _ => match CallOutcome::from_record(&existing) {
                 Some(outcome) => Ok(CallResult {
+                    edited: super::edit::edit_of(&existing),
                     call_id: existing.call_id,
                     tool: existing.tool,
                     outcome,

@@ -147,6 +147,7 @@ impl ToolOverride {
                     .escalate_after_s
                     .map(|s| Duration::from_secs(s.clamp(1, MAX_ESCALATE_AFTER_S))),
                 escalate_to: policy.escalate_to.clone().unwrap_or_default(),
+                edit_input: policy.edit_input.unwrap_or(false),
                 ..asking_with(&policy.approval_schema)
             }),
             None => {
@@ -258,6 +259,10 @@ pub struct ApprovalConfig {
     /// Who else may decide an escalated approval: names matched against a principal's
     /// `decides` globs, or its token's `groups` claim.
     pub escalate_to: Option<Vec<String>>,
+    /// Whether an approver may change the call's input as they approve it (default false):
+    /// the edit is checked against the tool's input schema, the tool runs with it, and the
+    /// call keeps both inputs and who edited.
+    pub edit_input: Option<bool>,
 }
 
 /// The most distinct approvers a policy may ask for.

@@ -32,7 +32,7 @@
 //!
 //! By step: `admit` (a new call, its recording plan chosen up front), `attempt` (the run of
 //! attempts, and what each amounts to), `record` (outcomes written, and counted), `resolve` (a
-//! person's decisions), `unsettled` (a claim whose commit went unanswered), `wait`, `running`
+//! person's decisions), `edit` (an approver's edit of a call's input), `unsettled` (a claim whose commit went unanswered), `wait`, `running`
 //! (the graceful stop's accounting), `settings`, `outcome` (the answers and refusals), and
 //! `escalate` (approvals left undecided past their policy's time).
 
@@ -40,6 +40,7 @@ mod admit;
 mod attempt;
 pub mod condition;
 pub mod config;
+mod edit;
 mod escalate;
 mod events;
 pub mod live;

@@ -21,6 +21,9 @@ pub struct CallResult {
     /// Whether this is the answer of an earlier request with the same idempotency key (the
     /// tool did not run for this one).
     pub replayed: bool,
+    /// When an approver edited the call's input before it ran (its policy allowing edits):
+    /// who, and the input before and after; so that the caller (an agent, often) can learn.
+    pub edited: Option<Box<crate::store::CallEdit>>,
 }
 
 /// Where a call stands.
@@ -285,6 +288,10 @@ pub enum DispatchError {
     /// An external completion for a tool that declares no output schema.
     #[error("tool `{0}` declares no output schema, so it cannot be completed externally")]
     CompletionNotAllowed(String),
+    /// An approval with an edited input, of a tool whose approval policy does not allow edits
+    /// (`edit_input`); nothing was decided.
+    #[error("the approval policy of tool `{0}` does not allow edits of a call's input")]
+    EditNotAllowed(String),
     /// An output given by a person does not fit the tool's output schema.
     #[error("the output does not fit the tool's output schema")]
     OutputSchemaViolation(Vec<InputViolation>),

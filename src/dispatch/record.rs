@@ -165,6 +165,7 @@ impl Dispatcher {
         call: CallRecord,
         start: Start,
     ) -> Result<CallResult, DispatchError> {
+        let edited = super::edit::edit_of(&call);
         let ran = self
             .attempts(
                 registered,
@@ -190,6 +191,7 @@ impl Dispatcher {
             tool: call.tool,
             outcome: ran.outcome,
             replayed: false,
+            edited,
         })
     }
 

@@ -12,7 +12,7 @@ use tracing::Instrument as _;
 
 use super::attempt::Start;
 use super::who::Principal;
-use super::{CallOutcome, CallResult, DispatchError, Dispatcher, detached};
+use super::{CallOutcome, CallResult, DispatchError, Dispatcher};
 use crate::contract::registry::{compile_schema, violations};
 use crate::store::{
     Actor, Approval, ApprovalState, CallRecord, CallStatus, Reconciled, RejectOption, Resolution,
@@ -108,18 +108,8 @@ impl Dispatcher {
         resume_input: Value,
         principal: &Principal,
     ) -> Result<Approved, DispatchError> {
-        self.check_depth(&resume_input)?;
-        self.check_decider(principal, token).await?;
-        let this = self.clone();
-        let token = token.to_owned();
-        let actor = principal.actor();
-        // The decision's request span goes with it, so its re-run is the request's child.
-        detached(
-            &self.running,
-            async move { this.run_approval(&token, resume_input, &actor).await }
-                .instrument(tracing::Span::current()),
-        )
-        .await
+        self.approve_edited(token, resume_input, None, principal)
+            .await
     }
 
     /// Rejects the suspension `token`: the call becomes `rejected` and its tool does not run.
@@ -201,6 +191,7 @@ impl Dispatcher {
                 tool: call.tool,
                 outcome: CallOutcome::Completed(output),
                 replayed: false,
+                edited: None,
             }),
             other => Err(unexpected_resolution(other)),
         }
@@ -316,10 +307,13 @@ impl Dispatcher {
             })
     }
 
-    async fn run_approval(
+    /// Approves `token` as `actor`, with the approver's edit of the call's input if any (see
+    /// `edit`), and runs the call once its approvers are all there.
+    pub(super) async fn run_approval(
         &self,
         token: &str,
         resume_input: Value,
+        edit: Option<Value>,
         actor: &Actor,
     ) -> Result<Approved, DispatchError> {
         let approval = match self.pending(token).await {
@@ -342,6 +336,9 @@ impl Dispatcher {
         let rule = self.approval_rule(&approval.tool);
         rule.check_separate(&approval, actor)?;
         resume_violations(&approval.input_schema, &resume_input)?;
+        let edit = edit
+            .map(|edit| self.check_edit(&approval.tool, edit))
+            .transpose()?;
         let entry = self.entry(&approval.tool)?;
         let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
         let _slot = self.take_slot(policy, &approval.tool)?;
@@ -359,6 +356,7 @@ impl Dispatcher {
         let resolution = Resolution::Approve {
             resume_input: resume_input.clone(),
             quorum: rule.required,
+            edit,
         };
         let asked = Timestamp::now();
         let claiming = self.unsettled.begin(&approval.call_id).await?;
@@ -481,7 +479,9 @@ impl ApprovalRule {
 /// its policy needs, and why this principal may not approve it, if it may not.
 #[derive(Debug)]
 pub struct ApprovalProgress<'a> {
-    /// The `approval_recorded` events, oldest first.
+    /// The `approval_recorded` events of the input as it stands (since the call was last
+    /// suspended, and since its input was last edited: an edit restarts the count), oldest
+    /// first.
     pub approvals: Vec<&'a crate::store::CallEvent>,
     /// Distinct approvers the call needs.
     pub required: u32,
@@ -512,8 +512,8 @@ impl Dispatcher {
         if rule.required <= 1 && !own {
             return None;
         }
-        let approvals: Vec<_> = call
-            .events_since_suspended()
+        // An edit restarts the count: only the approvals of the input as it stands count.
+        let approvals: Vec<_> = super::edit::since_edit(call.events_since_suspended())
             .iter()
             .filter(|event| event.kind == "approval_recorded")
             .collect();

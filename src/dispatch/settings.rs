@@ -60,6 +60,9 @@ pub struct ApprovalGate {
     /// Who else may decide an escalated approval (`escalate_to`): see
     /// [`Principal::reached_by_escalation`](super::who::Principal::reached_by_escalation).
     pub escalate_to: Vec<String>,
+    /// Whether an approver may change the call's input as they approve it (`edit_input`):
+    /// the tool then runs with the edited input (see `Dispatcher::approve_edited`).
+    pub edit_input: bool,
 }
 
 impl Default for ApprovalGate {
@@ -78,6 +81,7 @@ impl Default for ApprovalGate {
             separate_from_caller: false,
             escalate_after: None,
             escalate_to: Vec::new(),
+            edit_input: false,
         }
     }
 }

@@ -106,6 +106,7 @@ impl Dispatcher {
                             outcome => outcome,
                         };
                         Ok(CallResult {
+                            edited: super::edit::edit_of(&call),
                             call_id: call.call_id,
                             tool: call.tool,
                             outcome,

@@ -31,7 +31,9 @@ pub mod webhooks;
 /// "error"?}`, the suspension's token only `with_token` (for those who may decide); a
 /// `call.approval_recorded` entry adds `"approvals"` (the approvals so far, `{approver,
 /// display_name?, at}` each, the one it records last) and `"approvals_required"`, as
-/// `GET /approvals/{token}` names them.
+/// `GET /approvals/{token}` names them. An entry of a call that ran with an input an
+/// approver edited adds `"edited"` (`{by, display_name?, at}`), `"input"` (as it ran) and
+/// `"original_input"`, as `GET /calls/{id}` names them.
 pub fn entry_data(entry: &FeedEntry, with_token: bool) -> Value {
     let mut data = json!({
         "type": entry.kind,
@@ -56,6 +58,12 @@ pub fn entry_data(entry: &FeedEntry, with_token: bool) -> Value {
     if let Some(progress) = &entry.progress {
         data["approvals"] = json!(progress.approvals);
         data["approvals_required"] = json!(progress.approvals_required);
+    }
+    // The call ran with an input an approver edited: said, so that an agent can learn.
+    if let Some(edit) = &entry.edited {
+        data["edited"] = json!(edit.mark);
+        data["input"] = edit.input.clone();
+        data["original_input"] = edit.original_input.clone();
     }
     data
 }

@@ -10,6 +10,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::edit;
 use super::form::{self, Form, Kind, Line, Node, Submitted};
 use super::history::{HistoryRow, history};
 use super::prose::Prose;
@@ -183,9 +184,13 @@ pub(crate) struct Next {
 pub(crate) struct Typed {
     /// The approval's answer.
     pub(crate) approve: Option<(Submitted, Vec<InputViolation>)>,
+    /// The approver's edit of the call's input (`edit.rs`).
+    pub(crate) edit: Option<(Submitted, Vec<InputViolation>)>,
     /// An approval's answer to confirm: the form's pairs, carried in hidden fields, and the
     /// answer read from them.
     pub(crate) confirm: Option<(Vec<(String, String)>, Value)>,
+    /// The call's input as the person edited it, with the answer to confirm.
+    pub(crate) confirm_edit: Option<Value>,
     /// The rejection's reason, and what is wrong with it.
     pub(crate) reject: Option<(String, String)>,
     /// The external completion's output.
@@ -303,6 +308,9 @@ fn progress(visit: &Visit, call: &CallRecord, principal: &Principal) -> Option<P
 pub(crate) struct Confirm {
     /// The answer, as a readable list.
     answer: Vec<Line>,
+    /// The call's input as the person edited it, when it differs from the input as it
+    /// stands, as a readable list.
+    edit: Option<Vec<Line>>,
     /// The answer form's pairs, sent again with the confirmation.
     hidden: Vec<(String, String)>,
 }
@@ -332,12 +340,19 @@ struct CallPage {
     created_ago: String,
     description: Option<Prose>,
     input: Shown,
+    /// Who edited the input, in a sentence: the edit that stands while the call waits, or
+    /// the one it ran with.
+    edit_note: Option<String>,
+    /// The input the call was made with, when it ran with an edited one.
+    original: Option<Shown>,
     output: Option<Shown>,
     error: Option<String>,
     pending: Option<Pending>,
     /// Where the approvals stand, when the policy needs several or keeps callers apart.
     progress: Option<Progress>,
     approve: Option<Form>,
+    /// The call's input to edit as it is approved, where its policy allows edits.
+    edit: Option<Form>,
     confirm: Option<Confirm>,
     reject: TextField,
     /// The rejection options of the tool's approval policy, to choose one of.
@@ -350,6 +365,25 @@ struct CallPage {
     history: Vec<HistoryRow>,
     notice: Option<String>,
     banner: Option<Banner>,
+}
+
+/// Who edited `call`'s input, in a sentence: the edit that stands while it `waits`, or the
+/// one it ran with.
+fn edit_note(call: &CallRecord, waits: bool) -> Option<String> {
+    if waits {
+        return edit::standing_editor(call).map(|who| {
+            format!(
+                "Edited by {who} while it waits: this is the input it runs with, and every \
+                 approval counted is of it."
+            )
+        });
+    }
+    let mark = call.edited.as_ref()?;
+    let who = mark.display_name.as_ref().or(mark.by.as_ref());
+    Some(format!(
+        "Edited by {} before it ran: it ran with this input.",
+        who.map_or("an approver (auth off)", String::as_str)
+    ))
 }
 
 /// What approving a tool with `effect` does to the world, in a sentence.
@@ -440,10 +474,14 @@ pub(crate) fn call_page(
         call.status,
         CallStatus::NeedsReconciliation | CallStatus::Interrupted
     );
+    let confirm_edit = typed
+        .confirm_edit
+        .filter(|edit| edit != edit::standing_input(call));
     let confirm = suspension
         .zip(typed.confirm)
         .map(|(s, (hidden, answer))| Confirm {
             answer: form::show(&s.input_schema, &answer),
+            edit: confirm_edit.map(|edit| form::show(input_schema, &edit)),
             hidden,
         });
     let complete_open = typed.complete.is_some();
@@ -468,7 +506,15 @@ pub(crate) fn call_page(
         created: Moment::of(call.created_at, now),
         created_ago: ago(call.created_at, now),
         description: tool.map(|tool| Prose::parse(tool.description())),
-        input: Shown::of(input_schema, &call.input),
+        input: Shown::of(
+            input_schema,
+            suspension.map_or(&call.input, |_| edit::standing_input(call)),
+        ),
+        edit_note: edit_note(call, suspension.is_some()),
+        original: call
+            .original_input
+            .as_ref()
+            .map(|original| Shown::of(input_schema, original)),
         output: call
             .output
             .as_ref()
@@ -484,6 +530,9 @@ pub(crate) fn call_page(
         approve: suspension
             .filter(|_| may_approve)
             .map(|s| form_of("approve", &s.input_schema, typed.approve)),
+        edit: suspension
+            .filter(|_| may_approve)
+            .and_then(|_| edit::edit_form(visit.dispatcher(), call, typed.edit)),
         progress,
         confirm: confirm.filter(|_| may_approve),
         reject: text(typed.reject),

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::InboxState;
 use super::call::{Done, Typed, call_page, decided};
+use super::edit;
 use super::form::{self, Submitted};
 use super::session::{Signed, Visit};
 use super::views::{Answer, PageError, see_other};
@@ -122,8 +123,13 @@ impl Decision {
             .cloned()
     }
 
-    /// The call's page again, with `typed` and `status`.
-    fn page(&self, typed: Typed, status: StatusCode) -> Response {
+    /// The call's page again, with `typed` and `status` (and the edit of the call's input as
+    /// it was typed, if one was sent).
+    fn page(&self, mut typed: Typed, status: StatusCode) -> Response {
+        if typed.edit.is_none() && field(&self.pairs, "edit") == Some("1") {
+            let submitted = Submitted::from_pairs_named(&self.pairs, edit::PREFIX);
+            typed.edit = Some((submitted, Vec::new()));
+        }
         call_page(&self.visit, &self.signed, &self.call, typed, status)
     }
 
@@ -187,6 +193,18 @@ impl Decision {
             | DispatchError::OutputSchemaViolation(violations) => {
                 Ok(self.page(refused(violations), StatusCode::UNPROCESSABLE_ENTITY))
             }
+            // The edit of the call's input does not fit the tool's: said at its fields.
+            DispatchError::InvalidInput { violations, .. } => {
+                let submitted = Submitted::from_pairs_named(&self.pairs, edit::PREFIX);
+                let typed = Typed {
+                    edit: Some((submitted, violations)),
+                    ..refused(Vec::new())
+                };
+                Ok(self.page(typed, StatusCode::UNPROCESSABLE_ENTITY))
+            }
+            DispatchError::EditNotAllowed(tool) => Err(PageError::BadRequest(format!(
+                "The approval policy of {tool} does not allow editing a call's input."
+            ))),
             DispatchError::TooDeep(max) => Ok(self.page(
                 refused(vec![too_deep(max)]),
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -245,7 +263,7 @@ impl Decision {
 
     /// The first step of approving a `write`: the answer checked as the lifecycle will check
     /// it, then shown to confirm, with the form's pairs to send again; or the form, refused.
-    fn to_confirm(&self, schema: &Value) -> Answer {
+    fn to_confirm(&self, schema: &Value, edited: Option<Value>) -> Answer {
         let submitted = Submitted::from_pairs(&self.pairs);
         let checked = form::read(schema, &submitted).and_then(|answer| {
             match self.dispatcher().check_resume_input(schema, &answer) {
@@ -261,10 +279,18 @@ impl Decision {
                 let pairs = self
                     .pairs
                     .iter()
-                    .filter(|(name, _)| name == "v" || name.starts_with("v/"))
+                    .filter(|(name, _)| {
+                        let answer = name == "v" || name.starts_with("v/");
+                        let edit = name == "edit" || name == "e" || name.starts_with("e/");
+                        answer || edit
+                    })
                     .cloned()
                     .collect();
-                Ok(self.page(Typed::confirming(pairs, answer), StatusCode::OK))
+                let typed = Typed {
+                    confirm_edit: edited,
+                    ..Typed::confirming(pairs, answer)
+                };
+                Ok(self.page(typed, StatusCode::OK))
             }
             Err(violations) => Ok(self.page(
                 Typed::approving((submitted, violations)),
@@ -295,14 +321,34 @@ pub(crate) async fn approve(decision: Decision) -> Answer {
         let typed = Typed::approving((Submitted::from_pairs(&decision.pairs), Vec::new()));
         return Ok(decision.page(typed, StatusCode::OK));
     }
+    // The call's input as the person edited it, where the policy allows edits.
+    let edited = match edit::read(decision.dispatcher(), &decision.call, &decision.pairs) {
+        Ok(edited) => edited,
+        Err(typed) => {
+            let typed = Typed {
+                edit: Some(typed),
+                ..Typed::approving((Submitted::from_pairs(&decision.pairs), Vec::new()))
+            };
+            return Ok(decision.page(typed, StatusCode::UNPROCESSABLE_ENTITY));
+        }
+    };
     if decision.call.effect == Effect::Write && decision.field("confirm") != Some("1") {
-        return decision.to_confirm(schema);
+        // An edit is judged before the confirmation, as the answer is.
+        if let Some(edit) = &edited
+            && let Err(err) = decision
+                .dispatcher()
+                .check_edit(&decision.call.tool, edit.clone())
+        {
+            let typed = |_| Typed::approving((Submitted::from_pairs(&decision.pairs), Vec::new()));
+            return decision.refused(err, typed).await;
+        }
+        return decision.to_confirm(schema, edited);
     }
     let approve = async |input| {
         let principal = decision.principal();
         decision
             .dispatcher()
-            .approve(&token, input, principal)
+            .approve_edited(&token, input, edited, principal)
             .await
     };
     decision

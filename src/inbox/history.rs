@@ -83,6 +83,10 @@ fn sentence(event: &CallEvent) -> String {
             Some(text) => format!("{}: {text}", by("Approved")),
             None => format!("{}.", by("Approved")),
         },
+        "edited" => format!(
+            "{}: the call runs with the edited input, and the approvals counted are of it.",
+            by("Input edited")
+        ),
         "escalated" => "Escalated: nobody decided within the policy's time.".into(),
         "approval_recorded" => match answer_text(event) {
             Some(text) => format!("{}: {text}", by("Approval recorded")),

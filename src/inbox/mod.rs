@@ -33,6 +33,7 @@ mod assets;
 mod call;
 pub mod config;
 mod decide;
+mod edit;
 mod form;
 mod history;
 mod limit;

@@ -19,7 +19,7 @@ use crate::contract::error::InputViolation;
 use crate::dispatch::quota::QuotaExceeded;
 use crate::dispatch::{CallOutcome, CallResult, DispatchError, ErrorKind};
 use crate::http::error::ApiError;
-use crate::store::{CallError, CallRecord, CallStatus};
+use crate::store::{CallError, CallRecord, CallStatus, EditMark};
 
 /// The status a pending result's `structuredContent` carries.
 pub const PENDING_STATUS: &str = "pending_approval";
@@ -27,6 +27,10 @@ pub const PENDING_STATUS: &str = "pending_approval";
 /// The answer of a call that ran (or was replayed).
 pub(super) fn from_result(result: &CallResult) -> CallToolResult {
     let answer = outcome_answer(&result.call_id, &result.tool, &result.outcome);
+    let answer = match &result.edited {
+        Some(edit) => with_edit(answer, &edit.mark, &edit.input, &edit.original_input),
+        None => answer,
+    };
     with_meta(
         answer,
         &result.call_id,
@@ -53,7 +57,37 @@ pub(super) fn from_record(call: &CallRecord) -> CallToolResult {
             ))]),
         },
     };
+    let answer = match (&call.edited, &call.original_input) {
+        (Some(mark), Some(original)) => with_edit(answer, mark, &call.input, original),
+        _ => answer,
+    };
     with_meta(answer, &call.call_id, call.status, false)
+}
+
+/// `answer`, with a sentence after it saying that an approver edited the call's input before
+/// it ran, and what it ran with instead, so that the model learns what was acceptable; and the
+/// same in `_meta` (`dev.toolgate/edited`: `by`, `at`, `input`, `original_input`).
+fn with_edit(
+    mut answer: CallToolResult,
+    mark: &EditMark,
+    input: &Value,
+    original: &Value,
+) -> CallToolResult {
+    let who = match (&mark.display_name, &mark.by) {
+        (Some(name), _) | (None, Some(name)) => format!("An approver ({name})"),
+        (None, None) => "An approver".to_owned(),
+    };
+    answer.content.push(text(format!(
+        "{who} edited this call's input before it ran: it ran with {input}, not with \
+         {original} as it was called."
+    )));
+    let mut meta = answer.meta.take().map(|meta| meta.0).unwrap_or_default();
+    meta.insert(
+        "dev.toolgate/edited".into(),
+        json!({"by": mark.by, "at": mark.at, "input": input, "original_input": original}),
+    );
+    answer.meta = Some(MetaObject(meta));
+    answer
 }
 
 fn outcome_answer(call_id: &str, tool: &str, outcome: &CallOutcome) -> CallToolResult {
@@ -133,7 +167,7 @@ fn with_meta(
     status: CallStatus,
     replayed: bool,
 ) -> CallToolResult {
-    let mut meta = JsonObject::new();
+    let mut meta = answer.meta.take().map(|meta| meta.0).unwrap_or_default();
     meta.insert("dev.toolgate/callId".into(), call_id.into());
     meta.insert("dev.toolgate/status".into(), status.as_str().into());
     if replayed {

@@ -82,6 +82,13 @@ pub struct ApprovalList {
 pub struct ApproveRequest {
     /// The approver's answer; must match the suspension's `input_schema`.
     pub input: Value,
+    /// The call's input as the approver edited it, where the tool's approval policy allows
+    /// edits (`edit_input`; elsewhere `422 edit_not_allowed`): checked against the tool's input
+    /// schema (`422 invalid_input` with `details.errors`), and the tool runs with it. Equal to
+    /// the input as it stands, it is no edit. With several approvers, an edit clears the
+    /// approvals so far and counts as the first of the edited input.
+    #[serde(default)]
+    pub edited_input: Option<Value>,
 }
 
 /// The body of a rejection.
@@ -244,7 +251,7 @@ impl ApprovalRecorded {
         (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
         (status = 409, description = "`already_approved`: this principal approved it before and the policy needs others too; `details.approvals` are the approvals so far, `details.approvals_required` how many it needs. `already_resolved`: it was resolved before; `details` is the call's record. `lease_lost`: this replica lost its lease while the tool re-ran and the call was settled meanwhile; the outcome was refused and kept as `late_outcome` (`details` is the call).", body = ErrorEnvelope),
         DecisionRefused,
-        (status = 422, description = "`invalid_resume_input`: `input` does not fit the suspension's `input_schema` (`details.errors`); it stays pending.", body = ErrorEnvelope),
+        (status = 422, description = "`invalid_resume_input`: `input` does not fit the suspension's `input_schema` (`details.errors`); `invalid_input`: `edited_input` does not fit the tool's input schema (`details.errors`); `edit_not_allowed`: the tool's approval policy allows no edits (`edit_input`). Nothing was decided; it stays pending.", body = ErrorEnvelope),
         ToolRunFailed,
     )
 )]
@@ -256,7 +263,7 @@ pub(super) async fn approve(
 ) -> Result<Response, ApiError> {
     let approved = app
         .dispatcher
-        .approve(&token, request.input, &principal)
+        .approve_edited(&token, request.input, request.edited_input, &principal)
         .await?;
     Ok(match approved {
         Approved::Ran(result) => call_response(result),

@@ -16,7 +16,7 @@ use utoipa::OpenApi;
 
 use super::RestState;
 use super::catalog::json_response;
-use super::responses::{CallCompleted, CallFailed, CallSuspended, SuspensionTicket};
+use super::responses::{CallCompleted, CallFailed, CallSuspended, EditedAnswer, SuspensionTicket};
 use super::{approvals, calls, events, health, metrics, tools, webhooks};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
@@ -53,6 +53,7 @@ use crate::store::{
         CallEvent, CallSummary, crate::store::Delivery, crate::store::DeliveryStatus,
         webhooks::DeliveryList, crate::schema::Format, tools::ProviderToolList,
         crate::store::RejectOption, crate::store::ApprovalVote, approvals::ApprovalRecorded,
+        crate::store::EditMark, EditedAnswer,
     )),
     tags(
         (name = "tools", description = "Tool schemas, and calling tools."),

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::dispatch::{CallOutcome, CallResult, FailureKind};
 use crate::http::error::ErrorObject;
-use crate::store::CallStatus;
+use crate::store::{CallEdit, CallStatus, EditMark};
 
 /// A call that completed.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -25,6 +25,42 @@ pub struct CallCompleted {
     pub status: &'static str,
     /// The tool's output.
     pub output: Value,
+    /// When an approver edited the call's input before it ran: who, and both inputs.
+    #[serde(flatten)]
+    pub edit: EditedAnswer,
+}
+
+/// What a call's answer says when an approver edited its input before it ran (its tool's
+/// approval policy allowing edits, `edit_input`): so that the caller, an agent often, learns
+/// what was acceptable. Each field is left out when nobody edited it.
+#[derive(Serialize, Default, utoipa::ToSchema)]
+pub struct EditedAnswer {
+    /// Who edited it, and when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edited: Option<EditMark>,
+    /// The input the call ran with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// The input the call was made with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original_input: Option<Value>,
+}
+
+impl EditedAnswer {
+    fn of(edit: Option<Box<CallEdit>>) -> Self {
+        match edit.map(|edit| *edit) {
+            Some(CallEdit {
+                mark,
+                original_input,
+                input,
+            }) => EditedAnswer {
+                edited: Some(mark),
+                input: Some(input),
+                original_input: Some(original_input),
+            },
+            None => EditedAnswer::default(),
+        }
+    }
 }
 
 /// A call waiting for a person.
@@ -66,6 +102,9 @@ pub struct CallFailed {
     pub status: CallStatus,
     /// Why it failed; `details` repeats `call_id`, `tool` and `status`.
     pub error: ErrorObject,
+    /// When an approver edited the call's input before it ran: who, and both inputs.
+    #[serde(flatten)]
+    pub edit: EditedAnswer,
 }
 
 /// The header that marks the answer of an earlier request with the same idempotency key.
@@ -108,7 +147,9 @@ fn outcome_response(result: CallResult) -> Response {
         tool,
         outcome,
         replayed: _,
+        edited,
     } = result;
+    let edit = EditedAnswer::of(edited);
     match outcome {
         CallOutcome::Completed(output) => (
             StatusCode::OK,
@@ -117,6 +158,7 @@ fn outcome_response(result: CallResult) -> Response {
                 tool,
                 status: "completed",
                 output,
+                edit,
             }),
         )
             .into_response(),
@@ -191,6 +233,7 @@ fn outcome_response(result: CallResult) -> Response {
                     tool,
                     status,
                     error,
+                    edit,
                 }),
             )
                 .into_response();

@@ -117,11 +117,12 @@ pub struct CallEvent {
     /// When it happened.
     #[schema(value_type = String, format = DateTime)]
     pub at: Timestamp,
-    /// What happened: `created`, `suspended`, `approved`, `rejected`, `completed_externally`,
-    /// `redispatched`, `completed`, `failed`, `interrupted`, `needs_reconciliation`,
-    /// `reconciled`, `expired`. A finished run's event carries its `attempts` (retries
+    /// What happened: `created`, `suspended`, `edited`, `approved`, `rejected`,
+    /// `completed_externally`, `redispatched`, `completed`, `failed`, `interrupted`,
+    /// `needs_reconciliation`, `reconciled`, `expired`. A finished run's event carries its `attempts` (retries
     /// included) and, when it failed, the error (`tool_timeout` for a timeout); `approved`
-    /// carries the approver's `answer`, `rejected` the `reason` when there is one.
+    /// carries the approver's `answer`, `rejected` the `reason` when there is one, `edited`
+    /// the `input` as the approver edited it.
     pub kind: String,
     /// The principal name (a key's, or `<issuer>:<subject>`) of whoever caused it, when a
     /// client or a person did.
@@ -152,8 +153,15 @@ pub struct CallRecord {
     pub caller: Option<String>,
     /// The idempotency key the call ran under, if any.
     pub idempotency_key: Option<String>,
-    /// The input it was called with.
+    /// The input it was called with; the input it ran with, when an approver edited it (its
+    /// tool's policy allowing edits, `edit_input`).
     pub input: Value,
+    /// The input it was called with, when an approver edited it; left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original_input: Option<Value>,
+    /// Who edited its input, and when; left out when nobody did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edited: Option<super::EditMark>,
     /// The output, once completed.
     pub output: Option<Value>,
     /// Why it failed or was rejected.

@@ -41,6 +41,9 @@ pub struct FeedEntry {
     /// For `call.approval_recorded`: who approved, and how far the call is from its quorum, as
     /// the approval was recorded.
     pub progress: Option<ApprovalsSoFar>,
+    /// When the call ran with an input an approver edited (at or before the entry): who
+    /// edited it, and its input before and after.
+    pub edited: Option<Box<super::CallEdit>>,
 }
 
 /// The approvals of a suspension whose policy needs several approvers, as one of them was

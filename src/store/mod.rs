@@ -85,6 +85,7 @@
 mod backend;
 mod calls;
 pub mod config;
+mod edits;
 mod error;
 mod feed;
 mod outbox;
@@ -103,6 +104,7 @@ pub use calls::{
     Actor, CallError, CallEvent, CallFilter, CallPage, CallRecord, CallStatus, CallSummary,
     Inserted, NewCall, Outcome, Reconciled, Rerun, Settlement,
 };
+pub use edits::{CallEdit, EditMark};
 pub use error::StoreError;
 pub use feed::{ApprovalsSoFar, FEED_TYPES, FeedCursor, FeedEntry, FeedPage};
 pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDelivery};

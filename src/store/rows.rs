@@ -58,6 +58,8 @@ pub(crate) struct RawCall {
     pub(crate) suspension: RawSuspension,
     pub(crate) events: String,
     pub(crate) trace: Option<String>,
+    /// `calls.edited`, as stored.
+    pub(crate) edited: Option<String>,
 }
 
 /// A suspension's joined columns, all null when the row has none.
@@ -82,7 +84,8 @@ pub(crate) fn parse_effect(s: &str) -> Result<Effect, StoreError> {
 impl RawCall {
     /// Reads a row of a call's columns: `call_id, tool, effect, status, caller,
     /// idempotency_key, input, output, error, attempts, created_at, updated_at`, its pending
-    /// suspension's `token, reason, input_schema, created_at, expires_at`, then `events`.
+    /// suspension's `token, reason, input_schema, created_at, expires_at`, then `events`,
+    /// `trace` and `edited`.
     pub(crate) fn read<R: Columns>(row: &R) -> Result<Self, R::Error> {
         Ok(RawCall {
             call_id: row.text(0)?,
@@ -100,6 +103,7 @@ impl RawCall {
             suspension: RawSuspension::read(row, 12, 13)?,
             events: row.text(17)?,
             trace: row.text_or_null(18)?,
+            edited: row.text_or_null(19)?,
         })
     }
 
@@ -130,6 +134,7 @@ impl RawCall {
             suspension = None;
             error = Some(expired_error());
         }
+        let edit = super::CallEdit::parse(self.edited.as_deref())?;
         Ok(CallRecord {
             call_id: self.call_id,
             tool: self.tool,
@@ -138,6 +143,8 @@ impl RawCall {
             caller: self.caller,
             idempotency_key: self.idempotency_key,
             input: parse_json(&self.input)?,
+            original_input: edit.as_ref().map(|edit| edit.original_input.clone()),
+            edited: edit.map(|edit| edit.mark),
             output: self.output.as_deref().map(parse_json).transpose()?,
             error,
             suspension,
@@ -233,15 +240,17 @@ pub(crate) struct RawFeedEntry {
     pub(crate) progress: Option<String>,
     /// Whether an approval of the call was ever escalated.
     pub(crate) escalated: bool,
+    /// The call's `edited`, as stored now.
+    pub(crate) edited: Option<String>,
 }
 
 impl RawFeedEntry {
     /// Reads the entry at `cursor` from a row whose columns from `first` on are the entry's
     /// `at, type, call_id, attempts, token`, its call's `tool, effect, caller,
     /// idempotency_key, created_at`, its suspension's `reason, input_schema, created_at,
-    /// expires_at`, the call's `error` for a final status, the entry's `approvals` and
-    /// whether the call was ever escalated (the columns before `first` are the backend's
-    /// cursor).
+    /// expires_at`, the call's `error` for a final status, the entry's `approvals`,
+    /// whether the call was ever escalated and its `edited` (the columns before `first` are
+    /// the backend's cursor).
     pub(crate) fn read<R: Columns>(
         row: &R,
         first: usize,
@@ -262,6 +271,7 @@ impl RawFeedEntry {
             error: row.text_or_null(first + 14)?,
             progress: row.text_or_null(first + 15)?,
             escalated: row.integer(first + 16)? != 0,
+            edited: row.text_or_null(first + 17)?,
         })
     }
 
@@ -269,6 +279,10 @@ impl RawFeedEntry {
         let status = super::record::feed_status(&self.kind)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown feed entry type {}", self.kind)))?;
         let suspension = self.suspension.view()?;
+        // An edit made after the entry (the call suspended again, say) is not the entry's.
+        let edited = super::CallEdit::parse(self.edited.as_deref())?
+            .filter(|edit| edit.mark.at.0 <= self.at)
+            .map(Box::new);
         Ok(super::FeedEntry {
             cursor: super::FeedCursor(self.cursor),
             kind: self.kind,
@@ -288,6 +302,7 @@ impl RawFeedEntry {
             suspension,
             error: self.error.as_deref().map(parse_json).transpose()?,
             progress: self.progress.as_deref().map(parse_json).transpose()?,
+            edited,
         })
     }
 }

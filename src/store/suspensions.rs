@@ -58,9 +58,17 @@ pub struct Approval {
     /// When it expires, if it does.
     #[schema(value_type = Option<String>, format = DateTime)]
     pub expires_at: Option<Timestamp>,
-    /// The call's input; present when one approval is read by its token.
+    /// The call's input as it stands (edited by an approver, when its policy allows edits
+    /// and one did); present when one approval is read by its token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
+    /// The input the call was made with, when an approver's edit stands instead (`input`);
+    /// the approvals listed are all of the edited input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original_input: Option<Value>,
+    /// Who edited the input as it stands, and when; left out when nobody did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edited: Option<super::EditMark>,
     /// The options a rejection may name, from the tool's approval policy; left out when it
     /// has none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -143,6 +151,11 @@ pub enum Resolution {
         resume_input: Value,
         /// How many distinct approvers the call needs (1: this approval releases it).
         quorum: u32,
+        /// The approver's edit of the call's input, if the tool's policy allows edits and
+        /// the approver made one (checked against the tool's input schema): when it differs
+        /// from the input as it stands, the approvals so far are cleared and this one counts
+        /// first, of the edited input.
+        edit: Option<Value>,
     },
     /// Finish the call as rejected; the tool does not run.
     Reject {

@@ -542,7 +542,8 @@ mod tests {
         assert_eq!(err.key, "policies.w.approval.when");
         // A policy table with a condition that compiles is an approval gate with it.
         let upstream = entry(
-            "name = \"f\"\ncommand = [\"x\"]\n[policies.w.approval]\nwhen = \"input.a == 1\"",
+            "name = \"f\"\ncommand = [\"x\"]\n[policies.w.approval]\nwhen = \"input.a == 1\"\n\
+             edit_input = true",
         );
         upstream.check().unwrap();
         let (served, policy) = upstream.tool_overrides().next().unwrap();
@@ -551,6 +552,7 @@ mod tests {
             .settings(&policy)
             .approval
             .unwrap();
+        assert!(gate.edit_input, "approvers may edit its calls' input");
         assert_eq!(gate.when.unwrap().source(), "input.a == 1");
     }
 }

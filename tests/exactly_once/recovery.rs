@@ -129,6 +129,7 @@ async fn an_approval_interrupted_by_a_crash_resumes_without_asking_again(backend
         let approve = Resolution::Approve {
             resume_input: json!({"answer": "yes, ship"}),
             quorum: 1,
+            edit: None,
         };
         store
             .resolve("sus_asked", approve, Some("ops"))

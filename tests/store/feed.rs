@@ -75,6 +75,7 @@ pub(crate) async fn the_feed_has_one_entry_per_change_in_order(store: Arc<dyn St
             Resolution::Approve {
                 resume_input: json!({}),
                 quorum: 1,
+                edit: None,
             },
             Some("ops"),
         )

@@ -8,6 +8,7 @@
 mod common;
 
 mod calls;
+mod edits;
 mod feed;
 mod outbox;
 mod sessions;
@@ -67,6 +68,10 @@ macro_rules! suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn several_approvers_release_a_call_once() {
                 super::suspensions::several_approvers_release_a_call_once(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn edits_are_held_counted_anew_and_run() {
+                super::edits::edits_are_held_counted_anew_and_run(store().await.0).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn concurrent_resolutions_have_one_winner() {
@@ -255,6 +260,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          DROP TABLE feed; DROP TABLE feed_state; \
          DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
          ALTER TABLE calls DROP COLUMN trace; \
+         ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
          PRAGMA user_version = 3;",
     )
     .unwrap();

@@ -26,6 +26,7 @@ pub(crate) async fn approve_is_single_use(store: Arc<dyn Store>) {
     let approve = || Resolution::Approve {
         resume_input: json!({"yes": 1}),
         quorum: 1,
+        edit: None,
     };
     match store.resolve("ta", approve(), Some("ops")).await.unwrap() {
         Resolved::Approved(call) => {
@@ -166,6 +167,7 @@ pub(crate) async fn concurrent_resolutions_have_one_winner(store: Arc<dyn Store>
                     Resolution::Approve {
                         resume_input: json!(i),
                         quorum: 1,
+                        edit: None,
                     }
                 } else {
                     Resolution::Reject {
@@ -289,6 +291,7 @@ pub(crate) async fn counts_show_what_is_pending_now(store: Arc<dyn Store>) {
     let approve = Resolution::Approve {
         resume_input: json!({}),
         quorum: 1,
+        edit: None,
     };
     store.resolve("tc3", approve, None).await.unwrap();
     let counts = store.counts().await.unwrap();
@@ -344,6 +347,7 @@ pub(crate) async fn external_completion_and_expiry(store: Arc<dyn Store>) {
             Resolution::Approve {
                 resume_input: json!({}),
                 quorum: 1,
+                edit: None,
             },
             None,
         )
@@ -407,6 +411,7 @@ pub(crate) async fn several_approvers_release_a_call_once(store: Arc<dyn Store>)
     let approve = |n: i64| Resolution::Approve {
         resume_input: json!({"n": n}),
         quorum: 3,
+        edit: None,
     };
     let actor = |name: &str| Actor {
         name: Some(name.to_owned()),
@@ -528,6 +533,7 @@ pub(crate) async fn several_approvers_release_a_call_once(store: Arc<dyn Store>)
                 let approve = Resolution::Approve {
                     resume_input: json!(i),
                     quorum: 2,
+                    edit: None,
                 };
                 let by = Actor::named(Some(&format!("approver-{i}")));
                 store.resolve_by("tq2", approve, &by).await.unwrap()
@@ -618,6 +624,7 @@ pub(crate) async fn escalation_happens_once(store: Arc<dyn Store>) {
     let approve = Resolution::Approve {
         resume_input: json!({}),
         quorum: 1,
+        edit: None,
     };
     assert!(matches!(
         store.resolve("te1", approve, Some("ops")).await.unwrap(),

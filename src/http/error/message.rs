@@ -138,6 +138,13 @@ impl ApiError {
                 format!("The suspension of call `{}` has expired.", call.call_id),
                 serde_json::to_value(call).ok(),
             ),
+            ApiError::EditNotAllowed(tool) => (
+                format!(
+                    "The approval policy of `{tool}` does not allow approvers to edit a call's \
+                     input: approve it without `edited_input`, or reject it. Nothing was decided."
+                ),
+                Some(json!({ "tool": tool })),
+            ),
             ApiError::CompletionNotAllowed(tool) => (
                 format!(
                     "Tool `{tool}` declares no output schema, so a completion would carry no \

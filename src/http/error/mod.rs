@@ -126,6 +126,9 @@ pub enum ApiError {
     SuspensionExpired(Box<CallRecord>),
     /// The tool declares no output schema, so it cannot be completed externally.
     CompletionNotAllowed(String),
+    /// An approval edits the call's input, and the tool's approval policy does not allow it
+    /// (`edit_input`).
+    EditNotAllowed(String),
     /// The tool's policy needs several approvers, so one person cannot complete its calls.
     NeedsApprovals {
         /// The tool.
@@ -195,9 +198,9 @@ impl ApiError {
             | ApiError::DecidesOwnCall(_)
             | ApiError::HostNotAllowed(_)
             | ApiError::OriginNotAllowed(_) => StatusCode::FORBIDDEN,
-            ApiError::IdempotencyKeyReused(_) | ApiError::OutputSchemaViolation(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ApiError::IdempotencyKeyReused(_)
+            | ApiError::OutputSchemaViolation(_)
+            | ApiError::EditNotAllowed(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::SuspensionExpired(_) | ApiError::CursorExpired => StatusCode::GONE,
             ApiError::Overloaded(_)
             | ApiError::NotReady
@@ -241,6 +244,7 @@ impl ApiError {
                 "completion_not_allowed"
             }
             ApiError::OutputSchemaViolation(_) => "output_schema_violation",
+            ApiError::EditNotAllowed(_) => "edit_not_allowed",
             ApiError::NotReconcilable(_) => "not_reconcilable",
             ApiError::NotReady => "not_ready",
             ApiError::StoreUnavailable => "store_unavailable",
@@ -323,6 +327,7 @@ impl From<DispatchError> for ApiError {
             DispatchError::ReasonRefused(refused) => ApiError::BadRequest(refused.to_string()),
             DispatchError::SuspensionExpired(call) => ApiError::SuspensionExpired(call),
             DispatchError::CompletionNotAllowed(tool) => ApiError::CompletionNotAllowed(tool),
+            DispatchError::EditNotAllowed(tool) => ApiError::EditNotAllowed(tool),
             DispatchError::OutputSchemaViolation(violations) => {
                 ApiError::OutputSchemaViolation(violations)
             }

@@ -16,6 +16,7 @@
 //! in `show.rs`.
 
 mod budget;
+mod fill;
 mod read;
 mod render;
 mod schema;
@@ -29,8 +30,9 @@ use serde_json::Value;
 
 use super::prose::Prose;
 
+pub(crate) use fill::filled;
 pub(crate) use read::read;
-pub(crate) use render::render;
+pub(crate) use render::{render, render_named};
 pub(crate) use show::{Line, show};
 
 /// What a person submitted: each control's text by name (the last one wins), in order.
@@ -46,6 +48,20 @@ impl Submitted {
             .iter()
             .filter(|(name, _)| name == "v" || name.starts_with("v/"))
             .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        Submitted { values }
+    }
+
+    /// The controls of the form named by `prefix` (see [`render::render_named`]) among a
+    /// form's pairs, read as an answer's.
+    pub(crate) fn from_pairs_named(pairs: &[(String, String)], prefix: &str) -> Self {
+        let values = pairs
+            .iter()
+            .filter_map(|(name, value)| {
+                let pointer = name.strip_prefix(prefix)?;
+                (pointer.is_empty() || pointer.starts_with('/'))
+                    .then(|| (format!("v{pointer}"), value.clone()))
+            })
             .collect();
         Submitted { values }
     }

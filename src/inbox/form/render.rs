@@ -37,8 +37,21 @@ pub(crate) fn render(
     submitted: &Submitted,
     violations: &[InputViolation],
 ) -> Form {
+    render_named(id, "v", schema, submitted, violations)
+}
+
+/// [`render`], the controls named by `prefix` and their pointers (`e/amount`) instead of `v`:
+/// for a second form on a page, read back with [`Submitted::from_pairs_named`].
+pub(crate) fn render_named(
+    id: &'static str,
+    prefix: &'static str,
+    schema: &Value,
+    submitted: &Submitted,
+    violations: &[InputViolation],
+) -> Form {
     let mut builder = Builder {
         form: id,
+        prefix,
         schema: Schema { root: schema },
         budget: Budget::plan(schema),
         submitted,
@@ -65,6 +78,8 @@ pub(crate) fn render(
 
 struct Builder<'s> {
     form: &'static str,
+    /// What the controls' names start with, before their pointers.
+    prefix: &'static str,
     schema: Schema<'s>,
     /// The parts too large for the page, shown as JSON.
     budget: Budget,
@@ -100,7 +115,7 @@ impl<'s> Builder<'s> {
             .then(|| "This field is required.".to_owned());
         let control = |kind| Control {
             id: self.id(pointer),
-            name: format!("v{pointer}"),
+            name: format!("{}{pointer}", self.prefix),
             label: label.clone(),
             help: help.clone(),
             required,
@@ -262,7 +277,7 @@ impl<'s> Builder<'s> {
         self.nodes.push(Node::CloseTemplate);
         self.nodes.push(Node::CloseArray(AddRow {
             template,
-            name: format!("v{pointer}"),
+            name: format!("{}{pointer}", self.prefix),
             label: format!("Add to {label}"),
         }));
     }

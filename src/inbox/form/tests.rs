@@ -432,3 +432,33 @@ fn a_schema_within_the_budget_is_all_controls() {
         21 * 21
     );
 }
+
+#[test]
+fn a_value_fills_the_form_that_reads_it_back_under_another_name() {
+    let value = json!({
+        "order_id": "o-1", "amount_cents": 250, "status": "held", "urgent": false,
+        "lines": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 1.5}],
+        "meta": {"k": "v"}, "shipping": {"city": "Lyon"}
+    });
+    let filled = filled(&schema(), &value);
+    assert_eq!(read(&schema(), &filled).unwrap(), value);
+    // Rendered as the edit form (`e/…`), posted back, it reads the same.
+    let form = render_named("edit", "e", &schema(), &filled, &[]);
+    let pairs: Vec<(String, String)> = controls(&form)
+        .into_iter()
+        .filter(|control| !control.name.contains("/-"))
+        .map(|control| {
+            let value = match &control.kind {
+                Kind::Choice { options } => options
+                    .iter()
+                    .find(|option| option.selected)
+                    .map_or(String::new(), |option| option.value.clone()),
+                _ => control.value.clone(),
+            };
+            (control.name.clone(), value)
+        })
+        .collect();
+    assert!(pairs.iter().all(|(name, _)| name.starts_with("e/")));
+    let posted = Submitted::from_pairs_named(&pairs, "e");
+    assert_eq!(read(&schema(), &posted).unwrap(), value);
+}

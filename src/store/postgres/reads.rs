@@ -5,6 +5,7 @@
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Error as PgError, Row, Statement};
 
+use super::super::edits::PendingEdit;
 use super::super::record::parse_json;
 use super::super::rows::{Columns, RawCall, parse_effect};
 use super::super::{
@@ -51,7 +52,7 @@ impl Conn<'_> {
 const CALL: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
      s.token, s.reason, s.input_schema, s.created_at, s.expires_at, \
-     coalesce(c.events::text, ''), c.trace \
+     coalesce(c.events::text, ''), c.trace, c.edited \
      FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending' \
      WHERE c.call_id = $1";
 
@@ -206,6 +207,8 @@ fn approval_from_row(row: &Row) -> Result<(i64, Approval), StoreError> {
                 .map(Timestamp),
             caller: row.try_get(8).map_err(pg_error)?,
             input: None,
+            original_input: None,
+            edited: None,
             reject_options: Vec::new(),
             approvals_required: 1,
             approvals: ApprovalVote::parse_all(
@@ -283,7 +286,7 @@ pub(super) async fn approval(
     now: i64,
 ) -> Result<Option<ApprovalState>, StoreError> {
     let sql = format!(
-        "{APPROVAL_COLUMNS}, c.input, s.status FROM suspensions s \
+        "{APPROVAL_COLUMNS}, c.input, s.status, s.edit FROM suspensions s \
          JOIN calls c ON c.call_id = s.call_id WHERE s.token = $1"
     );
     let Some(row) = conn.query_opt(&sql, &[&token]).await.map_err(pg_error)? else {
@@ -302,6 +305,7 @@ pub(super) async fn approval(
         let call = load_call(conn, &approval.call_id, now).await?;
         return Ok(Some(ApprovalState::Resolved(call)));
     }
-    approval.input = Some(parse_json(&input)?);
+    let edit: Option<&str> = row.try_get(13).map_err(pg_error)?;
+    PendingEdit::show(&mut approval, parse_json(&input)?, edit)?;
     Ok(Some(ApprovalState::Pending(approval)))
 }

@@ -12,6 +12,7 @@
 //! idempotent) or `needs_reconciliation` (write). One server owns one SQLite file; several
 //! servers share a database through a server-based backend instead.
 
+mod edits;
 mod migrations;
 mod reads;
 mod recovery;

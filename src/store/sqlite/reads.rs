@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::backend;
 use crate::contract::meta::Effect;
+use crate::store::edits::PendingEdit;
 use crate::store::record::parse_json;
 use crate::store::rows::{Columns, RawCall, RawFeedEntry, parse_effect};
 use crate::store::{
@@ -24,8 +25,8 @@ use crate::store::{
 /// them.
 const CALL_COLUMNS: &str = "SELECT c.call_id, c.tool, c.effect, c.status, c.caller, \
      c.idempotency_key, c.input, c.output, c.error, c.attempts, c.created_at, c.updated_at, \
-     s.token, s.reason, s.input_schema, s.created_at, s.expires_at, c.events, c.trace \
-     FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending'";
+     s.token, s.reason, s.input_schema, s.created_at, s.expires_at, c.events, c.trace, \
+     c.edited FROM calls c LEFT JOIN suspensions s ON s.call_id = c.call_id AND s.status = 'pending'";
 
 /// Whether an approval of the call `c` was ever escalated: one probe of the index of its
 /// suspensions, which the rule of who sees a call reads from a listed call or a feed entry.
@@ -108,6 +109,8 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<(i64, Approval, String)>
             expires_at: row.get::<_, Option<i64>>(7)?.map(Timestamp),
             caller: row.get(8)?,
             input: None,
+            original_input: None,
+            edited: None,
             reject_options: Vec::new(),
             approvals_required: 1,
             approvals: ApprovalVote::parse_all(row.get::<_, Option<String>>(9)?.as_deref())
@@ -258,7 +261,7 @@ pub(super) fn approval(
 ) -> Result<Option<ApprovalState>, StoreError> {
     let now = Timestamp::now().0;
     let sql = format!(
-        "{APPROVAL_COLUMNS}, c.input, s.status FROM suspensions s \
+        "{APPROVAL_COLUMNS}, c.input, s.status, s.edit FROM suspensions s \
          JOIN calls c ON c.call_id = s.call_id WHERE s.token = ?1"
     );
     let row = conn
@@ -269,12 +272,13 @@ pub(super) fn approval(
                     approval_from_row(row)?,
                     row.get::<_, String>(11)?,
                     row.get::<_, String>(12)?,
+                    row.get::<_, Option<String>>(13)?,
                 ))
             })
             .optional()
         })
         .map_err(backend)?;
-    let Some(((_, mut approval, schema), input, status)) = row else {
+    let Some(((_, mut approval, schema), input, status, edit)) = row else {
         return Ok(None);
     };
     if status == "expired" {
@@ -299,7 +303,7 @@ pub(super) fn approval(
         )?)));
     }
     approval.input_schema = parse_json(&schema)?;
-    approval.input = Some(parse_json(&input)?);
+    PendingEdit::show(&mut approval, parse_json(&input)?, edit.as_deref())?;
     Ok(Some(ApprovalState::Pending(approval)))
 }
 
@@ -333,7 +337,7 @@ pub(super) fn feed(
              c.caller, c.idempotency_key, c.created_at, s.reason, s.input_schema, s.created_at, \
              s.expires_at, \
              CASE WHEN f.type IN ('call.rejected', 'call.failed', 'call.expired') THEN c.error END, \
-             f.approvals, {EVER_ESCALATED} \
+             f.approvals, {EVER_ESCALATED}, c.edited \
              FROM feed f JOIN calls c ON c.call_id = f.call_id \
              LEFT JOIN suspensions s ON s.token = f.token \
              WHERE f.seq > ?1 ORDER BY f.seq LIMIT ?2"

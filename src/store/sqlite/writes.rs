@@ -348,7 +348,11 @@ pub(super) fn resolve(
         return unresolved(conn, token, now);
     };
     match resolution {
-        Resolution::Approve { resume_input, .. } => {
+        Resolution::Approve {
+            resume_input, edit, ..
+        } => {
+            super::edits::hold(conn, token, &call_id, edit.as_ref(), by, now)?;
+            super::edits::release(conn, token, &call_id)?;
             conn.prepare_cached(
                 "UPDATE calls SET status = 'running', attempts = attempts + 1, updated_at = ?2 \
                  WHERE call_id = ?1",
@@ -401,7 +405,10 @@ fn vote(
     by: &Actor,
     now: i64,
 ) -> Result<Option<Resolved>, StoreError> {
-    let Resolution::Approve { resume_input, .. } = resolution else {
+    let Resolution::Approve {
+        resume_input, edit, ..
+    } = resolution
+    else {
         return Ok(None);
     };
     let row: Option<(String, Option<String>)> = conn
@@ -424,6 +431,9 @@ fn vote(
             .map_err(backend)
             .map(drop)
     };
+    // An edit restarts the count: the approvals so far were of another input.
+    let restarted = super::edits::hold(conn, token, &call_id, edit.as_ref(), by, now)?;
+    let stored = if restarted { None } else { stored };
     match Vote::cast(stored.as_deref(), by, quorum, now)? {
         Vote::Again(approvals) => Ok(Some(Resolved::AlreadyApproved {
             call: load_call(conn, &call_id, now)?,

@@ -87,9 +87,10 @@ pub(super) async fn resolve(
     if let Resolution::Approve {
         quorum,
         resume_input,
+        edit,
     } = resolution
         && *quorum > 1
-        && let Some(answer) = vote(c, token, *quorum, resume_input, by, feed, now).await?
+        && let Some(answer) = vote(c, token, *quorum, (resume_input, edit), by, feed, now).await?
     {
         return Ok(answer);
     }
@@ -120,7 +121,11 @@ pub(super) async fn resolve(
         return unresolved(c, token, feed, now).await;
     };
     match resolution {
-        Resolution::Approve { resume_input, .. } => {
+        Resolution::Approve {
+            resume_input, edit, ..
+        } => {
+            super::edits::hold(c, token, &call_id, edit.as_ref(), by, now).await?;
+            super::edits::release(c, token, &call_id).await?;
             let details = approved_details(resume_input);
             let events = format!(
                 "[{},{}]",
@@ -162,12 +167,13 @@ pub(super) async fn resolve(
 /// its approver approved before; `None` when it reaches the quorum (the approvals stored, the
 /// caller approves the suspension as with one approver) or the token is not pending (the
 /// caller says why). The suspension's row is locked first: of two approvals on two replicas,
-/// the second reads the first's, so that exactly one of them reaches the quorum.
+/// the second reads the first's, so that exactly one of them reaches the quorum. An approval
+/// with an edit that changes the input (`resume_input` and the edit) counts first, alone.
 async fn vote(
     c: &Conn<'_>,
     token: &str,
     quorum: u32,
-    resume_input: &Value,
+    (resume_input, edit): (&Value, &Option<Value>),
     by: &Actor,
     feed: &mut FeedRows,
     now: i64,
@@ -185,6 +191,9 @@ async fn vote(
     };
     let call_id: String = row.try_get(0).map_err(pg_error)?;
     let stored: Option<&str> = row.try_get(1).map_err(pg_error)?;
+    // An edit restarts the count: the approvals so far were of another input.
+    let restarted = super::edits::hold(c, token, &call_id, edit.as_ref(), by, now).await?;
+    let stored = if restarted { None } else { stored };
     let (votes, short) = match Vote::cast(stored, by, quorum, now)? {
         Vote::Again(approvals) => {
             let call = load_call(c, &call_id, now).await?;

@@ -31,6 +31,7 @@
 
 mod batch;
 mod conditional;
+mod edits;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
