@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::quota::{QuotaConfig, QuotaSettings};
+use super::standing::StandingLimits;
 use super::{ApprovalGate, DispatchConfig, Expression, ToolSettings};
 use crate::contract::retry::RetryPolicy;
 use crate::store::RejectOption;
@@ -147,6 +148,7 @@ impl ToolOverride {
                     .escalate_after_s
                     .map(|s| Duration::from_secs(s.clamp(1, MAX_ESCALATE_AFTER_S))),
                 escalate_to: policy.escalate_to.clone().unwrap_or_default(),
+                standing: StandingLimits::of(policy.standing_max_s, policy.standing_max_calls),
                 ..asking_with(&policy.approval_schema)
             }),
             None => {
@@ -226,6 +228,8 @@ impl ToolOverride {
                 return Err(("approval.escalate_to".into(), why));
             }
         }
+        StandingLimits::check(policy.standing_max_s, policy.standing_max_calls)
+            .map_err(|(key, why)| (format!("approval.{key}"), why))?;
         Ok(())
     }
 }
@@ -258,6 +262,11 @@ pub struct ApprovalConfig {
     /// Who else may decide an escalated approval: names matched against a principal's
     /// `decides` globs, or its token's `groups` claim.
     pub escalate_to: Option<Vec<String>>,
+    /// The longest standing approval an approver may grant, in seconds: "this tool, for this
+    /// caller, for the next N seconds or K calls". Set with `standing_max_calls`; unset: none.
+    pub standing_max_s: Option<u64>,
+    /// The most calls a standing approval may release. Set with `standing_max_s`.
+    pub standing_max_calls: Option<u32>,
 }
 
 /// The most distinct approvers a policy may ask for.

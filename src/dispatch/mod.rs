@@ -34,7 +34,8 @@
 //! attempts, and what each amounts to), `record` (outcomes written, and counted), `resolve` (a
 //! person's decisions), `unsettled` (a claim whose commit went unanswered), `wait`, `running`
 //! (the graceful stop's accounting), `settings`, `outcome` (the answers and refusals), and
-//! `escalate` (approvals left undecided past their policy's time).
+//! `escalate` (approvals left undecided past their policy's time), and `standing` (standing
+//! approvals: granted with an approval, spent by the calls a policy would suspend).
 
 mod admit;
 mod attempt;
@@ -49,6 +50,7 @@ mod record;
 mod resolve;
 mod running;
 mod settings;
+mod standing;
 mod unsettled;
 mod visible;
 pub mod wait;
@@ -65,6 +67,7 @@ pub use resolve::{
 };
 pub use running::Running;
 pub use settings::{ApprovalGate, CallOptions, DispatchConfig, ToolSettings};
+pub use standing::{StandingAsk, StandingLimits};
 pub use visible::SeenCall;
 
 use std::sync::Arc;

@@ -11,6 +11,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::attempt::Start;
+use super::standing::StandingAsk;
 use super::who::Principal;
 use super::{CallOutcome, CallResult, DispatchError, Dispatcher, detached};
 use crate::contract::registry::{compile_schema, violations};
@@ -108,6 +109,20 @@ impl Dispatcher {
         resume_input: Value,
         principal: &Principal,
     ) -> Result<Approved, DispatchError> {
+        self.approve_standing(token, resume_input, principal, None)
+            .await
+    }
+
+    /// [`Dispatcher::approve`], granting with it the standing approval `standing` asks for,
+    /// if any (see `standing`): recorded with the approval, in its transaction; where the
+    /// policy does not offer it, or allows less, refused before anything is decided.
+    pub async fn approve_standing(
+        &self,
+        token: &str,
+        resume_input: Value,
+        principal: &Principal,
+        standing: Option<StandingAsk>,
+    ) -> Result<Approved, DispatchError> {
         self.check_depth(&resume_input)?;
         self.check_decider(principal, token).await?;
         let this = self.clone();
@@ -116,7 +131,10 @@ impl Dispatcher {
         // The decision's request span goes with it, so its re-run is the request's child.
         detached(
             &self.running,
-            async move { this.run_approval(&token, resume_input, &actor).await }
+            async move {
+                this.run_approval(&token, resume_input, &actor, standing)
+                    .await
+            }
                 .instrument(tracing::Span::current()),
         )
         .await
@@ -321,6 +339,7 @@ impl Dispatcher {
         token: &str,
         resume_input: Value,
         actor: &Actor,
+        standing: Option<StandingAsk>,
     ) -> Result<Approved, DispatchError> {
         let approval = match self.pending(token).await {
             Err(DispatchError::AlreadyResolved(call)) => {
@@ -342,6 +361,9 @@ impl Dispatcher {
         let rule = self.approval_rule(&approval.tool);
         rule.check_separate(&approval, actor)?;
         resume_violations(&approval.input_schema, &resume_input)?;
+        let standing = standing
+            .map(|ask| self.new_standing(&approval, actor, &ask))
+            .transpose()?;
         let entry = self.entry(&approval.tool)?;
         let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
         let _slot = self.take_slot(policy, &approval.tool)?;
@@ -362,7 +384,8 @@ impl Dispatcher {
         };
         let asked = Timestamp::now();
         let claiming = self.unsettled.begin(&approval.call_id).await?;
-        let resolved = match self.store.resolve_by(token, resolution, actor).await {
+        let resolving = self.resolve_granting(token, resolution, actor, standing);
+        let resolved = match resolving.await {
             Ok(resolved) => resolved,
             Err(err) => return Err(self.claim_failed(claiming, err)),
         };

@@ -60,6 +60,9 @@ pub struct ApprovalGate {
     /// Who else may decide an escalated approval (`escalate_to`): see
     /// [`Principal::reached_by_escalation`](super::who::Principal::reached_by_escalation).
     pub escalate_to: Vec<String>,
+    /// The standing approvals an approver may grant with an approval (`standing_max_s`,
+    /// `standing_max_calls`); `None`: never offered.
+    pub standing: Option<super::standing::StandingLimits>,
 }
 
 impl Default for ApprovalGate {
@@ -78,6 +81,7 @@ impl Default for ApprovalGate {
             separate_from_caller: false,
             escalate_after: None,
             escalate_to: Vec::new(),
+            standing: None,
         }
     }
 }

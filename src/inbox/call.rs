@@ -338,6 +338,8 @@ struct CallPage {
     /// Where the approvals stand, when the policy needs several or keeps callers apart.
     progress: Option<Progress>,
     approve: Option<Form>,
+    /// A standing approval the approve form offers, where the tool's policy makes one.
+    standing: Option<super::standing::StandingOffer>,
     confirm: Option<Confirm>,
     reject: TextField,
     /// The rejection options of the tool's approval policy, to choose one of.
@@ -484,6 +486,9 @@ pub(crate) fn call_page(
         approve: suspension
             .filter(|_| may_approve)
             .map(|s| form_of("approve", &s.input_schema, typed.approve)),
+        standing: suspension
+            .filter(|_| may_approve)
+            .and_then(|_| super::standing::offer(visit, signed, call)),
         progress,
         confirm: confirm.filter(|_| may_approve),
         reject: text(typed.reject),

@@ -182,6 +182,9 @@ impl Decision {
         err: DispatchError,
         refused: impl FnOnce(Vec<InputViolation>) -> Typed,
     ) -> Answer {
+        if let Some(refused) = super::standing::refusal(&err) {
+            return Err(refused);
+        }
         match err {
             DispatchError::InvalidResumeInput(violations)
             | DispatchError::OutputSchemaViolation(violations) => {
@@ -261,7 +264,9 @@ impl Decision {
                 let pairs = self
                     .pairs
                     .iter()
-                    .filter(|(name, _)| name == "v" || name.starts_with("v/"))
+                    .filter(|(name, _)| {
+                        name == "v" || name.starts_with("v/") || super::standing::is_standing_field(name)
+                    })
                     .cloned()
                     .collect();
                 Ok(self.page(Typed::confirming(pairs, answer), StatusCode::OK))
@@ -298,11 +303,12 @@ pub(crate) async fn approve(decision: Decision) -> Answer {
     if decision.call.effect == Effect::Write && decision.field("confirm") != Some("1") {
         return decision.to_confirm(schema);
     }
+    let standing = super::standing::asked(|name| decision.field(name).map(str::to_owned))?;
     let approve = async |input| {
         let principal = decision.principal();
         decision
             .dispatcher()
-            .approve(&token, input, principal)
+            .approve_standing(&token, input, principal, standing)
             .await
     };
     decision

@@ -94,6 +94,7 @@ mod record;
 mod rows;
 mod sessions;
 mod sqlite;
+mod standing;
 mod suspensions;
 mod timestamp;
 
@@ -109,6 +110,9 @@ pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDeli
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
 pub use sqlite::SqliteStore;
+pub use standing::{
+    NewStanding, STANDING_APPROVED, StandingApproval, StandingStore, StandingUse,
+};
 pub use suspensions::{
     Approval, ApprovalPage, ApprovalState, ApprovalVote, RejectOption, Resolution, Resolved,
     SuspensionView,
@@ -130,7 +134,7 @@ pub struct StoreCounts {
 /// module docs for what a backend promises. `Arc<dyn Store>` is how the server holds one.
 #[async_trait]
 pub trait Store:
-    CallStore + FeedStore + OutboxStore + SessionStore + Send + Sync + 'static
+    CallStore + FeedStore + OutboxStore + SessionStore + StandingStore + Send + Sync + 'static
 {
     /// Checks the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -16,6 +16,7 @@ mod migrations;
 mod reads;
 mod recovery;
 mod sessions;
+mod standing;
 mod webhooks;
 mod writer;
 mod writes;

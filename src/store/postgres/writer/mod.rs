@@ -31,6 +31,7 @@
 
 mod batch;
 mod conditional;
+mod standing;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -404,6 +405,9 @@ async fn applied(
             }
             WriteOp::DeleteSession(id) => sessions::delete(c, id).await.map(Reply::Pruned),
             WriteOp::PruneSessions(now) => sessions::prune(c, *now).await.map(Reply::Pruned),
+            WriteOp::Standing(op) => standing::apply(c, replica, op, &mut feed, now)
+                .await
+                .map(Reply::Standing),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.
