@@ -115,19 +115,25 @@ pub(crate) fn released_by(events: &[super::CallEvent]) -> Option<StandingUse> {
     })
 }
 
-/// Standing approvals: granted with an approval, spent by calls, listed, revoked.
+/// Standing approvals: granted with an approval, spent by calls, listed, revoked. A store that
+/// keeps none (its defaults) grants none, so releases no call: every call its policy would
+/// suspend is suspended.
 #[async_trait]
-pub trait StandingStore: Send + Sync {
+pub trait StandingStore: super::CallStore + Send + Sync {
     /// [`CallStore::resolve_by`](super::CallStore::resolve_by) with an approval that, when it
     /// releases the call, also records `standing` for the call's tool and caller, by `actor`,
     /// in the same transaction. The call must have a caller.
     async fn approve_standing(
         &self,
-        token: &str,
-        resolution: Resolution,
-        actor: &Actor,
-        standing: NewStanding,
-    ) -> Result<Resolved, StoreError>;
+        _token: &str,
+        _resolution: Resolution,
+        _actor: &Actor,
+        _standing: NewStanding,
+    ) -> Result<Resolved, StoreError> {
+        Err(StoreError::Backend(
+            "this store keeps no standing approvals".into(),
+        ))
+    }
 
     /// Records a new call that its policy would suspend (`suspended`, an outcome with its
     /// suspension): released instead, recorded `running` with a `standing_approved` event,
@@ -139,24 +145,35 @@ pub trait StandingStore: Send + Sync {
         &self,
         call: NewCall,
         suspended: Outcome,
-    ) -> Result<(Inserted, Option<StandingUse>), StoreError>;
+    ) -> Result<(Inserted, Option<StandingUse>), StoreError> {
+        let inserted = self.insert_call(call, Some(suspended)).await?;
+        Ok((inserted, None))
+    }
 
     /// The standing approvals that hold at `now` (not revoked, not expired, calls left),
     /// newest first.
-    async fn standing_approvals(&self, now: Timestamp)
-    -> Result<Vec<StandingApproval>, StoreError>;
+    async fn standing_approvals(
+        &self,
+        _now: Timestamp,
+    ) -> Result<Vec<StandingApproval>, StoreError> {
+        Ok(Vec::new())
+    }
 
     /// The standing approval `id`, whatever its state.
-    async fn standing_approval(&self, id: &str) -> Result<Option<StandingApproval>, StoreError>;
+    async fn standing_approval(&self, _id: &str) -> Result<Option<StandingApproval>, StoreError> {
+        Ok(None)
+    }
 
     /// Revokes the standing approval `id` by `by` (a no-op if it was revoked already); it as
     /// it is now, `None` when no standing approval has this id.
     async fn revoke_standing(
         &self,
-        id: &str,
-        by: Option<&str>,
-        now: Timestamp,
-    ) -> Result<Option<StandingApproval>, StoreError>;
+        _id: &str,
+        _by: Option<&str>,
+        _now: Timestamp,
+    ) -> Result<Option<StandingApproval>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// A standing approval's write, as the batching writer applies it (see `queue.rs`).
