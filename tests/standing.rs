@@ -15,8 +15,8 @@ use std::time::Duration;
 use common::{Backend, Location, TestServer, assert_error, send};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use toolgate::dispatch::{ApprovalGate, DispatchConfig, StandingLimits, ToolSettings};
 use toolgate::config::ExamplesConfig;
+use toolgate::dispatch::{ApprovalGate, DispatchConfig, StandingLimits, ToolSettings};
 use toolgate::http::auth::{ApiKey, Role};
 
 const AGENT: &str = "agent-token-0123456789";
@@ -80,7 +80,13 @@ async fn start(location: &Location) -> TestServer {
     .await
 }
 
-async fn as_(server: &TestServer, token: &str, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+async fn as_(
+    server: &TestServer,
+    token: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     let (status, _, body) = send(&server.api, method, path, body, Some(token)).await;
     (status, body)
 }
@@ -88,13 +94,22 @@ async fn as_(server: &TestServer, token: &str, method: Method, path: &str, body:
 /// `token` calls `tool` with its example input `n`.
 async fn call(server: &TestServer, token: &str, tool: &str, n: usize) -> (StatusCode, Value) {
     let input = match tool {
-        "issue_refund" => json!({"order_id": format!("o-{n}"), "amount_cents": 500, "reason": "Late"}),
+        "issue_refund" => {
+            json!({"order_id": format!("o-{n}"), "amount_cents": 500, "reason": "Late"})
+        }
         "echo" => json!({"text": format!("hello {n}")}),
         "send_email" => json!({"to": "a@example.com", "subject": format!("s{n}"), "body": "b"}),
         _ => json!({"question": format!("q{n}?")}),
     };
     let path = format!("/tools/{tool}/call");
-    as_(server, token, Method::POST, &path, Some(json!({ "input": input }))).await
+    as_(
+        server,
+        token,
+        Method::POST,
+        &path,
+        Some(json!({ "input": input })),
+    )
+    .await
 }
 
 /// The token of a call that suspended.
@@ -105,7 +120,12 @@ fn token_of(status: StatusCode, body: &Value) -> String {
     body["suspension"]["token"].as_str().unwrap().to_owned()
 }
 
-async fn approve(server: &TestServer, token: &str, as_token: &str, standing: Option<Value>) -> (StatusCode, Value) {
+async fn approve(
+    server: &TestServer,
+    token: &str,
+    as_token: &str,
+    standing: Option<Value>,
+) -> (StatusCode, Value) {
     let mut body = json!({"input": {}});
     if let Some(standing) = standing {
         body["standing"] = standing;
@@ -147,7 +167,10 @@ async fn it_releases_that_callers_calls_of_that_tool_only(backend: Backend) {
     assert_eq!(standing["tool"], "issue_refund");
     assert_eq!(standing["caller"], "agent");
     assert_eq!(standing["approver"], "ops");
-    assert_eq!((standing["calls"].as_u64(), standing["calls_left"].as_u64()), (Some(3), Some(3)));
+    assert_eq!(
+        (standing["calls"].as_u64(), standing["calls_left"].as_u64()),
+        (Some(3), Some(3))
+    );
 
     // The agent's next refund runs at once, recorded with the standing approval and its approver.
     let (status, body) = call(&server, AGENT, "issue_refund", 2).await;
@@ -157,10 +180,17 @@ async fn it_releases_that_callers_calls_of_that_tool_only(backend: Backend) {
     let path = format!("/calls/{}", body["call_id"].as_str().unwrap());
     let (status, record) = as_(&server, AGENT, Method::GET, &path, None).await;
     assert_eq!(status, StatusCode::OK, "{record}");
-    assert_eq!(record["standing_approval"], json!({"id": id, "approver": "ops"}));
+    assert_eq!(
+        record["standing_approval"],
+        json!({"id": id, "approver": "ops"})
+    );
     let events: Vec<&Value> = record["events"].as_array().unwrap().iter().collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["created", "standing_approved", "completed"], "{record}");
+    assert_eq!(
+        kinds,
+        ["created", "standing_approved", "completed"],
+        "{record}"
+    );
     assert_eq!(events[1]["actor"], "ops");
     assert_eq!(events[1]["details"]["standing_approval_id"], id.as_str());
     assert_eq!(listed(&server, OPS).await[0]["calls_left"], 2);
@@ -170,7 +200,14 @@ async fn it_releases_that_callers_calls_of_that_tool_only(backend: Backend) {
     token_of(status, &body);
     let (status, body) = call(&server, AGENT, "echo", 4).await;
     let echo = token_of(status, &body);
-    let (_, record) = as_(&server, OPS, Method::GET, &format!("/calls/{}", body["call_id"].as_str().unwrap()), None).await;
+    let (_, record) = as_(
+        &server,
+        OPS,
+        Method::GET,
+        &format!("/calls/{}", body["call_id"].as_str().unwrap()),
+        None,
+    )
+    .await;
     assert!(record.get("standing_approval").is_none(), "{record}");
 
     // Two calls left, then it is spent: the fourth suspends again and it is no longer listed.
@@ -198,7 +235,14 @@ async fn it_releases_that_callers_calls_of_that_tool_only(backend: Backend) {
 
 /// Asserts the approval `token` is still pending, as `ops` reads it.
 async fn still_pending(server: &TestServer, token: &str) {
-    let (status, body) = as_(server, OPS, Method::GET, &format!("/approvals/{token}"), None).await;
+    let (status, body) = as_(
+        server,
+        OPS,
+        Method::GET,
+        &format!("/approvals/{token}"),
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "still pending: {body}");
 }
 
@@ -215,7 +259,11 @@ async fn refusals_decide_nothing(backend: Backend) {
         (json!({"for_s": 0, "calls": 5}), "standing.for_s", 3600),
     ] {
         let (status, body) = approve(&server, &token, OPS, Some(standing.clone())).await;
-        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{standing}: {body}");
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{standing}: {body}"
+        );
         let details = assert_error(&body, "standing_out_of_bounds");
         assert_eq!(details["field"], field, "{body}");
         assert_eq!(details["max"], max, "{body}");
@@ -246,7 +294,8 @@ async fn refusals_decide_nothing(backend: Backend) {
     let (status, body) = call(&server, AGENT, "issue_refund", 5).await;
     token_of(status, &body);
     // The same approval within bounds goes through.
-    let (status, body) = approve(&server, &token, OPS, Some(json!({"for_s": 60, "calls": 1}))).await;
+    let (status, body) =
+        approve(&server, &token, OPS, Some(json!({"for_s": 60, "calls": 1}))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(listed(&server, OPS).await.len(), 1);
     server.stop().await;
@@ -262,7 +311,10 @@ async fn it_ends_when_it_expires_or_is_revoked(backend: Backend) {
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let (status, body) = call(&server, AGENT, "issue_refund", 3).await;
     token_of(status, &body);
-    assert!(listed(&server, OPS).await.is_empty(), "an expired one is not listed");
+    assert!(
+        listed(&server, OPS).await.is_empty(),
+        "an expired one is not listed"
+    );
 
     // Revoked: the next call waits again.
     let id = granted(&server, 4, 3600, 10).await;
@@ -281,9 +333,20 @@ async fn it_ends_when_it_expires_or_is_revoked(backend: Backend) {
     let (status, body) = as_(&server, NARROW, Method::DELETE, &path, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_error(&body, "unknown_standing_approval");
-    let (status, body) = as_(&server, OPS, Method::DELETE, "/standing-approvals/sa_nothing", None).await;
+    let (status, body) = as_(
+        &server,
+        OPS,
+        Method::DELETE,
+        "/standing-approvals/sa_nothing",
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
-    assert_eq!(listed(&server, OPS).await.len(), 1, "a refused revocation changes nothing");
+    assert_eq!(
+        listed(&server, OPS).await.len(),
+        1,
+        "a refused revocation changes nothing"
+    );
 
     let (status, _, _) = send(&server.api, Method::DELETE, &path, None, Some(OPS)).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
@@ -317,7 +380,10 @@ async fn the_call_limit_is_exact_under_concurrency(backend: Backend) {
         call(server, AGENT, "issue_refund", n)
     });
     let answers = futures_util::future::join_all(calls).await;
-    let ran = answers.iter().filter(|(status, _)| *status == StatusCode::OK).count();
+    let ran = answers
+        .iter()
+        .filter(|(status, _)| *status == StatusCode::OK)
+        .count();
     let waiting = answers
         .iter()
         .filter(|(status, body)| *status == StatusCode::ACCEPTED && body["status"] == "suspended")

@@ -135,7 +135,7 @@ impl Dispatcher {
                 this.run_approval(&token, resume_input, &actor, standing)
                     .await
             }
-                .instrument(tracing::Span::current()),
+            .instrument(tracing::Span::current()),
         )
         .await
     }

@@ -214,7 +214,11 @@ impl Dispatcher {
         principal: &Principal,
     ) -> Result<StandingApproval, DispatchError> {
         let unknown = || DispatchError::UnknownStandingApproval(id.to_owned());
-        let found = self.store.standing_approval(id).await?.ok_or_else(unknown)?;
+        let found = self
+            .store
+            .standing_approval(id)
+            .await?
+            .ok_or_else(unknown)?;
         if !principal.may_decide(&found.tool) {
             return Err(unknown());
         }
@@ -245,9 +249,7 @@ impl NewRun<'_> {
         input: Value,
     ) -> Result<Recorded, DispatchError> {
         let key = call.idempotency_key.clone();
-        let asked = self
-            .run(key.as_deref(), input.clone(), false)
-            .await;
+        let asked = self.run(key.as_deref(), input.clone(), false).await;
         let intent = NewCall {
             input: input.clone(),
             attempts: 1,

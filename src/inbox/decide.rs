@@ -265,7 +265,9 @@ impl Decision {
                     .pairs
                     .iter()
                     .filter(|(name, _)| {
-                        name == "v" || name.starts_with("v/") || super::standing::is_standing_field(name)
+                        name == "v"
+                            || name.starts_with("v/")
+                            || super::standing::is_standing_field(name)
                     })
                     .cloned()
                     .collect();

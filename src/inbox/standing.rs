@@ -62,8 +62,14 @@ pub(super) fn asked(
             .and_then(|value| value.trim().parse::<u64>().ok())
             .ok_or_else(|| PageError::BadRequest(format!("Say {what}, as a whole number.")))
     };
-    let for_s = number("standing_for_s", "for how many seconds the standing approval holds")?;
-    let calls = number("standing_calls", "how many calls the standing approval releases")?;
+    let for_s = number(
+        "standing_for_s",
+        "for how many seconds the standing approval holds",
+    )?;
+    let calls = number(
+        "standing_calls",
+        "how many calls the standing approval releases",
+    )?;
     Ok(Some(StandingAsk {
         for_s,
         calls: u32::try_from(calls).unwrap_or(u32::MAX),
@@ -77,7 +83,11 @@ pub(super) fn refusal(err: &DispatchError) -> Option<PageError> {
             Some(PageError::BadRequest(format!("{why} Nothing was decided.")))
         }
         DispatchError::StandingOutOfBounds { field, max } => {
-            let what = if *field == "calls" { "calls" } else { "seconds" };
+            let what = if *field == "calls" {
+                "calls"
+            } else {
+                "seconds"
+            };
             Some(PageError::BadRequest(format!(
                 "A standing approval of this tool may hold for 1 to {max} {what}. Nothing was \
                  decided."

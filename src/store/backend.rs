@@ -14,13 +14,13 @@ use async_trait::async_trait;
 use tokio::sync::{oneshot, watch};
 
 use super::queue::{Job, Msg, Reply, WriteOp};
+use super::standing::{NewStanding, StandingApproval, StandingOp, StandingStore, StandingUse};
 use super::{
     Actor, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
     DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, FeedStore, InboxSession,
     Inserted, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend, Reconciled, Rerun,
     Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts, StoreError, Timestamp,
 };
-use super::standing::{NewStanding, StandingApproval, StandingOp, StandingStore, StandingUse};
 
 /// What a backend brings to the Store traits: its writer's queue, its reads, and what it writes
 /// its own way. Every read is answered from what is committed; the traits' read-your-writes

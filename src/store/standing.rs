@@ -100,6 +100,10 @@ pub(crate) fn read_standing<R: Columns>(row: &R) -> Result<StandingApproval, R::
     })
 }
 
+/// One call taken from a standing approval, as the conditional update returns it: the
+/// standing approval's id, its approver and the name they are shown by.
+pub(crate) type Taken = (String, Option<String>, Option<String>);
+
 /// The details of a `standing_approved` event: the standing approval's id.
 pub(crate) fn standing_details(id: &str) -> serde_json::Value {
     serde_json::json!({ "standing_approval_id": id })
@@ -107,8 +111,14 @@ pub(crate) fn standing_details(id: &str) -> serde_json::Value {
 
 /// The standing approval that released a call, as its `standing_approved` event names it.
 pub(crate) fn released_by(events: &[super::CallEvent]) -> Option<StandingUse> {
-    let event = events.iter().find(|event| event.kind == STANDING_APPROVED)?;
-    let id = event.details.as_ref()?.get("standing_approval_id")?.as_str()?;
+    let event = events
+        .iter()
+        .find(|event| event.kind == STANDING_APPROVED)?;
+    let id = event
+        .details
+        .as_ref()?
+        .get("standing_approval_id")?
+        .as_str()?;
     Some(StandingUse {
         id: id.to_owned(),
         approver: event.actor.clone(),

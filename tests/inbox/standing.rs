@@ -80,9 +80,7 @@ async fn a_standing_approval_is_granted_listed_and_revoked_on_the_page() {
     let confirm = person.post(&approve, &asked).await;
     assert_eq!(confirm.status, StatusCode::OK, "{}", confirm.body);
     assert!(
-        confirm
-            .body
-            .contains("name=\"standing_calls\" value=\"2\""),
+        confirm.body.contains("name=\"standing_calls\" value=\"2\""),
         "{}",
         confirm.body
     );
@@ -121,7 +119,11 @@ async fn a_standing_approval_is_granted_listed_and_revoked_on_the_page() {
     assert!(person.get("/inbox/standing").await.body.contains(id));
     let revoked = person.post(&revoke, &[("csrf", &list.csrf())]).await;
     assert_eq!(revoked.status, StatusCode::SEE_OTHER, "{}", revoked.body);
-    assert!(revoked.header("location").ends_with("/inbox/standing?revoked=1"));
+    assert!(
+        revoked
+            .header("location")
+            .ends_with("/inbox/standing?revoked=1")
+    );
     let after = person.get("/inbox/standing?revoked=1").await;
     assert!(after.body.contains("standing-revoked"), "{}", after.body);
     assert!(!after.body.contains(id), "{}", after.body);

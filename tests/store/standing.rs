@@ -36,7 +36,10 @@ async fn granted(store: &Arc<dyn Store>, id: &str, tool: &str, grant: NewStandin
         ..new_call(id)
     };
     let token = format!("tok-{id}");
-    store.insert_call(call, Some(suspended(&token))).await.unwrap();
+    store
+        .insert_call(call, Some(suspended(&token)))
+        .await
+        .unwrap();
     let ops = Actor::named(Some("ops"));
     let resolved = store
         .approve_standing(&token, approve(), &ops, grant)
@@ -47,12 +50,7 @@ async fn granted(store: &Arc<dyn Store>, id: &str, tool: &str, grant: NewStandin
 
 /// A new call `id` of `tool` by `caller` that its policy would suspend: whether a standing
 /// approval released it, and the call as recorded.
-async fn asked(
-    store: &Arc<dyn Store>,
-    id: &str,
-    tool: &str,
-    caller: &str,
-) -> Option<StandingUse> {
+async fn asked(store: &Arc<dyn Store>, id: &str, tool: &str, caller: &str) -> Option<StandingUse> {
     let call = NewCall {
         tool: tool.to_owned(),
         caller: Some(caller.to_owned()),
@@ -114,7 +112,13 @@ pub(crate) async fn standing_approvals_release_calls_up_to_their_limit(store: Ar
     assert_eq!(asked(&store, "c4", "tool", "agent").await, None);
     let spent = store.standing_approval("sa_1").await.unwrap().unwrap();
     assert_eq!(spent.calls_left, 0);
-    assert!(store.standing_approvals(Timestamp::now()).await.unwrap().is_empty());
+    assert!(
+        store
+            .standing_approvals(Timestamp::now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 pub(crate) async fn standing_approvals_end_when_expired_or_revoked(store: Arc<dyn Store>) {
@@ -133,7 +137,13 @@ pub(crate) async fn standing_approvals_end_when_expired_or_revoked(store: Arc<dy
     assert_eq!(revoked.revoked_by.as_deref(), Some("root"));
     assert_eq!(revoked.calls_left, 4);
     assert_eq!(asked(&store, "c3", "tool", "agent").await, None, "revoked");
-    assert!(store.standing_approvals(Timestamp::now()).await.unwrap().is_empty());
+    assert!(
+        store
+            .standing_approvals(Timestamp::now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Revoking again keeps who did it first; an unknown id is none.
     let again = store
         .revoke_standing("sa_new", Some("ops"), Timestamp::now())
@@ -161,7 +171,11 @@ pub(crate) async fn concurrent_calls_never_exceed_the_limit(store: Arc<dyn Store
         tokio::spawn(async move {
             let call = new_call(&format!("r{n}"));
             let token = format!("tok-r{n}");
-            store.insert_standing_call(call, suspended(&token)).await.unwrap().1
+            store
+                .insert_standing_call(call, suspended(&token))
+                .await
+                .unwrap()
+                .1
         })
     });
     let mut released = 0;

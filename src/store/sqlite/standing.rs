@@ -8,7 +8,8 @@ use super::backend;
 use super::writes::{append_event_by, insert, resolve};
 use crate::store::record::{Prepared, PreparedCall};
 use crate::store::standing::{
-    STANDING_COLUMNS, StandingOp, StandingReply, StandingUse, read_standing, standing_details,
+    STANDING_COLUMNS, StandingOp, StandingReply, StandingUse, Taken, read_standing,
+    standing_details,
 };
 use crate::store::{Actor, Inserted, Resolved, STANDING_APPROVED, StandingApproval, StoreError};
 
@@ -52,11 +53,8 @@ pub(super) fn apply(
             }
             Ok(StandingReply::Resolved(Box::new(resolved)))
         }
-        StandingOp::InsertCall(call, suspended) => {
-            insert_call(conn, call, suspended, now).map(|(inserted, used)| {
-                StandingReply::Inserted(inserted, used)
-            })
-        }
+        StandingOp::InsertCall(call, suspended) => insert_call(conn, call, suspended, now)
+            .map(|(inserted, used)| StandingReply::Inserted(inserted, used)),
         StandingOp::List(at) => {
             let sql = format!(
                 "SELECT {STANDING_COLUMNS} FROM standing_approvals WHERE revoked_at IS NULL \
@@ -88,7 +86,10 @@ pub(super) fn apply(
 fn find(conn: &Connection, id: &str) -> Result<Option<StandingApproval>, StoreError> {
     let sql = format!("SELECT {STANDING_COLUMNS} FROM standing_approvals WHERE id = ?1");
     conn.prepare_cached(&sql)
-        .and_then(|mut st| st.query_row(params![id], |row| read_standing(row)).optional())
+        .and_then(|mut st| {
+            st.query_row(params![id], |row| read_standing(row))
+                .optional()
+        })
         .map_err(backend)
 }
 
@@ -99,7 +100,7 @@ fn take_one(
     tool: &str,
     caller: &str,
     now: i64,
-) -> Result<Option<(String, Option<String>, Option<String>)>, StoreError> {
+) -> Result<Option<Taken>, StoreError> {
     conn.prepare_cached(
         "UPDATE standing_approvals SET calls_left = calls_left - 1 WHERE id = ( \
            SELECT id FROM standing_approvals WHERE tool = ?1 AND caller = ?2 \

@@ -14,7 +14,8 @@ use crate::store::postgres::reads::Conn;
 use crate::store::queue::Reply;
 use crate::store::record::{Prepared, PreparedCall, actor_event_json};
 use crate::store::standing::{
-    STANDING_COLUMNS, StandingOp, StandingReply, StandingUse, read_standing, standing_details,
+    STANDING_COLUMNS, StandingOp, StandingReply, StandingUse, Taken, read_standing,
+    standing_details,
 };
 use crate::store::{Actor, Inserted, Resolved, STANDING_APPROVED, StandingApproval, StoreError};
 
@@ -60,9 +61,11 @@ pub(super) async fn apply(
             }
             Ok(StandingReply::Resolved(Box::new(resolved)))
         }
-        StandingOp::InsertCall(call, suspended) => insert_call(c, replica, call, suspended, feed, now)
-            .await
-            .map(|(inserted, used)| StandingReply::Inserted(inserted, used)),
+        StandingOp::InsertCall(call, suspended) => {
+            insert_call(c, replica, call, suspended, feed, now)
+                .await
+                .map(|(inserted, used)| StandingReply::Inserted(inserted, used))
+        }
         StandingOp::List(at) => {
             let sql = format!(
                 "SELECT {STANDING_COLUMNS} FROM standing_approvals WHERE revoked_at IS NULL \
@@ -108,7 +111,7 @@ async fn take_one(
     tool: &str,
     caller: &str,
     now: i64,
-) -> Result<Option<(String, Option<String>, Option<String>)>, StoreError> {
+) -> Result<Option<Taken>, StoreError> {
     let row = c
         .query_opt(
             "UPDATE standing_approvals SET calls_left = calls_left - 1 WHERE id = ( \
