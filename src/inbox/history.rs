@@ -84,6 +84,10 @@ fn sentence(event: &CallEvent) -> String {
             None => format!("{}.", by("Approved")),
         },
         "escalated" => "Escalated: nobody decided within the policy's time.".into(),
+        "standing_approved" => format!(
+            "{}: it ran at once, without asking.",
+            by("Released by a standing approval granted")
+        ),
         "approval_recorded" => match answer_text(event) {
             Some(text) => format!("{}: {text}", by("Approval recorded")),
             None => format!("{}, waiting for more approvers.", by("Approval recorded")),

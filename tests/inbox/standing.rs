@@ -103,6 +103,17 @@ async fn a_standing_approval_is_granted_listed_and_revoked_on_the_page() {
     let released = call_record(&server, body["call_id"].as_str().unwrap()).await;
     assert_eq!(released["standing_approval"]["approver"], "finance-ops");
 
+    let history = person
+        .get(&format!("/inbox/calls/{}", body["call_id"].as_str().unwrap()))
+        .await;
+    assert!(
+        history
+            .body
+            .contains("Released by a standing approval granted by finance-ops"),
+        "{}",
+        history.body
+    );
+
     // Listed, with what is left of it.
     let list = person.get("/inbox/standing").await;
     assert_eq!(list.status, StatusCode::OK);
