@@ -405,6 +405,70 @@ async fn the_call_limit_is_exact_under_concurrency(backend: Backend) {
     first.stop().await;
 }
 
+/// The keys of the approval table, as a file sets them: both or neither (one alone stops the
+/// start, naming the other); both make the policy offer standing approvals within them.
+#[tokio::test]
+async fn standing_keys_come_from_the_approval_table() {
+    let dir = common::temp_dir();
+    let path = dir.path().join("toolgate.toml");
+    std::fs::write(&path, "[tools.echo.approval]\nstanding_max_s = 60\n").unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .arg("--config")
+        .arg(&path)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "the server started");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(log.contains("tools.echo.approval.standing_max_s"), "{log}");
+    assert!(log.contains("needs standing_max_calls"), "{log}");
+
+    let hash = |token: &str| {
+        let sha = toolgate::http::auth::token_sha256(token);
+        sha.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let config = format!(
+        "[examples]\napproval_threshold_cents = 1000000000\n\
+         [[auth.keys]]\nname = \"agent\"\nrole = \"caller\"\ntoken_sha256 = \"{}\"\n\
+         [[auth.keys]]\nname = \"ops\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n\
+         [tools.issue_refund.approval]\nstanding_max_s = 60\nstanding_max_calls = 2\n",
+        hash(AGENT),
+        hash(OPS)
+    );
+    std::fs::write(&path, config).unwrap();
+    let server = common::Binary::start_with(dir.path(), &["--config", path.to_str().unwrap()], &[]);
+    let api = &server.api;
+    let refund = json!({"input": {"order_id": "o-1", "amount_cents": 500, "reason": "Late"}});
+    let (status, _, body) = send(
+        api,
+        Method::POST,
+        "/tools/issue_refund/call",
+        Some(refund.clone()),
+        Some(AGENT),
+    )
+    .await;
+    let token = token_of(status, &body);
+    let path = format!("/approvals/{token}/approve");
+    let over = json!({"input": {}, "standing": {"for_s": 60, "calls": 3}});
+    let (status, _, body) = send(api, Method::POST, &path, Some(over), Some(OPS)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(assert_error(&body, "standing_out_of_bounds")["max"], 2);
+    let within = json!({"input": {}, "standing": {"for_s": 60, "calls": 2}});
+    let (status, _, body) = send(api, Method::POST, &path, Some(within), Some(OPS)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = send(
+        api,
+        Method::POST,
+        "/tools/issue_refund/call",
+        Some(refund),
+        Some(AGENT),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),+ $(,)?) => {
         mod sqlite {

@@ -104,7 +104,10 @@ async fn a_standing_approval_is_granted_listed_and_revoked_on_the_page() {
     assert_eq!(released["standing_approval"]["approver"], "finance-ops");
 
     let history = person
-        .get(&format!("/inbox/calls/{}", body["call_id"].as_str().unwrap()))
+        .get(&format!(
+            "/inbox/calls/{}",
+            body["call_id"].as_str().unwrap()
+        ))
         .await;
     assert!(
         history
