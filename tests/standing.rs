@@ -362,6 +362,35 @@ async fn it_ends_when_it_expires_or_is_revoked(backend: Backend) {
     server.stop().await;
 }
 
+/// The agent's refunds `ns`, all at once (alternately on `second`, when there is one): how many
+/// ran and how many suspended.
+async fn race(
+    first: &TestServer,
+    second: Option<&TestServer>,
+    ns: std::ops::RangeInclusive<usize>,
+) -> (usize, usize) {
+    let calls = ns.map(|n| {
+        let server = match (second, n % 2) {
+            (Some(second), 0) => second,
+            _ => first,
+        };
+        call(server, AGENT, "issue_refund", n)
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    let count = |status: StatusCode, state: &str| {
+        answers
+            .iter()
+            .filter(|(s, body)| *s == status && body["status"] == state)
+            .count()
+    };
+    let counted = (
+        count(StatusCode::OK, "completed"),
+        count(StatusCode::ACCEPTED, "suspended"),
+    );
+    assert_eq!(counted.0 + counted.1, answers.len(), "{answers:?}");
+    counted
+}
+
 /// Twenty concurrent calls against five calls left: exactly five run, fifteen wait. On
 /// PostgreSQL the calls go to two servers on one database, alternately.
 async fn the_call_limit_is_exact_under_concurrency(backend: Backend) {
@@ -372,23 +401,8 @@ async fn the_call_limit_is_exact_under_concurrency(backend: Backend) {
         Backend::Sqlite => None,
     };
     let id = granted(&first, 0, 3600, 5).await;
-    let calls = (1..=20).map(|n| {
-        let server = match (&second, n % 2) {
-            (Some(second), 0) => second,
-            _ => &first,
-        };
-        call(server, AGENT, "issue_refund", n)
-    });
-    let answers = futures_util::future::join_all(calls).await;
-    let ran = answers
-        .iter()
-        .filter(|(status, _)| *status == StatusCode::OK)
-        .count();
-    let waiting = answers
-        .iter()
-        .filter(|(status, body)| *status == StatusCode::ACCEPTED && body["status"] == "suspended")
-        .count();
-    assert_eq!((ran, waiting), (5, 15), "{answers:?}");
+    let (ran, waiting) = race(&first, second.as_ref(), 1..=20).await;
+    assert_eq!((ran, waiting), (5, 15));
     let spent = first.store.standing_approval(&id).await.unwrap().unwrap();
     assert_eq!(spent.calls_left, 0);
     // Each that ran is recorded with it.
@@ -399,6 +413,28 @@ async fn the_call_limit_is_exact_under_concurrency(backend: Backend) {
         .filter(|call| call.status == "completed")
         .count();
     assert_eq!(released, 6, "the approved call and the five it released");
+
+    // Two standing approvals of three calls each (granted on two calls that waited meanwhile):
+    // six of twelve run, none left.
+    let mut waiting_calls = Vec::new();
+    for n in [100, 101] {
+        let (status, body) = call(&first, AGENT, "issue_refund", n).await;
+        waiting_calls.push(token_of(status, &body));
+    }
+    for token in &waiting_calls {
+        let standing = json!({"for_s": 3600, "calls": 3});
+        let (status, body) = approve(&first, token, OPS, Some(standing)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let held = listed(&first, OPS).await;
+    assert_eq!(held.len(), 2, "{held:?}");
+    let (ran, waiting) = race(&first, second.as_ref(), 200..=211).await;
+    assert_eq!((ran, waiting), (6, 6));
+    for standing in held {
+        let id = standing["id"].as_str().unwrap();
+        let spent = first.store.standing_approval(id).await.unwrap().unwrap();
+        assert_eq!(spent.calls_left, 0);
+    }
     if let Some(second) = second {
         second.stop().await;
     }

@@ -104,8 +104,9 @@ async fn find(c: &Conn<'_>, id: &str) -> Result<Option<StandingApproval>, StoreE
 }
 
 /// Takes one call of a standing approval of `tool` for `caller` that holds at `now`: the one
-/// that expires first. The row the sub-select picks is updated only if, under its lock, it
-/// still has a call left.
+/// that expires first. The sub-select locks the row it picks (waiting for another replica's
+/// commit, then re-checking it, and moving on to the next holding row if it no longer holds),
+/// and the update is conditional on a call left under that lock.
 async fn take_one(
     c: &Conn<'_>,
     tool: &str,
@@ -117,7 +118,7 @@ async fn take_one(
             "UPDATE standing_approvals SET calls_left = calls_left - 1 WHERE id = ( \
                SELECT id FROM standing_approvals WHERE tool = $1 AND caller = $2 \
                AND revoked_at IS NULL AND calls_left > 0 AND expires_at > $3 \
-               ORDER BY expires_at, id LIMIT 1 \
+               ORDER BY expires_at, id LIMIT 1 FOR UPDATE \
              ) AND calls_left > 0 AND revoked_at IS NULL AND expires_at > $3 \
              RETURNING id, approver, approver_name",
             &[&tool, &caller, &now],
