@@ -150,11 +150,24 @@ async fn granted(server: &TestServer, n: usize, for_s: u64, calls: u32) -> Strin
     let (status, body) = approve(server, &token, OPS, Some(standing)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "completed", "{body}");
+    let path = format!("/calls/{}", body["call_id"].as_str().unwrap());
+    let (_, record) = as_(server, OPS, Method::GET, &path, None).await;
+    let grant = record["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "standing_granted")
+        .unwrap_or_else(|| panic!("the grant is in the call's history: {record}"));
+    assert_eq!(
+        (&grant["actor"], &grant["details"]["calls"]),
+        (&json!("ops"), &json!(calls))
+    );
     let granted = listed(server, OPS).await;
     let mine = granted
         .iter()
         .find(|s| s["call_id"] == body["call_id"])
         .unwrap_or_else(|| panic!("the grant is listed: {granted:?}"));
+    assert_eq!(grant["details"]["standing_approval_id"], mine["id"]);
     mine["id"].as_str().unwrap().to_owned()
 }
 

@@ -123,7 +123,8 @@ pub struct CallEvent {
     /// included) and, when it failed, the error (`tool_timeout` for a timeout); `approved`
     /// carries the approver's `answer`, `rejected` the `reason` when there is one;
     /// `standing_approved` (a standing approval released the call: its approver as the actor,
-    /// `standing_approval_id`).
+    /// `standing_approval_id`); `standing_granted` (the approval of this call granted one:
+    /// `standing_approval_id`, `calls`, `expires_at`).
     pub kind: String,
     /// The principal name (a key's, or `<issuer>:<subject>`) of whoever caused it, when a
     /// client or a person did.

@@ -110,7 +110,9 @@ pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDeli
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
 pub use sqlite::SqliteStore;
-pub use standing::{NewStanding, STANDING_APPROVED, StandingApproval, StandingStore, StandingUse};
+pub use standing::{
+    NewStanding, STANDING_APPROVED, STANDING_GRANTED, StandingApproval, StandingStore, StandingUse,
+};
 pub use suspensions::{
     Approval, ApprovalPage, ApprovalState, ApprovalVote, RejectOption, Resolution, Resolved,
     SuspensionView,

@@ -104,6 +104,19 @@ pub(crate) fn read_standing<R: Columns>(row: &R) -> Result<StandingApproval, R::
 /// standing approval's id, its approver and the name they are shown by.
 pub(crate) type Taken = (String, Option<String>, Option<String>);
 
+/// The kind of the event that records, on the call whose approval granted it, a standing
+/// approval granted.
+pub const STANDING_GRANTED: &str = "standing_granted";
+
+/// The details of a `standing_granted` event: what was granted.
+pub(crate) fn granted_details(standing: &NewStanding) -> serde_json::Value {
+    serde_json::json!({
+        "standing_approval_id": standing.id,
+        "calls": standing.calls,
+        "expires_at": standing.expires_at,
+    })
+}
+
 /// The details of a `standing_approved` event: the standing approval's id.
 pub(crate) fn standing_details(id: &str) -> serde_json::Value {
     serde_json::json!({ "standing_approval_id": id })

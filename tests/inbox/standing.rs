@@ -89,6 +89,14 @@ async fn a_standing_approval_is_granted_listed_and_revoked_on_the_page() {
     let done = person.post(&approve, &confirmed).await;
     assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
     assert_eq!(call_record(&server, &call_id).await["status"], "completed");
+    let granted = person.get(&format!("/inbox/calls/{call_id}")).await;
+    assert!(
+        granted
+            .body
+            .contains("Standing approval granted by finance-ops: the caller&#39;s next 2 calls"),
+        "{}",
+        granted.body
+    );
 
     // The orchestrator's next refund runs at once, released by it.
     let (status, body) = api(

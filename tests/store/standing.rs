@@ -46,6 +46,14 @@ async fn granted(store: &Arc<dyn Store>, id: &str, tool: &str, grant: NewStandin
         .await
         .unwrap();
     assert!(matches!(resolved, Resolved::Approved(_)), "{resolved:?}");
+    // The grant is in the approved call's history, by its approver.
+    let call = store.call(id).await.unwrap().unwrap();
+    let event = call.events.last().unwrap();
+    assert_eq!(
+        kinds(&call)[2..],
+        ["approved", "redispatched", "standing_granted"]
+    );
+    assert_eq!(event.actor.as_deref(), Some("ops"));
 }
 
 /// A new call `id` of `tool` by `caller` that its policy would suspend: whether a standing

@@ -8,10 +8,12 @@ use super::backend;
 use super::writes::{append_event_by, insert, resolve};
 use crate::store::record::{Prepared, PreparedCall};
 use crate::store::standing::{
-    STANDING_COLUMNS, StandingOp, StandingReply, StandingUse, Taken, read_standing,
-    standing_details,
+    STANDING_COLUMNS, StandingOp, StandingReply, StandingUse, Taken, granted_details,
+    read_standing, standing_details,
 };
-use crate::store::{Actor, Inserted, Resolved, STANDING_APPROVED, StandingApproval, StoreError};
+use crate::store::{
+    Actor, Inserted, Resolved, STANDING_APPROVED, STANDING_GRANTED, StandingApproval, StoreError,
+};
 
 /// Applies `op` at `now` (Unix ms).
 pub(super) fn apply(
@@ -50,6 +52,15 @@ pub(super) fn apply(
                     ])
                 })
                 .map_err(backend)?;
+                let details = granted_details(&standing);
+                append_event_by(
+                    conn,
+                    &call.call_id,
+                    now,
+                    STANDING_GRANTED,
+                    &actor,
+                    Some(&details),
+                )?;
             }
             Ok(StandingReply::Resolved(Box::new(resolved)))
         }

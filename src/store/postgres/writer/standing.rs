@@ -14,10 +14,12 @@ use crate::store::postgres::reads::Conn;
 use crate::store::queue::Reply;
 use crate::store::record::{Prepared, PreparedCall, actor_event_json};
 use crate::store::standing::{
-    STANDING_COLUMNS, StandingOp, StandingReply, StandingUse, Taken, read_standing,
-    standing_details,
+    STANDING_COLUMNS, StandingOp, StandingReply, StandingUse, Taken, granted_details,
+    read_standing, standing_details,
 };
-use crate::store::{Actor, Inserted, Resolved, STANDING_APPROVED, StandingApproval, StoreError};
+use crate::store::{
+    Actor, Inserted, Resolved, STANDING_APPROVED, STANDING_GRANTED, StandingApproval, StoreError,
+};
 
 /// Applies `op` at `now` (Unix ms) for `replica`; feed entries go to `feed`.
 pub(super) async fn apply(
@@ -58,6 +60,9 @@ pub(super) async fn apply(
                 )
                 .await
                 .map_err(pg_error)?;
+                let details = granted_details(standing);
+                let event = actor_event_json(now, STANDING_GRANTED, actor, Some(&details));
+                append(c, &call.call_id, &event).await?;
             }
             Ok(StandingReply::Resolved(Box::new(resolved)))
         }
@@ -171,11 +176,17 @@ async fn insert_call(
         display: approver_name,
     };
     let event = actor_event_json(now, STANDING_APPROVED, &by, Some(&standing_details(&id)));
+    append(c, &call.call_id, &event).await?;
+    Ok((Inserted::New, Some(StandingUse { id, approver })))
+}
+
+/// Appends `event` to the history of the call `call_id`.
+async fn append(c: &Conn<'_>, call_id: &str, event: &str) -> Result<(), StoreError> {
     c.execute(
         "UPDATE calls SET events = events || $2::text::jsonb WHERE call_id = $1",
-        &[&call.call_id, &event],
+        &[&call_id, &event],
     )
     .await
     .map_err(pg_error)?;
-    Ok((Inserted::New, Some(StandingUse { id, approver })))
+    Ok(())
 }
