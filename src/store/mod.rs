@@ -67,6 +67,10 @@
 //!   one claimant at a time.** SQLite: `sqlite/webhooks.rs` (`enqueue`, `claim` with
 //!   `claimed_until`), which one writer cannot race. PostgreSQL: `postgres/webhooks.rs`, a
 //!   conditional `UPDATE` under the cursor's row lock, and `FOR UPDATE SKIP LOCKED` claims.
+//! - **a standing approval's call limit is never exceeded**, across replicas: a call takes one
+//!   by a conditional `UPDATE` (`calls_left > 0`, unexpired, unrevoked) in the transaction that
+//!   records it. SQLite: `sqlite/standing.rs`, by the one writer. PostgreSQL:
+//!   `postgres/writer/standing.rs`, the row locked and re-checked (`standing.rs` has the types).
 //! - **an expired inbox session is never answered**: `sqlite/sessions.rs`,
 //!   `postgres/sessions.rs` (`find`, filtered by `expires_at`).
 //! - **a call left running by a dead process is settled** (`interrupted` or
