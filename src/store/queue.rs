@@ -210,8 +210,8 @@ pub(crate) enum Reply {
     Claimed(Vec<Delivery>),
     /// The delivery as it is now, if it exists.
     Delivery(Option<Box<Delivery>>),
-    /// What a standing approval's write answers.
-    Standing(super::standing::StandingReply),
+    /// What a standing approval's write answers (boxed: every other reply stays small).
+    Standing(Box<super::standing::StandingReply>),
 }
 
 impl WriteOp {
@@ -366,7 +366,7 @@ answers! {
     claimed -> Vec<Delivery> { Reply::Claimed(deliveries) => deliveries }
     settled -> () { Reply::Done => () }
     delivery -> Option<Delivery> { Reply::Delivery(delivery) => delivery.map(|d| *d) }
-    standing -> super::standing::StandingReply { Reply::Standing(reply) => reply }
+    standing -> super::standing::StandingReply { Reply::Standing(reply) => *reply }
 }
 
 fn unexpected() -> StoreError {

@@ -407,7 +407,7 @@ async fn applied(
             WriteOp::PruneSessions(now) => sessions::prune(c, *now).await.map(Reply::Pruned),
             WriteOp::Standing(op) => standing::apply(c, replica, op, &mut feed, now)
                 .await
-                .map(Reply::Standing),
+                .map(|reply| Reply::Standing(Box::new(reply))),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.
