@@ -331,8 +331,11 @@ impl Dispatcher {
             asked: asked.as_deref(),
         };
         let ran = match plan {
-            // Only a policy that offers standing approvals looks for one (see `standing`).
-            Plan::Gated if super::standing::offered(policy) => run.standing(call, input).await?,
+            // Only a policy that offers standing approvals looks for one (see `standing`),
+            // boxed so that every other call's future stays the size it was.
+            Plan::Gated if super::standing::offered(policy) => {
+                Box::pin(run.standing(call, input)).await?
+            }
             Plan::Gated => run.gated(call, input).await?,
             Plan::IntentFirst => run.intent_first(call, input).await?,
             Plan::Behind => run.behind(call, input).await?,
