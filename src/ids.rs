@@ -47,6 +47,11 @@ pub fn new_replica_id() -> String {
     format!("rep_{}", hex::encode(random::<8>()))
 }
 
+/// A new standing approval id: `sa_` + 96 random bits in hex.
+pub fn new_standing_id() -> String {
+    format!("sa_{}", hex::encode(random::<12>()))
+}
+
 /// A new suspension token: `sus_` + 160 random bits in hex (URL-safe, single use).
 pub fn new_suspension_token() -> String {
     format!("sus_{}", hex::encode(random::<20>()))

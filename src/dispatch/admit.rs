@@ -69,7 +69,7 @@ impl Plan {
 }
 
 /// What a plan came to: a run, or the answer of the call its key already had.
-enum Recorded {
+pub(super) enum Recorded {
     Ran(Ran),
     Repeated(CallResult),
 }
@@ -331,6 +331,11 @@ impl Dispatcher {
             asked: asked.as_deref(),
         };
         let ran = match plan {
+            // Only a policy that offers standing approvals looks for one (see `standing`),
+            // boxed so that every other call's future stays the size it was.
+            Plan::Gated if super::standing::offered(policy) => {
+                Box::pin(run.standing(call, input)).await?
+            }
             Plan::Gated => run.gated(call, input).await?,
             Plan::IntentFirst => run.intent_first(call, input).await?,
             Plan::Behind => run.behind(call, input).await?,
@@ -416,11 +421,11 @@ impl Dispatcher {
 }
 
 /// What recording a new call as its [`Plan`] says needs to know besides the call itself.
-struct NewRun<'a> {
-    dispatcher: &'a Dispatcher,
-    registered: &'a Registered,
-    policy: &'a ToolPolicy,
-    call_id: &'a str,
+pub(super) struct NewRun<'a> {
+    pub(super) dispatcher: &'a Dispatcher,
+    pub(super) registered: &'a Registered,
+    pub(super) policy: &'a ToolPolicy,
+    pub(super) call_id: &'a str,
     /// What the approval policy asks of this call, if anything.
     asked: Option<&'a Suspension>,
 }
@@ -513,7 +518,7 @@ impl NewRun<'_> {
 
     /// The call's first run of attempts under `key`, with `input` (handed back when `keep`):
     /// none at all when the approval policy asks a person first.
-    async fn run(&self, key: Option<&str>, input: Value, keep: bool) -> Ran {
+    pub(super) async fn run(&self, key: Option<&str>, input: Value, keep: bool) -> Ran {
         let (registered, policy) = (self.registered, self.policy);
         let start = Start::of(None, self.asked.cloned().map(Box::new));
         self.dispatcher
@@ -522,7 +527,11 @@ impl NewRun<'_> {
     }
 
     /// The answer of the call the key already had.
-    async fn repeat(&self, existing: CallRecord, input: &Value) -> Result<Recorded, DispatchError> {
+    pub(super) async fn repeat(
+        &self,
+        existing: CallRecord,
+        input: &Value,
+    ) -> Result<Recorded, DispatchError> {
         let (registered, policy) = (self.registered, self.policy);
         self.dispatcher
             .repeat(existing, input, registered, policy, self.asked)

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::quota::{QuotaConfig, QuotaSettings};
+use super::standing::StandingLimits;
 use super::{ApprovalGate, DispatchConfig, Expression, ToolSettings};
 use crate::contract::retry::RetryPolicy;
 use crate::store::RejectOption;
@@ -148,6 +149,7 @@ impl ToolOverride {
                     .map(|s| Duration::from_secs(s.clamp(1, MAX_ESCALATE_AFTER_S))),
                 escalate_to: policy.escalate_to.clone().unwrap_or_default(),
                 edit_input: policy.edit_input.unwrap_or(false),
+                standing: StandingLimits::of(policy.standing_max_s, policy.standing_max_calls),
                 ..asking_with(&policy.approval_schema)
             }),
             None => {
@@ -227,6 +229,8 @@ impl ToolOverride {
                 return Err(("approval.escalate_to".into(), why));
             }
         }
+        StandingLimits::check(policy.standing_max_s, policy.standing_max_calls)
+            .map_err(|(key, why)| (format!("approval.{key}"), why))?;
         Ok(())
     }
 }
@@ -263,6 +267,11 @@ pub struct ApprovalConfig {
     /// the edit is checked against the tool's input schema, the tool runs with it, and the
     /// call keeps both inputs and who edited.
     pub edit_input: Option<bool>,
+    /// The longest standing approval an approver may grant, in seconds: "this tool, for this
+    /// caller, for the next N seconds or K calls". Set with `standing_max_calls`; unset: none.
+    pub standing_max_s: Option<u64>,
+    /// The most calls a standing approval may release. Set with `standing_max_s`.
+    pub standing_max_calls: Option<u32>,
 }
 
 /// The most distinct approvers a policy may ask for.

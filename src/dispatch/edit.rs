@@ -20,35 +20,51 @@ use super::who::Principal;
 use super::{Approved, DispatchError, Dispatcher, detached};
 use crate::store::{CallEdit, CallEvent, CallRecord};
 
+/// What an approver may add to an approval, where the tool's policy allows it.
+#[derive(Debug, Default)]
+pub struct ApproveExtras {
+    /// The call's input as the approver edited it (`edit_input`).
+    pub edited_input: Option<Value>,
+    /// A standing approval of the tool's later calls by the same caller (`standing_max_s`,
+    /// `standing_max_calls`).
+    pub standing: Option<super::StandingAsk>,
+}
+
 impl Dispatcher {
-    /// Approves the suspension `token` as [`Dispatcher::approve`] does, with the approver's
-    /// `edited_input` as the call's input, if they edited it: refused where the tool's policy
-    /// allows no edits, checked against the tool's input schema. An edit equal to the input as
-    /// it stands is no edit.
+    /// Approves the suspension `token` as [`Dispatcher::approve`] does, with what the approver
+    /// adds to it (see [`ApproveExtras`]): an edit of the call's input, refused where the
+    /// tool's policy allows no edits, checked against the tool's input schema (an edit equal
+    /// to the input as it stands is no edit); a standing approval, recorded with the approval
+    /// in its transaction, refused before anything is decided where the policy does not offer
+    /// it or allows less (see `standing`).
     ///
     /// When the policy needs several approvers, an approval that edits the input clears the
     /// approvals so far and counts first, of the edited input; one without an edit counts
     /// toward the input as it stands (see `GET /approvals/{token}`).
-    pub async fn approve_edited(
+    pub async fn approve_with(
         &self,
         token: &str,
         resume_input: Value,
-        edited_input: Option<Value>,
+        extras: ApproveExtras,
         principal: &Principal,
     ) -> Result<Approved, DispatchError> {
         self.check_depth(&resume_input)?;
-        if let Some(edit) = &edited_input {
+        if let Some(edit) = &extras.edited_input {
             self.check_depth(edit)?;
         }
         self.check_decider(principal, token).await?;
         let this = self.clone();
         let token = token.to_owned();
         let actor = principal.actor();
+        let ApproveExtras {
+            edited_input,
+            standing,
+        } = extras;
         // The decision's request span goes with it, so its re-run is the request's child.
         detached(
             &self.running,
             async move {
-                this.run_approval(&token, resume_input, edited_input, &actor)
+                this.run_approval(&token, resume_input, edited_input, &actor, standing)
                     .await
             }
             .instrument(tracing::Span::current()),

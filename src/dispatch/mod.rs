@@ -34,7 +34,8 @@
 //! attempts, and what each amounts to), `record` (outcomes written, and counted), `resolve` (a
 //! person's decisions), `edit` (an approver's edit of a call's input), `unsettled` (a claim whose commit went unanswered), `wait`, `running`
 //! (the graceful stop's accounting), `settings`, `outcome` (the answers and refusals), and
-//! `escalate` (approvals left undecided past their policy's time).
+//! `escalate` (approvals left undecided past their policy's time), and `standing` (standing
+//! approvals: granted with an approval, spent by the calls a policy would suspend).
 
 mod admit;
 mod attempt;
@@ -50,6 +51,7 @@ mod record;
 mod resolve;
 mod running;
 mod settings;
+mod standing;
 mod unsettled;
 mod visible;
 pub mod wait;
@@ -57,6 +59,7 @@ pub mod who;
 
 pub use admit::{check_idempotency_key, client_key_scope};
 pub use condition::Expression;
+pub use edit::ApproveExtras;
 pub(crate) use escalate::escalated;
 pub use events::{EventFilter, Resume};
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
@@ -66,6 +69,7 @@ pub use resolve::{
 };
 pub use running::Running;
 pub use settings::{ApprovalGate, CallOptions, DispatchConfig, ToolSettings};
+pub use standing::{StandingAsk, StandingLimits};
 pub use visible::SeenCall;
 
 use std::sync::Arc;

@@ -321,6 +321,22 @@ pub enum DispatchError {
     /// does not offer); the message says what it must be.
     #[error("{0}")]
     BadRequest(String),
+    /// A standing approval asked where it is never offered (see `standing`): the sentence
+    /// says why; nothing was decided.
+    #[error("{0}")]
+    StandingNotAllowed(String),
+    /// A standing approval asked for more than the tool's policy allows (or for nothing):
+    /// `standing.<field>` must be 1 to `max`; nothing was decided.
+    #[error("`standing.{field}` must be 1 to {max}")]
+    StandingOutOfBounds {
+        /// `for_s` or `calls`.
+        field: &'static str,
+        /// The policy's bound.
+        max: u64,
+    },
+    /// No standing approval has this id (or none of a tool the principal decides).
+    #[error("no standing approval has the id `{0}`")]
+    UnknownStandingApproval(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -11,6 +11,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::attempt::Start;
+use super::standing::StandingAsk;
 use super::who::Principal;
 use super::{CallOutcome, CallResult, DispatchError, Dispatcher};
 use crate::contract::registry::{compile_schema, violations};
@@ -108,8 +109,13 @@ impl Dispatcher {
         resume_input: Value,
         principal: &Principal,
     ) -> Result<Approved, DispatchError> {
-        self.approve_edited(token, resume_input, None, principal)
-            .await
+        self.approve_with(
+            token,
+            resume_input,
+            super::ApproveExtras::default(),
+            principal,
+        )
+        .await
     }
 
     /// Rejects the suspension `token`: the call becomes `rejected` and its tool does not run.
@@ -315,6 +321,7 @@ impl Dispatcher {
         resume_input: Value,
         edit: Option<Value>,
         actor: &Actor,
+        standing: Option<StandingAsk>,
     ) -> Result<Approved, DispatchError> {
         let approval = match self.pending(token).await {
             Err(DispatchError::AlreadyResolved(call)) => {
@@ -339,6 +346,9 @@ impl Dispatcher {
         let edit = edit
             .map(|edit| self.check_edit(&approval.tool, edit))
             .transpose()?;
+        let standing = standing
+            .map(|ask| self.new_standing(&approval, actor, &ask))
+            .transpose()?;
         let entry = self.entry(&approval.tool)?;
         let (registered, policy) = (entry.registered.as_ref(), entry.policy.as_ref());
         let _slot = self.take_slot(policy, &approval.tool)?;
@@ -360,7 +370,8 @@ impl Dispatcher {
         };
         let asked = Timestamp::now();
         let claiming = self.unsettled.begin(&approval.call_id).await?;
-        let resolved = match self.store.resolve_by(token, resolution, actor).await {
+        let resolving = self.resolve_granting(token, resolution, actor, standing);
+        let resolved = match resolving.await {
             Ok(resolved) => resolved,
             Err(err) => return Err(self.claim_failed(claiming, err)),
         };

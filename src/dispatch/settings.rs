@@ -61,8 +61,11 @@ pub struct ApprovalGate {
     /// [`Principal::reached_by_escalation`](super::who::Principal::reached_by_escalation).
     pub escalate_to: Vec<String>,
     /// Whether an approver may change the call's input as they approve it (`edit_input`):
-    /// the tool then runs with the edited input (see `Dispatcher::approve_edited`).
+    /// the tool then runs with the edited input (see `Dispatcher::approve_with`).
     pub edit_input: bool,
+    /// The standing approvals an approver may grant with an approval (`standing_max_s`,
+    /// `standing_max_calls`); `None`: never offered.
+    pub standing: Option<super::standing::StandingLimits>,
 }
 
 impl Default for ApprovalGate {
@@ -82,6 +85,7 @@ impl Default for ApprovalGate {
             escalate_after: None,
             escalate_to: Vec::new(),
             edit_input: false,
+            standing: None,
         }
     }
 }

@@ -353,6 +353,8 @@ struct CallPage {
     approve: Option<Form>,
     /// The call's input to edit as it is approved, where its policy allows edits.
     edit: Option<Form>,
+    /// A standing approval the approve form offers, where the tool's policy makes one.
+    standing: Option<super::standing::StandingOffer>,
     confirm: Option<Confirm>,
     reject: TextField,
     /// The rejection options of the tool's approval policy, to choose one of.
@@ -533,6 +535,9 @@ pub(crate) fn call_page(
         edit: suspension
             .filter(|_| may_approve)
             .and_then(|_| edit::edit_form(visit.dispatcher(), call, typed.edit)),
+        standing: suspension
+            .filter(|_| may_approve)
+            .and_then(|_| super::standing::offer(visit, signed, call)),
         progress,
         confirm: confirm.filter(|_| may_approve),
         reject: text(typed.reject),

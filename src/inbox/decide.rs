@@ -188,6 +188,9 @@ impl Decision {
         err: DispatchError,
         refused: impl FnOnce(Vec<InputViolation>) -> Typed,
     ) -> Answer {
+        if let Some(refused) = super::standing::refusal(&err) {
+            return Err(refused);
+        }
         match err {
             DispatchError::InvalidResumeInput(violations)
             | DispatchError::OutputSchemaViolation(violations) => {
@@ -282,7 +285,7 @@ impl Decision {
                     .filter(|(name, _)| {
                         let answer = name == "v" || name.starts_with("v/");
                         let edit = name == "edit" || name == "e" || name.starts_with("e/");
-                        answer || edit
+                        answer || edit || super::standing::is_standing_field(name)
                     })
                     .cloned()
                     .collect();
@@ -344,11 +347,20 @@ pub(crate) async fn approve(decision: Decision) -> Answer {
         }
         return decision.to_confirm(schema, edited);
     }
+    let standing = super::standing::asked(|name| decision.field(name).map(str::to_owned))?;
     let approve = async |input| {
         let principal = decision.principal();
         decision
             .dispatcher()
-            .approve_edited(&token, input, edited, principal)
+            .approve_with(
+                &token,
+                input,
+                crate::dispatch::ApproveExtras {
+                    edited_input: edited,
+                    standing,
+                },
+                principal,
+            )
             .await
     };
     decision

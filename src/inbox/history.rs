@@ -88,6 +88,17 @@ fn sentence(event: &CallEvent) -> String {
             by("Input edited")
         ),
         "escalated" => "Escalated: nobody decided within the policy's time.".into(),
+        "standing_granted" => match event.details.as_ref().and_then(|d| d["calls"].as_u64()) {
+            Some(calls) => format!(
+                "{}: the caller's next {calls} calls of this tool run at once while it holds.",
+                by("Standing approval granted")
+            ),
+            None => format!("{}.", by("Standing approval granted")),
+        },
+        "standing_approved" => format!(
+            "{}: it ran at once, without asking.",
+            by("Released by a standing approval granted")
+        ),
         "approval_recorded" => match answer_text(event) {
             Some(text) => format!("{}: {text}", by("Approval recorded")),
             None => format!("{}, waiting for more approvers.", by("Approval recorded")),

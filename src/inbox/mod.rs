@@ -22,7 +22,8 @@
 //!   form off.
 //! - The pages: the queue (live, over the same event stream as `GET /events`) and the calls to
 //!   reconcile (`pages.rs`); one call (`call.rs`): what is asked, what approving does, its input
-//!   as a readable list, its history in sentences (`history.rs`).
+//!   as a readable list, its history in sentences (`history.rs`); the standing approvals that
+//!   hold, each revocable, and their offer on the approve form (`standing.rs`).
 //! - The decisions (`decide.rs`), with answer forms generated from JSON Schemas (`form/`).
 //!   Approving a `write` takes a second step, a confirmation, without script; after a
 //!   decision, the call's page says what it did and links to the next approval.
@@ -42,6 +43,7 @@ mod pages;
 mod prose;
 mod session;
 mod sign_in;
+mod standing;
 mod views;
 
 use std::sync::Arc;
@@ -139,6 +141,8 @@ pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gate
         .route("/inbox/calls/{call_id}/reject", post(decide::reject))
         .route("/inbox/calls/{call_id}/complete", post(decide::complete))
         .route("/inbox/calls/{call_id}/resolve", post(decide::resolve))
+        .route("/inbox/standing", get(standing::list))
+        .route("/inbox/standing/{id}/revoke", post(standing::revoke))
         .route("/inbox/sign-in", post(sign_in::sign_in))
         .route("/inbox/sign-out", post(sign_in::sign_out))
         .route("/inbox/oidc/start", get(oidc::start))

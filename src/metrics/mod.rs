@@ -51,6 +51,7 @@ const TOKEN_VERIFICATIONS: &str = "toolgate_token_verifications";
 const KEY_SET_FETCHES: &str = "toolgate_key_set_fetches";
 const REPLICAS_LIVE: &str = "toolgate_replicas_live";
 const TRACE_SPANS: &str = "toolgate_trace_spans";
+const STANDING_RELEASED: &str = "toolgate_standing_released";
 
 /// A run, from echo's microseconds to a slow tool's minutes (retries included).
 const CALL_DURATION_BUCKETS: [f64; 18] = [
@@ -140,6 +141,7 @@ struct Metrics {
     token_verifications: SortedFamily<IssuerLabels, Counter>,
     key_set_fetches: SortedFamily<IssuerLabels, Counter>,
     trace_spans: SortedFamily<ResultLabel, Counter>,
+    standing_released: SortedFamily<ToolLabel, Counter>,
 }
 
 /// Registers in `$registry` each metric (a clone: the series are shared) under its name,
@@ -168,6 +170,7 @@ impl Metrics {
             token_verifications: SortedFamily::default(),
             key_set_fetches: SortedFamily::default(),
             trace_spans: SortedFamily::default(),
+            standing_released: SortedFamily::default(),
         };
         let mut registry = Registry::default();
         register! {
@@ -203,6 +206,8 @@ impl Metrics {
             TRACE_SPANS => metrics.trace_spans,
                 "Spans handed to the trace exporter ([telemetry]), by what came of them: exported, \
                 or dropped because the queue was full or the collector did not take them";
+            STANDING_RELEASED => metrics.standing_released,
+                "Calls a standing approval released at once, by tool (each took one of its calls)";
         }
         Metrics {
             registry,
@@ -329,6 +334,16 @@ pub(crate) fn trace_spans(result: &'static str, spans: u64) {
             result: result.to_owned(),
         })
         .inc_by(spans);
+}
+
+/// Counts a call of `tool` released by a standing approval: looked up on that path only.
+pub(crate) fn standing_released(tool: &str) {
+    METRICS
+        .standing_released
+        .get_or_create(&ToolLabel {
+            tool: tool.to_owned(),
+        })
+        .inc();
 }
 
 /// Counts a request refused by `quota` (a quota key), for `tool` (empty when it is none's):

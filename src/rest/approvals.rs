@@ -89,6 +89,11 @@ pub struct ApproveRequest {
     /// approvals so far and counts as the first of the edited input.
     #[serde(default)]
     pub edited_input: Option<Value>,
+    /// Also approve this tool's later calls by the same caller, for the next `for_s` seconds
+    /// or `calls` calls (whichever ends first), where the tool's approval policy offers it
+    /// (`standing_max_s`, `standing_max_calls`).
+    #[serde(default)]
+    pub standing: Option<crate::dispatch::StandingAsk>,
 }
 
 /// The body of a rejection.
@@ -251,7 +256,7 @@ impl ApprovalRecorded {
         (status = 400, description = "`bad_request`: malformed JSON, a missing `input`, an unknown field, or JSON nested too deep.", body = ErrorEnvelope),
         (status = 409, description = "`already_approved`: this principal approved it before and the policy needs others too; `details.approvals` are the approvals so far, `details.approvals_required` how many it needs. `already_resolved`: it was resolved before; `details` is the call's record. `lease_lost`: this replica lost its lease while the tool re-ran and the call was settled meanwhile; the outcome was refused and kept as `late_outcome` (`details` is the call).", body = ErrorEnvelope),
         DecisionRefused,
-        (status = 422, description = "`invalid_resume_input`: `input` does not fit the suspension's `input_schema` (`details.errors`); `invalid_input`: `edited_input` does not fit the tool's input schema (`details.errors`); `edit_not_allowed`: the tool's approval policy allows no edits (`edit_input`). Nothing was decided; it stays pending.", body = ErrorEnvelope),
+        (status = 422, description = "`invalid_resume_input`: `input` does not fit the suspension's `input_schema` (`details.errors`); `invalid_input`: `edited_input` does not fit the tool's input schema (`details.errors`); `edit_not_allowed`: the tool's approval policy allows no edits (`edit_input`); `standing_not_allowed`: a `standing` approval where the tool's policy offers none, needs several approvers, or the call is the approver's own (or has no named caller); `standing_out_of_bounds`: `standing.for_s` or `standing.calls` beyond the policy's `standing_max_s` or `standing_max_calls` (`details.field`, `details.max`). Nothing was decided; it stays pending.", body = ErrorEnvelope),
         ToolRunFailed,
     )
 )]
@@ -263,7 +268,15 @@ pub(super) async fn approve(
 ) -> Result<Response, ApiError> {
     let approved = app
         .dispatcher
-        .approve_edited(&token, request.input, request.edited_input, &principal)
+        .approve_with(
+            &token,
+            request.input,
+            crate::dispatch::ApproveExtras {
+                edited_input: request.edited_input,
+                standing: request.standing,
+            },
+            &principal,
+        )
         .await?;
     Ok(match approved {
         Approved::Ran(result) => call_response(result),

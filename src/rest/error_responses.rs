@@ -151,3 +151,14 @@ error_set! {
     /// that names no suspension the principal may decide, one that expired, or a body refused.
     DecisionRefused = UnknownToken | SuspensionExpired | BodyRefused
 }
+
+error_set! {
+    /// `404 unknown_standing_approval` (every route of a standing approval).
+    UnknownStandingApproval {
+        "404" => envelope(
+            "`unknown_standing_approval`: no standing approval has this id (or none of a tool \
+             the principal's `decides` reaches).",
+            &[],
+        ),
+    }
+}

@@ -1,6 +1,6 @@
 //! The REST door: one file per resource, each with its own `router()` beside its handlers
-//! (tools, calls, approvals, events, webhooks, health, metrics, openapi). Handlers are thin:
-//! they translate HTTP into the call lifecycle (`crate::dispatch`) and its results back, and
+//! (tools, calls, approvals, standing approvals, events, webhooks, health, metrics, openapi).
+//! Handlers are thin: they translate HTTP into the call lifecycle (`crate::dispatch`) and its results back, and
 //! every error answer goes through the one envelope (`crate::http::error`). What changes only
 //! with the tool list (the list in toolgate's own format and each provider's, each descriptor,
 //! the OpenAPI document) is serialized once per generation of the list ([`catalog`]).
@@ -14,6 +14,7 @@ mod health;
 mod metrics;
 pub mod openapi;
 mod responses;
+mod standing;
 mod tools;
 mod webhooks;
 
@@ -79,6 +80,7 @@ pub(crate) fn router(
         .merge(tools::router(gates))
         .merge(calls::router(gates))
         .merge(approvals::router(gates))
+        .merge(standing::router(gates))
         .merge(webhooks::router(gates))
         .merge(events::router(gates))
         .merge(openapi::router(gates))

@@ -17,7 +17,7 @@ use utoipa::OpenApi;
 use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, EditedAnswer, SuspensionTicket};
-use super::{approvals, calls, events, health, metrics, tools, webhooks};
+use super::{approvals, calls, events, health, metrics, standing, tools, webhooks};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
@@ -41,6 +41,7 @@ use crate::store::{
         tools::list, tools::get, tools::call,
         calls::list, calls::get, calls::resolve,
         approvals::list, approvals::get, approvals::approve, approvals::reject, approvals::complete,
+        standing::list, standing::revoke,
         events::events,
         webhooks::list, webhooks::retry,
         health::healthz, health::readyz,
@@ -54,6 +55,8 @@ use crate::store::{
         webhooks::DeliveryList, crate::schema::Format, tools::ProviderToolList,
         crate::store::RejectOption, crate::store::ApprovalVote, approvals::ApprovalRecorded,
         crate::store::EditMark, EditedAnswer,
+        crate::dispatch::StandingAsk, crate::store::StandingApproval, crate::store::StandingUse,
+        standing::StandingList,
     )),
     tags(
         (name = "tools", description = "Tool schemas, and calling tools."),

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use tokio::sync::{oneshot, watch};
 
 use super::queue::{Job, Msg, Reply, WriteOp};
+use super::standing::{NewStanding, StandingApproval, StandingOp, StandingStore, StandingUse};
 use super::{
     Actor, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
     DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, FeedStore, InboxSession,
@@ -419,5 +420,78 @@ impl<B: Backend> SessionStore for B {
 
     async fn prune_sessions(&self, now: Timestamp) -> Result<u64, StoreError> {
         self.write(WriteOp::PruneSessions(now.0)).await?.pruned()
+    }
+}
+
+#[async_trait]
+impl<B: Backend> StandingStore for B {
+    async fn approve_standing(
+        &self,
+        token: &str,
+        resolution: Resolution,
+        actor: &Actor,
+        standing: NewStanding,
+    ) -> Result<Resolved, StoreError> {
+        let op = StandingOp::Approve {
+            token: token.to_owned(),
+            resolution,
+            actor: actor.clone(),
+            standing,
+        };
+        self.write(WriteOp::Standing(Box::new(op)))
+            .await?
+            .standing()?
+            .resolved()
+    }
+
+    async fn insert_standing_call(
+        &self,
+        call: NewCall,
+        suspended: Outcome,
+    ) -> Result<(Inserted, Option<StandingUse>), StoreError> {
+        let WriteOp::Insert(call, Some(suspended)) = WriteOp::insert(call, Some(suspended))? else {
+            unreachable!("an insert with an outcome");
+        };
+        let op = StandingOp::InsertCall(call, suspended);
+        self.write(WriteOp::Standing(Box::new(op)))
+            .await?
+            .standing()?
+            .inserted()
+    }
+
+    async fn standing_approvals(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<StandingApproval>, StoreError> {
+        let op = StandingOp::List(now.0);
+        self.write(WriteOp::Standing(Box::new(op)))
+            .await?
+            .standing()?
+            .listed()
+    }
+
+    async fn standing_approval(&self, id: &str) -> Result<Option<StandingApproval>, StoreError> {
+        let op = StandingOp::Get(id.to_owned());
+        self.write(WriteOp::Standing(Box::new(op)))
+            .await?
+            .standing()?
+            .one()
+    }
+
+    async fn revoke_standing(
+        &self,
+        id: &str,
+        by: Option<&str>,
+        now: Timestamp,
+    ) -> Result<Option<StandingApproval>, StoreError> {
+        let op = StandingOp::Revoke {
+            id: id.to_owned(),
+            by: by.map(str::to_owned),
+            at: now.0,
+        };
+        self.write(WriteOp::Standing(Box::new(op)))
+            .await?
+            .standing()?
+            .one()
     }
 }

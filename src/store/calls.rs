@@ -122,7 +122,9 @@ pub struct CallEvent {
     /// `needs_reconciliation`, `reconciled`, `expired`. A finished run's event carries its `attempts` (retries
     /// included) and, when it failed, the error (`tool_timeout` for a timeout); `approved`
     /// carries the approver's `answer`, `rejected` the `reason` when there is one, `edited`
-    /// the `input` as the approver edited it.
+    /// the `input` as the approver edited it; `standing_approved` (a standing approval released
+    /// the call: its approver as the actor, `standing_approval_id`); `standing_granted` (the
+    /// approval of this call granted one: `standing_approval_id`, `calls`, `expires_at`).
     pub kind: String,
     /// The principal name (a key's, or `<issuer>:<subject>`) of whoever caused it, when a
     /// client or a person did.
@@ -176,6 +178,10 @@ pub struct CallRecord {
     pub updated_at: Timestamp,
     /// How many times its tool has run (an approval or a retry runs it again).
     pub attempts: u32,
+    /// The standing approval that released the call, when one did (its `standing_approved`
+    /// event); left out otherwise, and of lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standing_approval: Option<super::StandingUse>,
     /// What happened to the call, oldest first. Left out of lists.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<CallEvent>,

@@ -67,6 +67,10 @@
 //!   one claimant at a time.** SQLite: `sqlite/webhooks.rs` (`enqueue`, `claim` with
 //!   `claimed_until`), which one writer cannot race. PostgreSQL: `postgres/webhooks.rs`, a
 //!   conditional `UPDATE` under the cursor's row lock, and `FOR UPDATE SKIP LOCKED` claims.
+//! - **a standing approval's call limit is never exceeded**, across replicas: a call takes one
+//!   by a conditional `UPDATE` (`calls_left > 0`, unexpired, unrevoked) in the transaction that
+//!   records it. SQLite: `sqlite/standing.rs`, by the one writer. PostgreSQL:
+//!   `postgres/writer/standing.rs`, the row locked and re-checked (`standing.rs` has the types).
 //! - **an expired inbox session is never answered**: `sqlite/sessions.rs`,
 //!   `postgres/sessions.rs` (`find`, filtered by `expires_at`).
 //! - **a call left running by a dead process is settled** (`interrupted` or
@@ -95,6 +99,7 @@ mod record;
 mod rows;
 mod sessions;
 mod sqlite;
+mod standing;
 mod suspensions;
 mod timestamp;
 
@@ -111,6 +116,9 @@ pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDeli
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
 pub use sqlite::SqliteStore;
+pub use standing::{
+    NewStanding, STANDING_APPROVED, STANDING_GRANTED, StandingApproval, StandingStore, StandingUse,
+};
 pub use suspensions::{
     Approval, ApprovalPage, ApprovalState, ApprovalVote, RejectOption, Resolution, Resolved,
     SuspensionView,
@@ -132,7 +140,7 @@ pub struct StoreCounts {
 /// module docs for what a backend promises. `Arc<dyn Store>` is how the server holds one.
 #[async_trait]
 pub trait Store:
-    CallStore + FeedStore + OutboxStore + SessionStore + Send + Sync + 'static
+    CallStore + FeedStore + OutboxStore + SessionStore + StandingStore + Send + Sync + 'static
 {
     /// Checks the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -184,6 +184,8 @@ pub(crate) enum WriteOp {
     DeleteSession(String),
     /// Drops the inbox sessions expired by this time (Unix ms).
     PruneSessions(i64),
+    /// A standing approval's write (`standing.rs`).
+    Standing(Box<super::standing::StandingOp>),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -208,6 +210,8 @@ pub(crate) enum Reply {
     Claimed(Vec<Delivery>),
     /// The delivery as it is now, if it exists.
     Delivery(Option<Box<Delivery>>),
+    /// What a standing approval's write answers (boxed: every other reply stays small).
+    Standing(Box<super::standing::StandingReply>),
 }
 
 impl WriteOp {
@@ -228,6 +232,7 @@ impl WriteOp {
             WriteOp::CreateSession(_) => "create_session",
             WriteOp::DeleteSession(_) => "delete_session",
             WriteOp::PruneSessions(_) => "prune_sessions",
+            WriteOp::Standing(_) => "standing",
             WriteOp::Ping => "ping",
         }
     }
@@ -241,6 +246,11 @@ impl WriteOp {
             | WriteOp::Resolve(..)
             | WriteOp::Reconcile(..)
             | WriteOp::Escalate { .. } => true,
+            WriteOp::Standing(op) => matches!(
+                **op,
+                super::standing::StandingOp::Approve { .. }
+                    | super::standing::StandingOp::InsertCall(..)
+            ),
             WriteOp::Rerun(_)
             | WriteOp::PruneFeed(_)
             | WriteOp::EnqueueDeliveries { .. }
@@ -356,6 +366,7 @@ answers! {
     claimed -> Vec<Delivery> { Reply::Claimed(deliveries) => deliveries }
     settled -> () { Reply::Done => () }
     delivery -> Option<Delivery> { Reply::Delivery(delivery) => delivery.map(|d| *d) }
+    standing -> super::standing::StandingReply { Reply::Standing(reply) => *reply }
 }
 
 fn unexpected() -> StoreError {

@@ -151,6 +151,7 @@ impl RawCall {
             created_at: Timestamp(self.created_at),
             updated_at: Timestamp(self.updated_at),
             attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            standing_approval: super::standing::released_by(&events),
             events,
             traceparent: self.trace,
         })

@@ -335,6 +335,9 @@ impl toolgate::store::SessionStore for BrokenStore {
     }
 }
 
+/// Keeps no standing approvals (the trait's defaults).
+impl toolgate::store::StandingStore for BrokenStore {}
+
 #[tokio::test]
 async fn a_failing_store_is_answered_without_leaking_its_internals() {
     let mut tools = ToolSet::new();

@@ -12,6 +12,7 @@ mod reading;
 mod reasons;
 mod security;
 mod sessions;
+mod standing;
 
 use std::collections::HashMap;
 

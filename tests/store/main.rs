@@ -1,8 +1,9 @@
 //! The store conformance suite: what every `Store` backend must do, by concern (`calls.rs`,
-//! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`). Each backend runs every check
-//! through `suite!` below; a new backend adds one invocation. What only the embedded backend
-//! does (its file, across reopens and crashes) is checked at the end of this file; what only a
-//! shared database does is in `tests/store_postgres.rs`. One test binary, so that it links once.
+//! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`, `standing.rs`). Each backend runs
+//! every check through `suite!` below; a new backend adds one invocation. What only the embedded
+//! backend does (its file, across reopens and crashes) is checked at the end of this file; what
+//! only a shared database does is in `tests/store_postgres.rs`. One test binary, so that it links
+//! once.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,6 +13,7 @@ mod edits;
 mod feed;
 mod outbox;
 mod sessions;
+mod standing;
 mod suspensions;
 
 use std::sync::Arc;
@@ -158,6 +160,22 @@ macro_rules! suite {
             #[tokio::test]
             async fn inbox_sessions_expire_and_end() {
                 super::sessions::inbox_sessions_expire_and_end(store().await.0).await;
+            }
+            #[tokio::test]
+            async fn standing_approvals_release_calls_up_to_their_limit() {
+                super::standing::standing_approvals_release_calls_up_to_their_limit(
+                    store().await.0,
+                )
+                .await;
+            }
+            #[tokio::test]
+            async fn standing_approvals_end_when_expired_or_revoked() {
+                super::standing::standing_approvals_end_when_expired_or_revoked(store().await.0)
+                    .await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn concurrent_calls_never_exceed_the_limit() {
+                super::standing::concurrent_calls_never_exceed_the_limit(store().await.0).await;
             }
         }
     };

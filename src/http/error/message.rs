@@ -202,6 +202,21 @@ impl ApiError {
                 ),
                 Some(json!({ "tool": tool, "retry_after_s": retry_after.as_secs().max(1) })),
             ),
+            ApiError::StandingNotAllowed(why) => (
+                format!("{why} Nothing was decided."),
+                Some(json!({ "field": "standing" })),
+            ),
+            ApiError::StandingOutOfBounds { field, max } => (
+                format!(
+                    "`standing.{field}` must be 1 to {max}, as the tool's approval policy \
+                     allows. Nothing was decided."
+                ),
+                Some(json!({ "field": format!("standing.{field}"), "max": max })),
+            ),
+            ApiError::UnknownStandingApproval(id) => (
+                format!("No standing approval has the id `{id}`."),
+                Some(json!({ "id": id })),
+            ),
             ApiError::Internal => ("The server failed to handle this request.".into(), None),
         };
         ErrorObject {

@@ -161,6 +161,17 @@ pub enum ApiError {
         /// When to try again.
         retry_after: std::time::Duration,
     },
+    /// A standing approval asked where the tool's policy never offers one (why).
+    StandingNotAllowed(String),
+    /// A standing approval asked beyond the policy's bounds: the field, and its bound.
+    StandingOutOfBounds {
+        /// `for_s` or `calls`.
+        field: &'static str,
+        /// The most the policy allows.
+        max: u64,
+    },
+    /// No standing approval has this id (or none the principal may see).
+    UnknownStandingApproval(String),
     /// Something failed inside the server; already logged.
     Internal,
 }
@@ -177,11 +188,13 @@ impl ApiError {
             | ApiError::UnknownTool(_)
             | ApiError::UnknownCall(_)
             | ApiError::UnknownToken
-            | ApiError::UnknownDelivery(_) => StatusCode::NOT_FOUND,
+            | ApiError::UnknownDelivery(_)
+            | ApiError::UnknownStandingApproval(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::InvalidInput { .. } | ApiError::InvalidResumeInput(_) => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ApiError::InvalidInput { .. }
+            | ApiError::InvalidResumeInput(_)
+            | ApiError::StandingNotAllowed(_)
+            | ApiError::StandingOutOfBounds { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::AlreadyResolved(_)
             | ApiError::AlreadyApproved { .. }
             | ApiError::NeedsApprovals { .. }
@@ -253,6 +266,9 @@ impl ApiError {
             ApiError::NotRetryable(_) => "not_retryable",
             ApiError::LeaseLost(_) => "lease_lost",
             ApiError::UpstreamUnavailable { .. } => "upstream_unavailable",
+            ApiError::StandingNotAllowed(_) => "standing_not_allowed",
+            ApiError::StandingOutOfBounds { .. } => "standing_out_of_bounds",
+            ApiError::UnknownStandingApproval(_) => "unknown_standing_approval",
             ApiError::Internal => "internal",
         }
     }
@@ -336,6 +352,11 @@ impl From<DispatchError> for ApiError {
             DispatchError::Unavailable { tool, retry_after } => {
                 ApiError::UpstreamUnavailable { tool, retry_after }
             }
+            DispatchError::StandingNotAllowed(why) => ApiError::StandingNotAllowed(why),
+            DispatchError::StandingOutOfBounds { field, max } => {
+                ApiError::StandingOutOfBounds { field, max }
+            }
+            DispatchError::UnknownStandingApproval(id) => ApiError::UnknownStandingApproval(id),
             DispatchError::Store(err) => err.into(),
             DispatchError::Internal(message) => {
                 tracing::error!(error = %message, "call lifecycle failed");

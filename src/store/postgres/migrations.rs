@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0009_call_traces.sql"),
     include_str!("../migrations/postgres/0010_feed_approvals.sql"),
     include_str!("../migrations/postgres/0011_approval_edits.sql"),
+    include_str!("../migrations/postgres/0012_standing_approvals.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0010_call_traces.sql"),
     include_str!("../migrations/sqlite/0011_feed_approvals.sql"),
     include_str!("../migrations/sqlite/0012_approval_edits.sql"),
+    include_str!("../migrations/sqlite/0013_standing_approvals.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive

@@ -17,6 +17,7 @@ mod migrations;
 mod reads;
 mod recovery;
 mod sessions;
+mod standing;
 mod webhooks;
 mod writer;
 mod writes;

@@ -172,6 +172,9 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
         WriteOp::CreateSession(session) => sessions::create(conn, &session).map(|()| Reply::Done),
         WriteOp::DeleteSession(id) => sessions::delete(conn, &id).map(Reply::Pruned),
         WriteOp::PruneSessions(now) => sessions::prune(conn, now).map(Reply::Pruned),
+        WriteOp::Standing(op) => {
+            super::standing::apply(conn, *op, now).map(|reply| Reply::Standing(Box::new(reply)))
+        }
         WriteOp::Ping => Ok(Reply::Done),
     }
 }

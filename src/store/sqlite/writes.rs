@@ -199,7 +199,7 @@ pub(super) fn append_event(
 }
 
 /// Appends one event caused by `by` (its name and display name) to the call's history.
-fn append_event_by(
+pub(super) fn append_event_by(
     conn: &Connection,
     call_id: &str,
     at: i64,

@@ -32,6 +32,7 @@
 mod batch;
 mod conditional;
 mod edits;
+mod standing;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -405,6 +406,9 @@ async fn applied(
             }
             WriteOp::DeleteSession(id) => sessions::delete(c, id).await.map(Reply::Pruned),
             WriteOp::PruneSessions(now) => sessions::prune(c, *now).await.map(Reply::Pruned),
+            WriteOp::Standing(op) => standing::apply(c, replica, op, &mut feed, now)
+                .await
+                .map(|reply| Reply::Standing(Box::new(reply))),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.
