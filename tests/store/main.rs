@@ -279,6 +279,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
          ALTER TABLE calls DROP COLUMN trace; \
          ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
+         DROP TABLE standing_approvals; \
          PRAGMA user_version = 3;",
     )
     .unwrap();
