@@ -17,8 +17,9 @@ use super::queue::{Job, Msg, Reply, WriteOp};
 use super::{
     Actor, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
     DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, FeedStore, InboxSession,
-    Inserted, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend, Reconciled, Rerun,
-    Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts, StoreError, Timestamp,
+    Inserted, LinkKey, LinkKeyStore, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend,
+    Reconciled, Rerun, Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts,
+    StoreError, Timestamp,
 };
 
 /// What a backend brings to the Store traits: its writer's queue, its reads, and what it writes
@@ -127,6 +128,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         id_sha256: &str,
         now: Timestamp,
     ) -> impl Future<Output = Result<Option<InboxSession>, StoreError>> + Send;
+
+    /// [`LinkKeyStore::link_keys`].
+    fn read_link_keys(
+        &self,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<LinkKey>, StoreError>> + Send;
 
     /// One trivial read: the readers can reach the database.
     fn read_one(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -419,5 +426,22 @@ impl<B: Backend> SessionStore for B {
 
     async fn prune_sessions(&self, now: Timestamp) -> Result<u64, StoreError> {
         self.write(WriteOp::PruneSessions(now.0)).await?.pruned()
+    }
+}
+
+#[async_trait]
+impl<B: Backend> LinkKeyStore for B {
+    async fn link_key_for(&self, key: &LinkKey) -> Result<LinkKey, StoreError> {
+        self.write(WriteOp::LinkKey(Box::new(key.clone())))
+            .await?
+            .link_key()
+    }
+
+    async fn link_keys(&self, now: Timestamp) -> Result<Vec<LinkKey>, StoreError> {
+        self.read_link_keys(now).await
+    }
+
+    async fn prune_link_keys(&self, now: Timestamp) -> Result<u64, StoreError> {
+        self.write(WriteOp::PruneLinkKeys(now.0)).await?.pruned()
     }
 }

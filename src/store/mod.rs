@@ -1,9 +1,10 @@
 //! Durable state: calls and the suspensions that park them until a person decides, the change
-//! feed, the webhook outbox, and the approval inbox's sessions.
+//! feed, the webhook outbox, the approval inbox's sessions, and the keys of decision links.
 //!
 //! [`Store`] is the seam a backend implements, as four traits by concern under it:
 //! [`CallStore`] (calls, suspensions, idempotency, reconciliation), [`FeedStore`] (the change
-//! feed), [`OutboxStore`] (webhook deliveries) and [`SessionStore`] (inbox sessions); `Store`
+//! feed), [`OutboxStore`] (webhook deliveries), [`SessionStore`] (inbox sessions) and
+//! [`LinkKeyStore`] (the keys that sign decision links); `Store`
 //! itself keeps what concerns the whole store (readiness, counts, shutdown). A caller holds an
 //! `Arc<dyn Store>` (whose methods include every sub-trait's); code holding a concrete backend
 //! brings the sub-trait it calls into scope. [`SqliteStore`] is the
@@ -69,6 +70,9 @@
 //!   conditional `UPDATE` under the cursor's row lock, and `FOR UPDATE SKIP LOCKED` claims.
 //! - **an expired inbox session is never answered**: `sqlite/sessions.rs`,
 //!   `postgres/sessions.rs` (`find`, filtered by `expires_at`).
+//! - **a rotation period has one decision-link key**, however many processes make it at once:
+//!   `sqlite/link_keys.rs`, `postgres/link_keys.rs` (`make`, an insert that does nothing on the
+//!   period's unique `epoch`, then a read of the period's key).
 //! - **a call left running by a dead process is settled** (`interrupted` or
 //!   `needs_reconciliation`, by effect). SQLite: `sqlite/recovery.rs` at open, safe because
 //!   `sqlite/mod.rs` (`lock`) makes one server the file's only owner. PostgreSQL:
@@ -87,6 +91,7 @@ mod calls;
 pub mod config;
 mod error;
 mod feed;
+mod link_keys;
 mod outbox;
 mod postgres;
 mod queue;
@@ -105,6 +110,7 @@ pub use calls::{
 };
 pub use error::StoreError;
 pub use feed::{ApprovalsSoFar, FEED_TYPES, FeedCursor, FeedEntry, FeedPage};
+pub use link_keys::{LinkKey, LinkKeyStore};
 pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDelivery};
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
@@ -130,7 +136,7 @@ pub struct StoreCounts {
 /// module docs for what a backend promises. `Arc<dyn Store>` is how the server holds one.
 #[async_trait]
 pub trait Store:
-    CallStore + FeedStore + OutboxStore + SessionStore + Send + Sync + 'static
+    CallStore + FeedStore + OutboxStore + SessionStore + LinkKeyStore + Send + Sync + 'static
 {
     /// Checks the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;

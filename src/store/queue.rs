@@ -184,6 +184,10 @@ pub(crate) enum WriteOp {
     DeleteSession(String),
     /// Drops the inbox sessions expired by this time (Unix ms).
     PruneSessions(i64),
+    /// Stores a decision links' key for its period, unless the period has one.
+    LinkKey(Box<super::LinkKey>),
+    /// Drops the decision links' keys retired by this time (Unix ms).
+    PruneLinkKeys(i64),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -208,6 +212,8 @@ pub(crate) enum Reply {
     Claimed(Vec<Delivery>),
     /// The delivery as it is now, if it exists.
     Delivery(Option<Box<Delivery>>),
+    /// The key of a period, as stored.
+    LinkKey(Box<super::LinkKey>),
 }
 
 impl WriteOp {
@@ -228,6 +234,8 @@ impl WriteOp {
             WriteOp::CreateSession(_) => "create_session",
             WriteOp::DeleteSession(_) => "delete_session",
             WriteOp::PruneSessions(_) => "prune_sessions",
+            WriteOp::LinkKey(_) => "link_key",
+            WriteOp::PruneLinkKeys(_) => "prune_link_keys",
             WriteOp::Ping => "ping",
         }
     }
@@ -250,6 +258,8 @@ impl WriteOp {
             | WriteOp::CreateSession(_)
             | WriteOp::DeleteSession(_)
             | WriteOp::PruneSessions(_)
+            | WriteOp::LinkKey(_)
+            | WriteOp::PruneLinkKeys(_)
             | WriteOp::Ping => false,
         }
     }
@@ -356,6 +366,7 @@ answers! {
     claimed -> Vec<Delivery> { Reply::Claimed(deliveries) => deliveries }
     settled -> () { Reply::Done => () }
     delivery -> Option<Delivery> { Reply::Delivery(delivery) => delivery.map(|d| *d) }
+    link_key -> super::LinkKey { Reply::LinkKey(key) => *key }
 }
 
 fn unexpected() -> StoreError {

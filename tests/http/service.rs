@@ -335,6 +335,30 @@ impl toolgate::store::SessionStore for BrokenStore {
     }
 }
 
+#[toolgate::async_trait]
+impl toolgate::store::LinkKeyStore for BrokenStore {
+    async fn link_key_for(
+        &self,
+        _key: &toolgate::store::LinkKey,
+    ) -> Result<toolgate::store::LinkKey, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn link_keys(
+        &self,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<Vec<toolgate::store::LinkKey>, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn prune_link_keys(
+        &self,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<u64, toolgate::store::StoreError> {
+        broken()
+    }
+}
+
 #[tokio::test]
 async fn a_failing_store_is_answered_without_leaking_its_internals() {
     let mut tools = ToolSet::new();

@@ -1,5 +1,6 @@
 //! The store conformance suite: what every `Store` backend must do, by concern (`calls.rs`,
-//! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`). Each backend runs every check
+//! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`, `link_keys.rs`). Each backend runs
+//! every check
 //! through `suite!` below; a new backend adds one invocation. What only the embedded backend
 //! does (its file, across reopens and crashes) is checked at the end of this file; what only a
 //! shared database does is in `tests/store_postgres.rs`. One test binary, so that it links once.
@@ -9,6 +10,7 @@ mod common;
 
 mod calls;
 mod feed;
+mod link_keys;
 mod outbox;
 mod sessions;
 mod suspensions;
@@ -153,6 +155,11 @@ macro_rules! suite {
             #[tokio::test]
             async fn inbox_sessions_expire_and_end() {
                 super::sessions::inbox_sessions_expire_and_end(store().await.0).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_periods_link_key_is_made_once_and_retired() {
+                super::link_keys::a_periods_link_key_is_made_once_and_retired(store().await.0)
+                    .await;
             }
         }
     };

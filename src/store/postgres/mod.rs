@@ -28,6 +28,7 @@
 
 mod feed;
 mod leases;
+mod link_keys;
 mod migrations;
 mod quotas;
 mod reads;
@@ -421,6 +422,13 @@ impl Backend for PostgresStore {
     ) -> Result<Option<InboxSession>, StoreError> {
         self.read(async |c| sessions::find(c, id_sha256, now.0).await)
             .await
+    }
+
+    async fn read_link_keys(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<crate::store::LinkKey>, StoreError> {
+        self.read(async |c| link_keys::live(c, now.0).await).await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

@@ -12,6 +12,7 @@
 //! idempotent) or `needs_reconciliation` (write). One server owns one SQLite file; several
 //! servers share a database through a server-based backend instead.
 
+mod link_keys;
 mod migrations;
 mod reads;
 mod recovery;
@@ -301,6 +302,13 @@ impl Backend for SqliteStore {
         let id = id_sha256.to_owned();
         self.read(move |conn| sessions::find(conn, &id, now.0))
             .await
+    }
+
+    async fn read_link_keys(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<crate::store::LinkKey>, StoreError> {
+        self.read(move |conn| link_keys::live(conn, now.0)).await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {
