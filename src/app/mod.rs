@@ -59,6 +59,8 @@ pub struct ServerBuilder {
     webhooks: crate::feed::webhooks::Webhooks,
     mcp: crate::mcp::McpOptions,
     inbox: crate::inbox::InboxOptions,
+    people: crate::notify::People,
+    links: crate::notify::links::LinkSettings,
     upstreams: crate::upstream::Upstreams,
     feed_retention: Duration,
     upkeep_interval: Duration,
@@ -89,6 +91,8 @@ impl ServerBuilder {
             webhooks: crate::feed::webhooks::Webhooks::none(),
             mcp: crate::mcp::McpOptions::default(),
             inbox: crate::inbox::InboxOptions::default(),
+            people: crate::notify::People::none(),
+            links: crate::notify::links::LinkSettings::default(),
             upstreams: crate::upstream::Upstreams::none(),
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
@@ -169,6 +173,19 @@ impl ServerBuilder {
     /// whether its cookies are `Secure` (see [`crate::inbox`]).
     pub fn inbox(mut self, options: crate::inbox::InboxOptions) -> Self {
         self.inbox = options;
+        self
+    }
+
+    /// The people messages reach (`[[people]]`): whom a decision link decides as.
+    pub fn people(mut self, people: crate::notify::People) -> Self {
+        self.people = people;
+        self
+    }
+
+    /// How decision links are made: their base URL, how long they serve, whether they are
+    /// signed (see [`crate::notify::links`]).
+    pub fn links(mut self, settings: crate::notify::links::LinkSettings) -> Self {
+        self.links = settings;
         self
     }
 
@@ -264,7 +281,16 @@ impl ServerBuilder {
             }
         }
         if self.inbox.enabled {
-            router = router.merge(crate::inbox::router(dispatcher.clone(), self.inbox, &gates));
+            let public_url = match (&self.links.public_url, self.listen) {
+                (url, _) if !url.is_empty() => url.clone(),
+                (_, Some(addr)) => format!("http://{addr}"),
+                (_, None) => "http://127.0.0.1:8080".to_owned(),
+            };
+            let links = crate::notify::Links::new(store.clone(), &public_url, self.links.ttl)
+                .sign_in_only(!self.links.signed);
+            let (links, people) = (Arc::new(links), Arc::new(self.people));
+            let inbox = crate::inbox::router(dispatcher.clone(), self.inbox, &gates, links, people);
+            router = router.merge(inbox);
         }
         let router = router
             .fallback(|| async { ApiError::RouteNotFound })
@@ -366,6 +392,9 @@ fn start_upkeep(
             }
             if let Err(err) = store.prune_sessions(Timestamp::now()).await {
                 tracing::debug!(error = %err, "cannot prune inbox sessions now");
+            }
+            if let Err(err) = store.prune_link_keys(Timestamp::now()).await {
+                tracing::debug!(error = %err, "cannot prune decision links' keys now");
             }
         }
     });

@@ -26,6 +26,8 @@
 //! - The decisions (`decide.rs`), with answer forms generated from JSON Schemas (`form/`).
 //!   Approving a `write` takes a second step, a confirmation, without script; after a
 //!   decision, the call's page says what it did and links to the next approval.
+//! - Decision links (`link.rs`): the page a person reaches from a message's signed link, to
+//!   decide its one approval without a sign-in (the link itself is [`crate::notify::links`]'s).
 //! - Text from tools and schemas is split into plain text and inline code (`prose.rs`), each
 //!   escaped; times are written in UTC and shown in the viewer's local time by the script.
 
@@ -36,6 +38,7 @@ mod decide;
 mod form;
 mod history;
 mod limit;
+mod link;
 mod oidc;
 mod pages;
 mod prose;
@@ -106,6 +109,8 @@ pub(crate) struct Inbox {
     limiter: limit::Limiter,
     /// The server's `max_in_flight`: a request takes its slot once its session checks out.
     in_flight: Arc<Slots>,
+    /// Decision links, and the people they are made for.
+    links: link::LinkPages,
 }
 
 impl std::ops::Deref for InboxState {
@@ -120,13 +125,20 @@ impl std::ops::Deref for InboxState {
 /// their time, but checks no bearer token and takes no slot of `max_in_flight`: each page
 /// checks the session cookie itself (a browser sends no bearer token), takes its slot once the
 /// session checks out, and answers HTML.
-pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gates) -> Router {
+pub(crate) fn router(
+    dispatcher: Dispatcher,
+    options: InboxOptions,
+    gates: &Gates,
+    links: Arc<crate::notify::Links>,
+    people: Arc<crate::notify::People>,
+) -> Router {
     let state = InboxState(Arc::new(Inbox {
         dispatcher,
         options,
         keys: gates.keys().clone(),
         limiter: limit::Limiter::default(),
         in_flight: gates.in_flight().clone(),
+        links: link::LinkPages { links, people },
     }));
     Router::new()
         .route("/inbox", get(pages::queue))
@@ -138,6 +150,9 @@ pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gate
         .route("/inbox/calls/{call_id}/reject", post(decide::reject))
         .route("/inbox/calls/{call_id}/complete", post(decide::complete))
         .route("/inbox/calls/{call_id}/resolve", post(decide::resolve))
+        .route("/inbox/link/{signed}", get(link::open))
+        .route("/inbox/link/{signed}/approve", post(link::approve))
+        .route("/inbox/link/{signed}/reject", post(link::reject))
         .route("/inbox/sign-in", post(sign_in::sign_in))
         .route("/inbox/sign-out", post(sign_in::sign_out))
         .route("/inbox/oidc/start", get(oidc::start))

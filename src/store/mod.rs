@@ -1,7 +1,7 @@
 //! Durable state: calls and the suspensions that park them until a person decides, the change
 //! feed, the webhook outbox, the approval inbox's sessions, and the keys of decision links.
 //!
-//! [`Store`] is the seam a backend implements, as four traits by concern under it:
+//! [`Store`] is the seam a backend implements, as five traits by concern under it:
 //! [`CallStore`] (calls, suspensions, idempotency, reconciliation), [`FeedStore`] (the change
 //! feed), [`OutboxStore`] (webhook deliveries), [`SessionStore`] (inbox sessions) and
 //! [`LinkKeyStore`] (the keys that sign decision links); `Store`
