@@ -57,10 +57,10 @@ pub struct ServerBuilder {
     issuers: Arc<Issuers>,
     dispatch: DispatchConfig,
     webhooks: crate::feed::webhooks::Webhooks,
+    notify: Option<crate::notify::Notify>,
     mcp: crate::mcp::McpOptions,
     inbox: crate::inbox::InboxOptions,
     people: crate::notify::People,
-    links: crate::notify::links::LinkSettings,
     upstreams: crate::upstream::Upstreams,
     feed_retention: Duration,
     upkeep_interval: Duration,
@@ -89,10 +89,10 @@ impl ServerBuilder {
             issuers: Arc::default(),
             dispatch: DispatchConfig::default(),
             webhooks: crate::feed::webhooks::Webhooks::none(),
+            notify: None,
             mcp: crate::mcp::McpOptions::default(),
             inbox: crate::inbox::InboxOptions::default(),
             people: crate::notify::People::none(),
-            links: crate::notify::links::LinkSettings::default(),
             upstreams: crate::upstream::Upstreams::none(),
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
@@ -169,6 +169,14 @@ impl ServerBuilder {
         self
     }
 
+    /// The notification channels (`Config::notify`: `[[notify]]` and the `[[people]]` they
+    /// reach): their messages ride the webhooks' outbox, which starts for them too. With no
+    /// channel nothing is made and nothing costs.
+    pub fn notify(mut self, notify: crate::notify::Notify) -> Self {
+        self.notify = (!notify.is_empty()).then_some(notify);
+        self
+    }
+
     /// `/inbox`, the approvers' web page: whether it is served, how long a sign-in lasts, and
     /// whether its cookies are `Secure` (see [`crate::inbox`]).
     pub fn inbox(mut self, options: crate::inbox::InboxOptions) -> Self {
@@ -176,16 +184,11 @@ impl ServerBuilder {
         self
     }
 
-    /// The people messages reach (`[[people]]`): whom a decision link decides as.
+    /// The people (`[[people]]`) whom decision links decide as, when no channel is configured
+    /// (the channels of [`ServerBuilder::notify`] bring their own): for links an application
+    /// makes itself ([`crate::notify::Links`]).
     pub fn people(mut self, people: crate::notify::People) -> Self {
         self.people = people;
-        self
-    }
-
-    /// How decision links are made: their base URL, how long they serve, whether they are
-    /// signed (see [`crate::notify::links`]).
-    pub fn links(mut self, settings: crate::notify::links::LinkSettings) -> Self {
-        self.links = settings;
         self
     }
 
@@ -236,7 +239,27 @@ impl ServerBuilder {
 
         // The background work: each loop ends at the graceful stop.
         self.upstreams.start(&dispatcher);
-        let webhooks = self.webhooks.start(store.clone(), running.released());
+        // Decision links, in messages and on the inbox's link pages, under the public URL.
+        let public_url = match (&self.inbox.public_url, self.listen) {
+            (url, _) if !url.is_empty() => url.clone(),
+            (_, Some(addr)) => format!("http://{addr}"),
+            (_, None) => "http://127.0.0.1:8080".to_owned(),
+        };
+        let plain = self.inbox.links == crate::inbox::config::LinkMode::SignIn;
+        let links = crate::notify::Links::new(store.clone(), &public_url, self.inbox.link_ttl);
+        let links = Arc::new(links.sign_in_only(plain));
+        let people = match &self.notify {
+            Some(notify) => notify.people().clone(),
+            None => Arc::new(self.people),
+        };
+        let channels = self.notify.and_then(|notify| {
+            let notify = notify.with_links(links.clone());
+            notify.bind(dispatcher.clone(), public_url)
+        });
+        let webhooks = self
+            .webhooks
+            .with_channels(channels)
+            .start(store.clone(), running.released());
         start_upkeep(
             store.clone(),
             running.released(),
@@ -281,14 +304,6 @@ impl ServerBuilder {
             }
         }
         if self.inbox.enabled {
-            let public_url = match (&self.links.public_url, self.listen) {
-                (url, _) if !url.is_empty() => url.clone(),
-                (_, Some(addr)) => format!("http://{addr}"),
-                (_, None) => "http://127.0.0.1:8080".to_owned(),
-            };
-            let links = crate::notify::Links::new(store.clone(), &public_url, self.links.ttl)
-                .sign_in_only(!self.links.signed);
-            let (links, people) = (Arc::new(links), Arc::new(self.people));
             let inbox = crate::inbox::router(dispatcher.clone(), self.inbox, &gates, links, people);
             router = router.merge(inbox);
         }

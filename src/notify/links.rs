@@ -43,6 +43,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use super::message::MessageFacts;
 use crate::store::{ApprovalState, CallRecord, CallStatus, LinkKey, Store, StoreError, Timestamp};
 
 /// How long a link serves by default (`[inbox] link_ttl_s`): a day.
@@ -54,28 +55,6 @@ pub const DEFAULT_ROTATION: Duration = Duration::from_secs(7 * 86_400);
 /// The length of `mac`, and of the seal after it.
 const MAC_LEN: usize = 32;
 const SEAL_LEN: usize = 12;
-
-/// How a server makes its links, until `[inbox] public_url`, `link_ttl_s` and `links` are
-/// read into [`crate::inbox::InboxOptions`] (then the composition root takes them from there).
-#[derive(Debug, Clone)]
-pub struct LinkSettings {
-    /// The base URL of links; empty: `http://<listen address>`.
-    pub public_url: String,
-    /// How long a link serves.
-    pub ttl: Duration,
-    /// Whether links are signed (`links = "signed"`, the default) or plain deep links.
-    pub signed: bool,
-}
-
-impl Default for LinkSettings {
-    fn default() -> Self {
-        LinkSettings {
-            public_url: String::new(),
-            ttl: DEFAULT_LINK_TTL,
-            signed: true,
-        }
-    }
-}
 
 /// Makes and verifies decision links, with keys kept in the store.
 pub struct Links {
@@ -474,6 +453,21 @@ impl Links {
             return Err(Refusal::Expired.into());
         }
         Ok((claims, key))
+    }
+}
+
+/// The link of a message: signed, for a person who may decide; the call's inbox page for a
+/// fixed recipient (no person), or when links are plain (`links = "sign_in"`). Made as the
+/// message is sent, so its time runs from then.
+#[async_trait::async_trait]
+impl super::LinkMaker for Links {
+    async fn link(&self, facts: &MessageFacts, person: Option<&str>) -> Result<String, String> {
+        match person {
+            Some(person) if self.signed => Links::link(self, &facts.token, person)
+                .await
+                .map_err(|err| err.to_string()),
+            _ => Ok(facts.inbox_url.clone()),
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use toolgate::http::auth::{ApiKey, Role};
-use toolgate::notify::links::LinkSettings;
+use toolgate::inbox::config::LinkMode;
 use toolgate::notify::{Links, People, PersonConfig};
 
 use common::{Site, TestServer};
@@ -84,13 +84,18 @@ impl Served {
 async fn serve(at: &(impl Site + ?Sized), ttl: Duration, signed: bool) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let public_url = format!("http://{}", listener.local_addr().unwrap());
-    let settings = LinkSettings {
+    let inbox = toolgate::inbox::InboxOptions {
         public_url: public_url.clone(),
-        ttl,
-        signed,
+        link_ttl: ttl,
+        links: if signed {
+            LinkMode::Signed
+        } else {
+            LinkMode::SignIn
+        },
+        ..Default::default()
     };
     let server = TestServer::start_on(listener, common::example_tools(at), at, |builder| {
-        builder.api_keys(keys()).people(people()).links(settings)
+        builder.api_keys(keys()).people(people()).inbox(inbox)
     })
     .await;
     let links = Links::new(server.store.clone(), &public_url, ttl).sign_in_only(!signed);
