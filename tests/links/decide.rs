@@ -8,11 +8,12 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use crate::common::{Backend, Location};
-use crate::{Browser, assert_pending, call_record, serve, suspend};
+use crate::{Browser, assert_pending, call_record, serve, serve_with, suspend};
 
 crate::on_each_backend! {
     #[tokio::test] async fn a_link_opens_the_approval_and_decides_once_under_the_persons_name;
     #[tokio::test] async fn a_rejection_through_a_link_keeps_its_reason;
+    #[tokio::test] async fn several_approvers_each_decide_once_and_never_their_own_call;
 }
 
 async fn a_link_opens_the_approval_and_decides_once_under_the_persons_name(backend: Backend) {
@@ -201,5 +202,65 @@ async fn with_sign_in_links_a_link_is_the_calls_page_behind_the_sign_in() {
         .await;
     posted.assert_refused(StatusCode::FORBIDDEN, "not_allowed");
     assert_pending(server, &asked).await;
+    served.server.stop().await;
+}
+
+async fn several_approvers_each_decide_once_and_never_their_own_call(backend: Backend) {
+    let at = Location::new(backend).await;
+    let policy = "[tools.echo.approval]\napprovals = 2\n";
+    let served = serve_with(&at, Duration::from_secs(3600), true, policy).await;
+    let server = &served.server;
+    let asked = suspend(server, "echo", json!({"text": "Two of us?"})).await;
+    // The caller, through a link of its own name: not an approver, refused.
+    let own = served.path(&served.link(&asked, "orchestrator").await);
+    let mut caller = Browser::new(server);
+    caller
+        .get(&own)
+        .await
+        .assert_refused(StatusCode::FORBIDDEN, "not_allowed");
+    // The first approver's approval is recorded, one of two; their link then serves no more.
+    let first = served.path(&served.link(&asked, "finance-ops").await);
+    let mut alice = Browser::new(server);
+    let page = alice.get(&first).await;
+    let csrf = page.csrf();
+    let recorded = alice
+        .post(&format!("{first}/approve"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(recorded.status, StatusCode::SEE_OTHER, "{}", recorded.body);
+    let after = alice.get(recorded.header("location")).await;
+    assert!(
+        after
+            .body
+            .contains("Your approval is recorded: 1 of 2. echo runs"),
+        "{}",
+        after.body
+    );
+    assert_eq!(call_record(server, &asked).await["status"], "suspended");
+    alice
+        .get(&first)
+        .await
+        .assert_refused(StatusCode::CONFLICT, "used");
+    // The second approver's link releases the call.
+    let second = served.path(&served.link(&asked, "on-call").await);
+    let mut bob = Browser::new(server);
+    let page = bob.get(&second).await;
+    assert!(
+        page.body.contains("1 of 2 approvals: finance-ops."),
+        "{}",
+        page.body
+    );
+    let csrf = page.csrf();
+    let released = bob
+        .post(&format!("{second}/approve"), &[("csrf", &csrf)])
+        .await;
+    assert_eq!(released.status, StatusCode::SEE_OTHER, "{}", released.body);
+    let call = call_record(server, &asked).await;
+    assert_eq!(call["status"], "completed", "{call}");
+    let by = call["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "approved");
+    assert_eq!(by.unwrap()["actor"], "on-call", "{call}");
     served.server.stop().await;
 }

@@ -25,15 +25,17 @@ use common::{Site, TestServer};
 
 const APPROVER: &str = "approver-token-0123456789";
 const CALLER: &str = "caller-token-0123456789";
+const OTHER_APPROVER: &str = "other-approver-token-0123";
 
 fn keys() -> Vec<ApiKey> {
     common::api_keys(&[
         ("finance-ops", Role::Approver, APPROVER),
+        ("on-call", Role::Approver, OTHER_APPROVER),
         ("orchestrator", Role::Caller, CALLER),
     ])
 }
 
-/// `finance-ops` (an approver's key), `corp:carol` (decides `send_*` only), `corp:bob` (told
+/// `finance-ops` and `on-call` (approvers' keys), `orchestrator` (a caller's), `corp:carol` (decides `send_*` only), `corp:bob` (told
 /// only: no key, no decides).
 fn people() -> People {
     let person = |name: &str, decides: Option<&[&str]>| PersonConfig {
@@ -46,6 +48,8 @@ fn people() -> People {
     People::new(
         &[
             person("finance-ops", None),
+            person("on-call", None),
+            person("orchestrator", None),
             person("corp:carol", Some(&["send_*"])),
             person("corp:bob", None),
         ],
@@ -82,6 +86,14 @@ impl Served {
 
 /// Serves the example tools with [`keys`] and [`people`]; its links serve for `ttl`.
 async fn serve(at: &(impl Site + ?Sized), ttl: Duration, signed: bool) -> Served {
+    serve_with(at, ttl, signed, "").await
+}
+
+/// As [`serve`], with the tools' settings of `toml` (`[tools.<name>.approval]`, say).
+async fn serve_with(at: &(impl Site + ?Sized), ttl: Duration, signed: bool, toml: &str) -> Served {
+    let dispatch = toolgate::config::Config::from_toml(toml)
+        .unwrap()
+        .dispatch_config();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let public_url = format!("http://{}", listener.local_addr().unwrap());
     let inbox = toolgate::inbox::InboxOptions {
@@ -95,7 +107,7 @@ async fn serve(at: &(impl Site + ?Sized), ttl: Duration, signed: bool) -> Served
         ..Default::default()
     };
     let server = TestServer::start_on(listener, common::example_tools(at), at, |builder| {
-        builder.api_keys(keys()).people(people()).inbox(inbox)
+        (builder.api_keys(keys()).people(people()).inbox(inbox)).dispatch_config(dispatch)
     })
     .await;
     let links = Links::new(server.store.clone(), &public_url, ttl).sign_in_only(!signed);
