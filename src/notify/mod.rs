@@ -5,6 +5,8 @@
 //! doors: the doors that decide through a channel (Slack's interactions, a decision link) ask
 //! it who a person is; the composition root wires its channels into the webhooks' outbox.
 
+pub mod message;
 pub mod people;
+pub mod slack;
 
 pub use people::{People, PeopleError, Person, PersonConfig};

@@ -17,7 +17,7 @@ use utoipa::OpenApi;
 use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, SuspensionTicket};
-use super::{approvals, calls, events, health, metrics, tools, webhooks};
+use super::{approvals, calls, events, health, metrics, slack, tools, webhooks};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
@@ -45,6 +45,7 @@ use crate::store::{
         webhooks::list, webhooks::retry,
         health::healthz, health::readyz,
         metrics::serve,
+        slack::interactions,
         openapi_json,
     ),
     components(schemas(
@@ -61,6 +62,7 @@ use crate::store::{
         (name = "health", description = "Liveness and readiness."),
         (name = "metrics", description = "What the server does, for Prometheus (admins only)."),
         (name = "webhooks", description = "Deliveries of the change feed to webhooks (admin)."),
+        (name = "integrations", description = "Platforms that decide approvals where people work (Slack's buttons), signed by the platform instead of a key."),
         (name = "openapi", description = "This document."),
     )
 )]
