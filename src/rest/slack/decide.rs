@@ -71,15 +71,19 @@ impl SlackDoor {
         }
     }
 
-    /// Approves `approval` in one click, where one click may: no answer to give and no write
-    /// to confirm; else the person is sent to the inbox.
+    /// Approves `approval` in one click, where one click may: the empty answer fits its schema
+    /// and it is no write to confirm; else the person is sent to the inbox.
     async fn approve(&self, principal: &Principal, approval: &Approval) -> String {
         let dispatcher = &self.0.dispatcher;
         let write = match dispatcher.store().call(&approval.call_id).await {
             Ok(call) => call.is_some_and(|call| call.effect == Effect::Write),
             Err(err) => return self.refused(err.into(), Some(approval)),
         };
-        if write || asks_fields(&approval.input_schema) {
+        // One click gives the empty answer: where the schema wants more (a field it
+        // requires), the person answers in the inbox. Optional fields (the default approval's
+        // `note`) may be left out.
+        let answers = dispatcher.check_resume_input(&approval.input_schema, &json!({}));
+        if write || answers.is_err() {
             return self.to_inbox(approval);
         }
         let tool = code(&approval.tool);
@@ -264,17 +268,4 @@ fn expired(call: &CallRecord) -> String {
         code(&call.call_id),
         code(&call.tool)
     )
-}
-
-/// Whether an approval schema asks the approver for an answer: it has fields.
-fn asks_fields(schema: &serde_json::Value) -> bool {
-    ["properties", "required", "oneOf", "anyOf"]
-        .iter()
-        .any(|key| {
-            schema.get(key).is_some_and(|value| match value {
-                serde_json::Value::Object(map) => !map.is_empty(),
-                serde_json::Value::Array(items) => !items.is_empty(),
-                _ => false,
-            })
-        })
 }
