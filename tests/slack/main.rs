@@ -279,3 +279,14 @@ fn events(record: &Value, kind: &str) -> usize {
         .filter(|event| event["kind"] == kind)
         .count()
 }
+
+/// Who caused each event of `kind` in the call's history, in order.
+fn actors<'a>(record: &'a Value, kind: &str) -> Vec<&'a str> {
+    record["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["kind"] == kind)
+        .map(|event| event["actor"].as_str().unwrap_or("(none)"))
+        .collect()
+}

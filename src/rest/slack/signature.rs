@@ -28,8 +28,8 @@ pub(super) fn verify(
             .and_then(|value| value.to_str().ok())
             .ok_or_else(|| ApiError::BadSignature(format!("The request has no `{name}` header.")))
     };
-    let timestamp = header("x-slack-request-timestamp")?;
-    let signature = header("x-slack-signature")?;
+    let timestamp = header("X-Slack-Request-Timestamp")?;
+    let signature = header("X-Slack-Signature")?;
     let at: i64 = timestamp.trim().parse().map_err(|_| {
         ApiError::BadSignature("`X-Slack-Request-Timestamp` is not a Unix time.".into())
     })?;
