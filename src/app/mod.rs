@@ -57,6 +57,7 @@ pub struct ServerBuilder {
     issuers: Arc<Issuers>,
     dispatch: DispatchConfig,
     webhooks: crate::feed::webhooks::Webhooks,
+    notify: Option<crate::notify::Notify>,
     mcp: crate::mcp::McpOptions,
     inbox: crate::inbox::InboxOptions,
     upstreams: crate::upstream::Upstreams,
@@ -88,6 +89,7 @@ impl ServerBuilder {
             issuers: Arc::default(),
             dispatch: DispatchConfig::default(),
             webhooks: crate::feed::webhooks::Webhooks::none(),
+            notify: None,
             mcp: crate::mcp::McpOptions::default(),
             inbox: crate::inbox::InboxOptions::default(),
             upstreams: crate::upstream::Upstreams::none(),
@@ -167,6 +169,14 @@ impl ServerBuilder {
         self
     }
 
+    /// The notification channels (`Config::notify`: `[[notify]]` and the `[[people]]` they
+    /// reach): their messages ride the webhooks' outbox, which starts for them too. With no
+    /// channel nothing is made and nothing costs.
+    pub fn notify(mut self, notify: crate::notify::Notify) -> Self {
+        self.notify = (!notify.is_empty()).then_some(notify);
+        self
+    }
+
     /// `/inbox`, the approvers' web page: whether it is served, how long a sign-in lasts, and
     /// whether its cookies are `Secure` (see [`crate::inbox`]).
     pub fn inbox(mut self, options: crate::inbox::InboxOptions) -> Self {
@@ -229,7 +239,18 @@ impl ServerBuilder {
 
         // The background work: each loop ends at the graceful stop.
         self.upstreams.start(&dispatcher);
-        let webhooks = self.webhooks.start(store.clone(), running.released());
+        let channels = self.notify.and_then(|notify| {
+            let base = match (&self.inbox.public_url, self.listen) {
+                (url, _) if !url.is_empty() => url.clone(),
+                (_, Some(addr)) => format!("http://{addr}"),
+                (_, None) => "http://127.0.0.1:8080".to_owned(),
+            };
+            notify.bind(dispatcher.clone(), base)
+        });
+        let webhooks = self
+            .webhooks
+            .with_channels(channels)
+            .start(store.clone(), running.released());
         start_upkeep(
             store.clone(),
             running.released(),

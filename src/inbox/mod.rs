@@ -71,6 +71,13 @@ pub struct InboxOptions {
     pub key_sign_in: bool,
     /// Single sign-on with an identity provider (`[inbox.oidc]`).
     pub oidc: Option<InboxOidc>,
+    /// The base URL of links in messages (`[inbox] public_url`, no trailing `/`); empty:
+    /// `http://<listen address>`.
+    pub public_url: String,
+    /// How long a decision link serves (`[inbox] link_ttl_s`).
+    pub link_ttl: Duration,
+    /// What a message's link is (`[inbox] links`).
+    pub links: config::LinkMode,
 }
 
 /// "Sign in with <issuer>": the sign-in, and where the issuer sends the browser back.
@@ -90,6 +97,9 @@ impl Default for InboxOptions {
             secure_cookies: false,
             key_sign_in: true,
             oidc: None,
+            public_url: String::new(),
+            link_ttl: Duration::from_secs(86_400),
+            links: config::LinkMode::Signed,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The REST door: one file per resource, each with its own `router()` beside its handlers
-//! (tools, calls, approvals, events, webhooks, health, metrics, openapi), and Slack's
-//! interactions (`slack`), the one route signed by a platform rather than gated by a key. Handlers are thin:
+//! (tools, calls, approvals, events, webhooks, notifications, health, metrics, openapi), and
+//! Slack's interactions (`slack`), the one route signed by a platform rather than gated by a
+//! key. Handlers are thin:
 //! they translate HTTP into the call lifecycle (`crate::dispatch`) and its results back, and
 //! every error answer goes through the one envelope (`crate::http::error`). What changes only
 //! with the tool list (the list in toolgate's own format and each provider's, each descriptor,
@@ -13,6 +14,7 @@ mod error_responses;
 mod events;
 mod health;
 mod metrics;
+mod notifications;
 pub mod openapi;
 mod responses;
 mod slack;
@@ -87,6 +89,7 @@ pub(crate) fn router(
         .merge(calls::router(gates))
         .merge(approvals::router(gates))
         .merge(webhooks::router(gates))
+        .merge(notifications::router(gates))
         .merge(events::router(gates))
         .merge(openapi::router(gates))
         .merge(metrics::router(gates))

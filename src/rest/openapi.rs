@@ -17,7 +17,7 @@ use utoipa::OpenApi;
 use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, SuspensionTicket};
-use super::{approvals, calls, events, health, metrics, slack, tools, webhooks};
+use super::{approvals, calls, events, health, metrics, notifications, slack, tools, webhooks};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
@@ -43,6 +43,7 @@ use crate::store::{
         approvals::list, approvals::get, approvals::approve, approvals::reject, approvals::complete,
         events::events,
         webhooks::list, webhooks::retry,
+        notifications::list,
         health::healthz, health::readyz,
         metrics::serve,
         slack::interactions,
@@ -52,7 +53,8 @@ use crate::store::{
         ErrorEnvelope, ErrorObject, ToolDescriptor, Effect, CallCompleted, CallSuspended,
         CallFailed, SuspensionTicket, CallRecord, CallStatus, CallError, SuspensionView, Approval,
         CallEvent, CallSummary, crate::store::Delivery, crate::store::DeliveryStatus,
-        webhooks::DeliveryList, crate::schema::Format, tools::ProviderToolList,
+        webhooks::DeliveryList, notifications::NotificationList,
+        crate::schema::Format, tools::ProviderToolList,
         crate::store::RejectOption, crate::store::ApprovalVote, approvals::ApprovalRecorded,
     )),
     tags(
@@ -63,6 +65,7 @@ use crate::store::{
         (name = "metrics", description = "What the server does, for Prometheus (admins only)."),
         (name = "webhooks", description = "Deliveries of the change feed to webhooks (admin)."),
         (name = "integrations", description = "Platforms that decide approvals where people work (Slack's buttons), signed by the platform instead of a key."),
+        (name = "notifications", description = "Messages of the notification channels, email and Slack (admin)."),
         (name = "openapi", description = "This document."),
     )
 )]

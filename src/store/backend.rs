@@ -108,13 +108,20 @@ pub(crate) trait Backend: Send + Sync + 'static {
         &self,
     ) -> impl Future<Output = Result<Option<FeedCursor>, StoreError>> + Send;
 
-    /// [`OutboxStore::list_deliveries`].
+    /// [`OutboxStore::list_deliveries`] (or, `channels`, [`OutboxStore::list_notifications`]).
     fn read_deliveries(
         &self,
         status: Option<DeliveryStatus>,
         after: Option<i64>,
         limit: u32,
+        channels: bool,
     ) -> impl Future<Output = Result<DeliveryPage, StoreError>> + Send;
+
+    /// [`OutboxStore::call_notifications`].
+    fn read_call_notifications(
+        &self,
+        call_id: &str,
+    ) -> impl Future<Output = Result<Vec<Delivery>, StoreError>> + Send;
 
     /// [`OutboxStore::disabled_webhooks`].
     fn read_disabled_webhooks(
@@ -384,7 +391,20 @@ impl<B: Backend> OutboxStore for B {
         after: Option<i64>,
         limit: u32,
     ) -> Result<DeliveryPage, StoreError> {
-        self.read_deliveries(status, after, limit).await
+        self.read_deliveries(status, after, limit, false).await
+    }
+
+    async fn list_notifications(
+        &self,
+        status: Option<DeliveryStatus>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, StoreError> {
+        self.read_deliveries(status, after, limit, true).await
+    }
+
+    async fn call_notifications(&self, call_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        self.read_call_notifications(call_id).await
     }
 
     async fn retry_delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {

@@ -364,13 +364,26 @@ pub trait OutboxStore: Send + Sync {
     /// Records how an attempt of the delivery `id` ended.
     async fn settle_delivery(&self, id: i64, result: DeliveryResult) -> Result<(), StoreError>;
 
-    /// Deliveries, newest first, in `status` if given, after the cursor `after`.
+    /// The webhooks' deliveries, newest first, in `status` if given, after the cursor `after`.
     async fn list_deliveries(
         &self,
         status: Option<DeliveryStatus>,
         after: Option<i64>,
         limit: u32,
     ) -> Result<DeliveryPage, StoreError>;
+
+    /// The notification channels' deliveries (`[[notify]]`), as
+    /// [`list_deliveries`](Self::list_deliveries) lists the webhooks'.
+    async fn list_notifications(
+        &self,
+        status: Option<DeliveryStatus>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, StoreError>;
+
+    /// The notification channels' deliveries about the call `call_id`, oldest first, with
+    /// their bodies and receipts (what a decision of the call updates).
+    async fn call_notifications(&self, call_id: &str) -> Result<Vec<Delivery>, StoreError>;
 
     /// Makes the failed delivery `id` pending again, due now; `None` when no delivery has this
     /// id, the delivery as it is when it is not failed.

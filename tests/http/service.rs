@@ -294,6 +294,22 @@ impl toolgate::store::OutboxStore for BrokenStore {
         broken()
     }
 
+    async fn list_notifications(
+        &self,
+        _status: Option<toolgate::store::DeliveryStatus>,
+        _after: Option<i64>,
+        _limit: u32,
+    ) -> Result<toolgate::store::DeliveryPage, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn call_notifications(
+        &self,
+        _call_id: &str,
+    ) -> Result<Vec<toolgate::store::Delivery>, toolgate::store::StoreError> {
+        broken()
+    }
+
     async fn retry_delivery(
         &self,
         _id: i64,

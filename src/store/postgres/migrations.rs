@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0008_running_calls.sql"),
     include_str!("../migrations/postgres/0009_call_traces.sql"),
     include_str!("../migrations/postgres/0010_feed_approvals.sql"),
+    include_str!("../migrations/postgres/0013_notifications.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0009_approval_policies.sql"),
     include_str!("../migrations/sqlite/0010_call_traces.sql"),
     include_str!("../migrations/sqlite/0011_feed_approvals.sql"),
+    include_str!("../migrations/sqlite/0014_notifications.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive

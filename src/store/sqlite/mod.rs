@@ -29,8 +29,9 @@ use rusqlite::{Connection, OpenFlags};
 use super::backend::Backend;
 use super::queue::{self, Behind, Msg};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, DeliveryPage, DeliveryStatus,
-    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, StoreCounts, StoreError, Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
+    DeliveryStatus, FeedCursor, FeedPage, InboxSession, NewCall, Outcome, StoreCounts, StoreError,
+    Timestamp,
 };
 use migrations::migrate;
 use recovery::recover;
@@ -284,8 +285,15 @@ impl Backend for SqliteStore {
         status: Option<DeliveryStatus>,
         after: Option<i64>,
         limit: u32,
+        channels: bool,
     ) -> Result<DeliveryPage, StoreError> {
-        self.read(move |conn| webhooks::list(conn, status, after, limit))
+        self.read(move |conn| webhooks::list(conn, status, after, limit, channels))
+            .await
+    }
+
+    async fn read_call_notifications(&self, call_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        let call_id = call_id.to_owned();
+        self.read(move |conn| webhooks::call_notifications(conn, &call_id))
             .await
     }
 
