@@ -61,6 +61,7 @@ pub struct ServerBuilder {
     mcp: crate::mcp::McpOptions,
     inbox: crate::inbox::InboxOptions,
     upstreams: crate::upstream::Upstreams,
+    slack: crate::rest::SlackInteractions,
     feed_retention: Duration,
     upkeep_interval: Duration,
     /// Where the server listens, when the caller says ([`ServerBuilder::listen_address`]).
@@ -92,6 +93,7 @@ impl ServerBuilder {
             mcp: crate::mcp::McpOptions::default(),
             inbox: crate::inbox::InboxOptions::default(),
             upstreams: crate::upstream::Upstreams::none(),
+            slack: crate::rest::SlackInteractions::none(),
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
             listen: None,
@@ -190,6 +192,14 @@ impl ServerBuilder {
         self
     }
 
+    /// The Slack apps whose buttons decide approvals at `POST /integrations/slack/interactions`
+    /// (their signing secrets), and the people their users are; with none (the default), that
+    /// route refuses every request.
+    pub fn slack_interactions(mut self, slack: crate::rest::SlackInteractions) -> Self {
+        self.slack = slack;
+        self
+    }
+
     /// How long the change feed keeps its entries (`[feed] retention_s`; default a day): older
     /// ones are pruned by the store's upkeep, and a cursor older than that is `410`.
     pub fn feed_retention(mut self, retention: Duration) -> Self {
@@ -267,7 +277,8 @@ impl ServerBuilder {
             self.max_body_bytes,
             self.body_timeout,
         );
-        let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth);
+        let mut router =
+            crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, self.slack);
         if mcp_options.enabled {
             // The same gate as the tools (a caller may list and call; held requests of
             // `toolgate_await_call` give their slot back while they wait).
