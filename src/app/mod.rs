@@ -62,6 +62,7 @@ pub struct ServerBuilder {
     inbox: crate::inbox::InboxOptions,
     people: crate::notify::People,
     upstreams: crate::upstream::Upstreams,
+    slack: crate::rest::SlackInteractions,
     feed_retention: Duration,
     upkeep_interval: Duration,
     /// Where the server listens, when the caller says ([`ServerBuilder::listen_address`]).
@@ -94,6 +95,7 @@ impl ServerBuilder {
             inbox: crate::inbox::InboxOptions::default(),
             people: crate::notify::People::none(),
             upstreams: crate::upstream::Upstreams::none(),
+            slack: crate::rest::SlackInteractions::none(),
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
             listen: None,
@@ -200,6 +202,14 @@ impl ServerBuilder {
         self
     }
 
+    /// The Slack apps whose buttons decide approvals at `POST /integrations/slack/interactions`
+    /// (their signing secrets), and the people their users are; with none (the default), that
+    /// route refuses every request.
+    pub fn slack_interactions(mut self, slack: crate::rest::SlackInteractions) -> Self {
+        self.slack = slack;
+        self
+    }
+
     /// How long the change feed keeps its entries (`[feed] retention_s`; default a day): older
     /// ones are pruned by the store's upkeep, and a cursor older than that is `410`.
     pub fn feed_retention(mut self, retention: Duration) -> Self {
@@ -286,7 +296,8 @@ impl ServerBuilder {
             self.max_body_bytes,
             self.body_timeout,
         );
-        let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth);
+        let mut router =
+            crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, self.slack);
         if mcp_options.enabled {
             // The same gate as the tools (a caller may list and call; held requests of
             // `toolgate_await_call` give their slot back while they wait).

@@ -17,7 +17,7 @@ use utoipa::OpenApi;
 use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, SuspensionTicket};
-use super::{approvals, calls, events, health, metrics, notifications, tools, webhooks};
+use super::{approvals, calls, events, health, metrics, notifications, slack, tools, webhooks};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
@@ -46,6 +46,7 @@ use crate::store::{
         notifications::list,
         health::healthz, health::readyz,
         metrics::serve,
+        slack::interactions,
         openapi_json,
     ),
     components(schemas(
@@ -63,6 +64,7 @@ use crate::store::{
         (name = "health", description = "Liveness and readiness."),
         (name = "metrics", description = "What the server does, for Prometheus (admins only)."),
         (name = "webhooks", description = "Deliveries of the change feed to webhooks (admin)."),
+        (name = "integrations", description = "Platforms that decide approvals where people work (Slack's buttons), signed by the platform instead of a key."),
         (name = "notifications", description = "Messages of the notification channels, email and Slack (admin)."),
         (name = "openapi", description = "This document."),
     )
