@@ -56,8 +56,14 @@ async fn each_person_who_may_decide_gets_one_mail_saying_what_is_asked(backend: 
         "alice may decide, ops is always told; not bob (the caller), dave (no address), erin \
          (decides issue_refund only) or agent (a caller)"
     );
-    let link = format!("https://tools.example.com/inbox/calls/{call_id}");
+    let page = format!("https://tools.example.com/inbox/calls/{call_id}");
     for mail in &mails {
+        // A person who may decide gets a signed decision link of their own; a fixed recipient
+        // gets the call's page in the inbox, behind its sign-in.
+        let link = match mail["rcpt_tos"][0].as_str() {
+            Some("ops@example.com") => page.clone(),
+            _ => "https://tools.example.com/inbox/link/".to_owned(),
+        };
         assert_eq!(
             mail["parts"],
             serde_json::json!(["multipart/alternative", "text/plain", "text/html"]),
