@@ -235,7 +235,17 @@ async fn done(visit: &Visit, pages: &LinkPages, signed: &str, query: LinkQuery) 
         banner: Some(banner),
         ..Typed::default()
     };
-    Ok(call_page(visit, &signed_page, &call, typed, StatusCode::OK))
+    // What the link did, without a form: this link decides no more, even while the call still
+    // waits for other approvers.
+    let mut shown = call;
+    shown.suspension = None;
+    Ok(call_page(
+        visit,
+        &signed_page,
+        &shown,
+        typed,
+        StatusCode::OK,
+    ))
 }
 
 /// A form of a link's page, checked: the link, its person's rights, the page's CSRF token.

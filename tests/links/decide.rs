@@ -235,6 +235,11 @@ async fn several_approvers_each_decide_once_and_never_their_own_call(backend: Ba
         "{}",
         after.body
     );
+    assert!(
+        !after.body.contains("name=\"csrf\""),
+        "no form left: {}",
+        after.body
+    );
     assert_eq!(call_record(server, &asked).await["status"], "suspended");
     alice
         .get(&first)
