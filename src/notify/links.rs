@@ -22,7 +22,10 @@
 //! period): the first link of a period makes the period's key, and two replicas making it at
 //! once store one (the store's insert does nothing for a period that has a key). A key keeps
 //! verifying until every link it signed has expired (the end of its period plus the link TTL),
-//! then it is refused and pruned. Key bytes come from the OS (`getrandom`) and are never logged.
+//! then it is refused and pruned (a link's expiry is capped at its key's retirement, so a
+//! replica configured with a longer TTL than the key's maker never outlives the key). Key bytes
+//! come from the OS (`getrandom`) and are never logged; they are stored as they are, so a copy
+//! of the database can make links, as it can read every call.
 //!
 //! Refusals ([`Refusal`]): **forged** (not a link's shape, or a tag this key never made),
 //! **altered** (a genuine tag over another payload), **foreign** (signed by a key this store
