@@ -6,24 +6,6 @@
 
 use super::*;
 use crate::common::{Backend, Location, TestServer};
-use toolgate::config::Config;
-
-/// The server in this process on `location`, configured by `file`.
-async fn serve(location: &Location, file: &str) -> TestServer {
-    let config = Config::from_toml(file).unwrap();
-    let keys = config.api_keys().unwrap();
-    let dispatch = config.dispatch_config();
-    let notify = config.notify().unwrap();
-    let inbox = config.inbox.options();
-    let tools = common::example_tools(location);
-    TestServer::start_with(tools, location, |b| {
-        b.api_keys(keys)
-            .dispatch_config(dispatch)
-            .notify(notify)
-            .inbox(inbox)
-    })
-    .await
-}
 
 /// A server on `backend` with the keys, the people, the policy and a mail channel to a port
 /// (the channel named after it, so each test counts its own metrics): nothing listens there yet.
