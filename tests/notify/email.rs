@@ -151,7 +151,51 @@ async fn a_deferred_mail_is_retried_and_an_unreachable_server_waits(backend: Bac
     server.stop().await;
 }
 
+async fn an_escalation_mails_the_people_it_reaches(backend: Backend) {
+    let location = Location::new(backend).await;
+    let port = free_port();
+    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    let file = format!(
+        "{}[tools.echo.approval]\nescalate_after_s = 1\nescalate_to = [\"escalations\"]\n\
+         [webhook_delivery]\ninitial_backoff_ms = 100\n{}",
+        keys_and_people(),
+        mail_channel(&format!("mail-{port}"), port)
+    );
+    let server = serve(&location, &file).await;
+    ask_echo(&server.api, AGENT, "escalate me").await;
+    let mails = sink.exactly(7).await;
+    let (asked, escalated): (Vec<Value>, Vec<Value>) = mails
+        .into_iter()
+        .partition(|m| m["subject"] == "Approval needed: echo");
+    assert_eq!(
+        recipients(&asked),
+        ["alice@example.com", "bob@example.com", "ops@example.com"],
+        "manager decides nothing of echo until it is escalated"
+    );
+    assert!(
+        escalated
+            .iter()
+            .all(|m| m["subject"] == "Escalated approval: echo"),
+        "{escalated:?}"
+    );
+    assert_eq!(
+        recipients(&escalated),
+        [
+            "alice@example.com",
+            "bob@example.com",
+            "manager@example.com",
+            "ops@example.com"
+        ],
+        "escalate_to reaches manager (and whoever decides every tool)"
+    );
+    let text = escalated[0]["text"].as_str().unwrap();
+    assert!(text.contains("escalated"), "{text}");
+    server.stop().await;
+}
+
 crate::on_each_backend! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_escalation_mails_the_people_it_reaches;
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_person_who_may_decide_gets_one_mail_saying_what_is_asked;
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

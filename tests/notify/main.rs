@@ -53,9 +53,11 @@ pub const ALICE: &str = "alice-token-0123456789abcdef";
 pub const BOB: &str = "bob-token-0123456789abcdef01";
 pub const DAVE: &str = "dave-token-0123456789abcdef0";
 pub const ERIN: &str = "erin-token-0123456789abcdef0";
+pub const MANAGER: &str = "manager-token-0123456789abc";
 
 /// The keys and people: alice (approver) and bob (admin) have mail and Slack; dave (approver)
-/// has neither; erin decides `issue_refund` only; agent is a caller with both.
+/// has neither; erin decides `issue_refund` only; agent is a caller with both; manager decides
+/// only what is escalated to `escalations`, with mail.
 pub fn keys_and_people() -> String {
     let hash = |token: &str| hex::encode(toolgate::http::auth::token_sha256(token));
     let mut file = String::new();
@@ -65,6 +67,7 @@ pub fn keys_and_people() -> String {
         ("bob", "admin", BOB, None),
         ("dave", "approver", DAVE, None),
         ("erin", "approver", ERIN, Some("issue_refund")),
+        ("manager", "approver", MANAGER, Some("escalations")),
     ] {
         file += &format!(
             "[[auth.keys]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{}\"\n",
@@ -80,6 +83,7 @@ pub fn keys_and_people() -> String {
         ("dave", None, None),
         ("erin", Some("erin@example.com"), Some("U0ERIN")),
         ("agent", Some("agent@example.com"), Some("U0AGENT")),
+        ("manager", Some("manager@example.com"), None),
     ] {
         file += &format!("[[people]]\nname = \"{name}\"\n");
         if let Some(email) = email {
