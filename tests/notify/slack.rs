@@ -113,8 +113,10 @@ fn channels(got: &[Got]) -> Vec<String> {
     channels
 }
 
-async fn each_approver_is_messaged_and_every_message_updated_once_decided(backend: Backend) {
-    let slack = FakeSlack::start(1).await;
+/// A stand-in answering the first `limited` requests 429, and a server on `backend` with a
+/// Slack channel to it that also posts to `C0FINANCE`.
+async fn with_slack(backend: Backend, limited: usize) -> (FakeSlack, Location, TestServer) {
+    let slack = FakeSlack::start(limited).await;
     let location = Location::new(backend).await;
     let channel = format!("slack-{}", slack.addr.port());
     let file = format!(
@@ -125,6 +127,53 @@ async fn each_approver_is_messaged_and_every_message_updated_once_decided(backen
         slack.addr
     );
     let server = serve(&location, &file).await;
+    (slack, location, server)
+}
+
+/// Approves `token` as alice, on the REST door.
+async fn approve_as_alice(server: &TestServer, token: &str) {
+    let (status, _, body) = common::send(
+        &server.api,
+        reqwest::Method::POST,
+        &format!("/approvals/{token}/approve"),
+        Some(json!({"input": {}})),
+        Some(ALICE),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// The conversation and `ts` of each Slack message posted, as the deliveries' receipts keep
+/// them, sorted.
+fn receipts(delivered: &[Value]) -> Vec<(String, String)> {
+    let mut receipts: Vec<(String, String)> = delivered
+        .iter()
+        .filter(|d| d["type"] == "call.suspended")
+        .map(|d| {
+            let receipt: Value = serde_json::from_str(d["receipt"].as_str().unwrap()).unwrap();
+            let part = |key: &str| receipt[key].as_str().unwrap().to_owned();
+            (part("channel"), part("ts"))
+        })
+        .collect();
+    receipts.sort();
+    receipts
+}
+
+/// The conversation and `ts` each update edits, sorted.
+fn edited(updates: &[Got]) -> Vec<(String, String)> {
+    let mut edited: Vec<(String, String)> = updates
+        .iter()
+        .map(|u| {
+            let part = |key: &str| u.body[key].as_str().unwrap().to_owned();
+            (part("channel"), part("ts"))
+        })
+        .collect();
+    edited.sort();
+    edited
+}
+
+async fn each_approver_is_messaged_and_every_message_updated_once_decided(backend: Backend) {
+    let (slack, _location, server) = with_slack(backend, 1).await;
 
     let asked = ask_echo(&server.api, AGENT, "<!channel> *refund* everyone").await;
     let token = asked["suspension"]["token"].as_str().unwrap();
@@ -166,15 +215,7 @@ async fn each_approver_is_messaged_and_every_message_updated_once_decided(backen
     );
 
     // Decided on another door (REST, as alice): each message is updated, in its conversation.
-    let (status, _, body) = common::send(
-        &server.api,
-        reqwest::Method::POST,
-        &format!("/approvals/{token}/approve"),
-        Some(json!({"input": {}})),
-        Some(ALICE),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    approve_as_alice(&server, token).await;
     let updates = slack.wait_for("chat.update", 3).await;
     assert_eq!(channels(&updates), ["C0FINANCE", "D0ALICE", "D0BOB"]);
     for update in &updates {
@@ -193,33 +234,49 @@ async fn each_approver_is_messaged_and_every_message_updated_once_decided(backen
     let delivered = notifications(&server.api, "delivered", 6).await;
     assert_eq!(delivered.len(), 6, "{delivered:?}");
     // Each update edits what a post's receipt names: the conversation and ts Slack answered.
-    let mut receipts: Vec<(String, String)> = delivered
-        .iter()
-        .filter(|d| d["type"] == "call.suspended")
-        .map(|d| {
-            let receipt: Value = serde_json::from_str(d["receipt"].as_str().unwrap()).unwrap();
-            let part = |key: &str| receipt[key].as_str().unwrap().to_owned();
-            (part("channel"), part("ts"))
-        })
-        .collect();
-    let mut edited: Vec<(String, String)> = updates
-        .iter()
-        .map(|u| {
-            let part = |key: &str| u.body[key].as_str().unwrap().to_owned();
-            (part("channel"), part("ts"))
-        })
-        .collect();
-    receipts.sort();
-    edited.sort();
-    assert_eq!(receipts.len(), 3, "{delivered:?}");
-    assert_eq!(edited, receipts);
+    assert_eq!(receipts(&delivered).len(), 3, "{delivered:?}");
+    assert_eq!(edited(&updates), receipts(&delivered));
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(slack.got("chat.postMessage").len(), 4);
     assert_eq!(slack.got("chat.update").len(), 3);
     server.stop().await;
 }
 
+async fn an_update_waits_for_the_message_it_updates(backend: Backend) {
+    // Every post is answered 429 first: the approval is decided before any is posted.
+    let (slack, _location, server) = with_slack(backend, 3).await;
+    let asked = ask_echo(&server.api, AGENT, "quick").await;
+    slack.wait_for("chat.postMessage", 3).await;
+    approve_as_alice(&server, asked["suspension"]["token"].as_str().unwrap()).await;
+    let updates = slack.wait_for("chat.update", 3).await;
+    let delivered = notifications(&server.api, "delivered", 6).await;
+    assert_eq!(
+        edited(&updates),
+        receipts(&delivered),
+        "each update edits a posted message"
+    );
+    let got = slack.got.lock().unwrap().clone();
+    for update in &updates {
+        let posted = got
+            .iter()
+            .rposition(|g| {
+                g.method == "chat.postMessage"
+                    && g.body["text"].is_string()
+                    && update.body["channel"]
+                        .as_str()
+                        .unwrap()
+                        .ends_with(&g.body["channel"].as_str().unwrap()[1..])
+            })
+            .unwrap();
+        let updated = got.iter().position(|g| g.at == update.at).unwrap();
+        assert!(posted < updated, "posted, then updated: {got:?}");
+    }
+    server.stop().await;
+}
+
 crate::on_each_backend! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_update_waits_for_the_message_it_updates;
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_approver_is_messaged_and_every_message_updated_once_decided;
 }
