@@ -193,8 +193,9 @@ impl ServerBuilder {
     }
 
     /// The Slack apps whose buttons decide approvals at `POST /integrations/slack/interactions`
-    /// (their signing secrets), and the people their users are; with none (the default), that
-    /// route refuses every request.
+    /// (their signing secrets), and the people their users are. By default, those of the
+    /// `[[notify]]` Slack channels with a `signing_secret_env` ([`ServerBuilder::notify`]);
+    /// with none, that route refuses every request.
     pub fn slack_interactions(mut self, slack: crate::rest::SlackInteractions) -> Self {
         self.slack = slack;
         self
@@ -239,14 +240,18 @@ impl ServerBuilder {
 
         // The background work: each loop ends at the graceful stop.
         self.upstreams.start(&dispatcher);
-        let channels = self.notify.and_then(|notify| {
-            let base = match (&self.inbox.public_url, self.listen) {
-                (url, _) if !url.is_empty() => url.clone(),
-                (_, Some(addr)) => format!("http://{addr}"),
-                (_, None) => "http://127.0.0.1:8080".to_owned(),
-            };
-            notify.bind(dispatcher.clone(), base)
-        });
+        let base = match (&self.inbox.public_url, self.listen) {
+            (url, _) if !url.is_empty() => url.clone(),
+            (_, Some(addr)) => format!("http://{addr}"),
+            (_, None) => "http://127.0.0.1:8080".to_owned(),
+        };
+        let slack = match &self.notify {
+            Some(notify) if self.slack.is_empty() => slack_interactions(notify, &base),
+            _ => self.slack,
+        };
+        let channels = self
+            .notify
+            .and_then(|notify| notify.bind(dispatcher.clone(), base));
         let webhooks = self
             .webhooks
             .with_channels(channels)
@@ -277,8 +282,7 @@ impl ServerBuilder {
             self.max_body_bytes,
             self.body_timeout,
         );
-        let mut router =
-            crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, self.slack);
+        let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, slack);
         if mcp_options.enabled {
             // The same gate as the tools (a caller may list and call; held requests of
             // `toolgate_await_call` give their slot back while they wait).
@@ -351,6 +355,25 @@ impl Serving {
             tracing::warn!(error = %err, "the store did not close cleanly");
         }
     }
+}
+
+/// The interactions door of `notify`'s Slack channels: each one's signing secret, its people,
+/// and links to the inbox under `base`.
+fn slack_interactions(
+    notify: &crate::notify::Notify,
+    base: &str,
+) -> crate::rest::SlackInteractions {
+    let mut slack = crate::rest::SlackInteractions::new(notify.people().clone(), base);
+    for (secret, api_url) in notify.slack_apps() {
+        slack = match slack.clone().app(secret.as_bytes(), api_url) {
+            Ok(with) => with,
+            Err(why) => {
+                tracing::warn!(error = %why, "a Slack channel's interactions are refused");
+                slack
+            }
+        };
+    }
+    slack
 }
 
 /// How long calls still running at a stop may take: as long as the slowest tool may, its

@@ -81,6 +81,11 @@ impl SlackApi {
         self.channel.as_deref()
     }
 
+    /// The Web API's URL (`https://slack.com/api`, or a stand-in).
+    pub fn api_url(&self) -> &str {
+        &self.api_url
+    }
+
     /// The app's signing secret, which Slack's requests to the interactions door are signed
     /// with.
     pub fn signing_secret(&self) -> Option<&str> {
