@@ -203,8 +203,9 @@ impl ServerBuilder {
     }
 
     /// The Slack apps whose buttons decide approvals at `POST /integrations/slack/interactions`
-    /// (their signing secrets), and the people their users are; with none (the default), that
-    /// route refuses every request.
+    /// (their signing secrets), and the people their users are. By default, those of the
+    /// `[[notify]]` Slack channels with a `signing_secret_env` ([`ServerBuilder::notify`]);
+    /// with none, that route refuses every request.
     pub fn slack_interactions(mut self, slack: crate::rest::SlackInteractions) -> Self {
         self.slack = slack;
         self
@@ -262,6 +263,10 @@ impl ServerBuilder {
             Some(notify) => notify.people().clone(),
             None => Arc::new(self.people),
         };
+        let slack = match &self.notify {
+            Some(notify) if self.slack.is_empty() => slack_interactions(notify, &public_url),
+            _ => self.slack,
+        };
         let channels = self.notify.and_then(|notify| {
             let notify = notify.with_links(links.clone());
             notify.bind(dispatcher.clone(), public_url)
@@ -296,8 +301,7 @@ impl ServerBuilder {
             self.max_body_bytes,
             self.body_timeout,
         );
-        let mut router =
-            crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, self.slack);
+        let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, slack);
         if mcp_options.enabled {
             // The same gate as the tools (a caller may list and call; held requests of
             // `toolgate_await_call` give their slot back while they wait).
@@ -371,6 +375,25 @@ impl Serving {
             tracing::warn!(error = %err, "the store did not close cleanly");
         }
     }
+}
+
+/// The interactions door of `notify`'s Slack channels: each one's signing secret, its people,
+/// and links to the inbox under `base`.
+fn slack_interactions(
+    notify: &crate::notify::Notify,
+    base: &str,
+) -> crate::rest::SlackInteractions {
+    let mut slack = crate::rest::SlackInteractions::new(notify.people().clone(), base);
+    for (secret, api_url) in notify.slack_apps() {
+        slack = match slack.clone().app(secret.as_bytes(), api_url) {
+            Ok(with) => with,
+            Err(why) => {
+                tracing::warn!(error = %why, "a Slack channel's interactions are refused");
+                slack
+            }
+        };
+    }
+    slack
 }
 
 /// How long calls still running at a stop may take: as long as the slowest tool may, its

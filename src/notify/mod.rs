@@ -144,6 +144,18 @@ impl Notify {
         &self.people
     }
 
+    /// Each Slack channel's signing secret and Web API URL, for the channels that have a
+    /// secret: the apps whose requests the interactions door accepts.
+    pub fn slack_apps(&self) -> Vec<(&str, &str)> {
+        self.channels
+            .iter()
+            .filter_map(|channel| match &channel.kind {
+                ChannelKind::Slack(api) => Some((api.signing_secret()?, api.api_url())),
+                ChannelKind::Email(_) => None,
+            })
+            .collect()
+    }
+
     /// Warns about each channel that reaches nobody: no fixed recipient, and no person with an
     /// address for it.
     pub fn warn_unreached(&self) {

@@ -1,6 +1,6 @@
 //! Mail that survives: a `kill -9` between the suspension's commit and its delivery still
 //! mails every recipient once after a restart; two replicas on one PostgreSQL mail each
-//! recipient once, not twice.
+//! recipient once, not twice; and the start warns of a channel that reaches nobody.
 
 use super::*;
 use crate::common::pg::TestDb;
@@ -95,4 +95,31 @@ async fn two_replicas_mail_each_recipient_once() {
     for replica in replicas {
         replica.kill();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_warns_of_a_channel_that_reaches_nobody() {
+    let dir = common::temp_dir();
+    let path = dir.path().join("toolgate.toml");
+    // Nobody has a Slack user, and the channel posts to no channel of its own.
+    std::fs::write(
+        &path,
+        "[[people]]\nname = \"alice\"\nemail = \"alice@example.com\"\n\
+         [[notify]]\nname = \"lonely\"\nkind = \"slack\"\nbot_token_env = \"SLACK_TEST_TOKEN\"\n",
+    )
+    .unwrap();
+    let server = Binary::start_with(
+        dir.path(),
+        &["--config", path.to_str().unwrap()],
+        &[("SLACK_TEST_TOKEN", SLACK_TOKEN)],
+    );
+    let warned = common::eventually("the warning", async || {
+        server
+            .log()
+            .into_iter()
+            .find(|line| line.contains("reaches nobody"))
+    })
+    .await;
+    assert!(warned.contains("lonely"), "{warned}");
+    server.kill();
 }

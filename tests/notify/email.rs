@@ -6,24 +6,6 @@
 
 use super::*;
 use crate::common::{Backend, Location, TestServer};
-use toolgate::config::Config;
-
-/// The server in this process on `location`, configured by `file`.
-async fn serve(location: &Location, file: &str) -> TestServer {
-    let config = Config::from_toml(file).unwrap();
-    let keys = config.api_keys().unwrap();
-    let dispatch = config.dispatch_config();
-    let notify = config.notify().unwrap();
-    let inbox = config.inbox.options();
-    let tools = common::example_tools(location);
-    TestServer::start_with(tools, location, |b| {
-        b.api_keys(keys)
-            .dispatch_config(dispatch)
-            .notify(notify)
-            .inbox(inbox)
-    })
-    .await
-}
 
 /// A server on `backend` with the keys, the people, the policy and a mail channel to a port
 /// (the channel named after it, so each test counts its own metrics): nothing listens there yet.
@@ -175,7 +157,51 @@ async fn a_deferred_mail_is_retried_and_an_unreachable_server_waits(backend: Bac
     server.stop().await;
 }
 
+async fn an_escalation_mails_the_people_it_reaches(backend: Backend) {
+    let location = Location::new(backend).await;
+    let port = free_port();
+    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    let file = format!(
+        "{}[tools.echo.approval]\nescalate_after_s = 1\nescalate_to = [\"escalations\"]\n\
+         [webhook_delivery]\ninitial_backoff_ms = 100\n{}",
+        keys_and_people(),
+        mail_channel(&format!("mail-{port}"), port)
+    );
+    let server = serve(&location, &file).await;
+    ask_echo(&server.api, AGENT, "escalate me").await;
+    let mails = sink.exactly(7).await;
+    let (asked, escalated): (Vec<Value>, Vec<Value>) = mails
+        .into_iter()
+        .partition(|m| m["subject"] == "Approval needed: echo");
+    assert_eq!(
+        recipients(&asked),
+        ["alice@example.com", "bob@example.com", "ops@example.com"],
+        "manager decides nothing of echo until it is escalated"
+    );
+    assert!(
+        escalated
+            .iter()
+            .all(|m| m["subject"] == "Escalated approval: echo"),
+        "{escalated:?}"
+    );
+    assert_eq!(
+        recipients(&escalated),
+        [
+            "alice@example.com",
+            "bob@example.com",
+            "manager@example.com",
+            "ops@example.com"
+        ],
+        "escalate_to reaches manager (and whoever decides every tool)"
+    );
+    let text = escalated[0]["text"].as_str().unwrap();
+    assert!(text.contains("escalated"), "{text}");
+    server.stop().await;
+}
+
 crate::on_each_backend! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_escalation_mails_the_people_it_reaches;
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn each_person_who_may_decide_gets_one_mail_saying_what_is_asked;
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,7 +21,30 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use common::{Api, Binary, Site};
+use common::{Api, Binary, Location, Site, TestServer};
+use toolgate::config::Config;
+
+/// The Slack bot token the tests' channels read from `SLACK_TEST_TOKEN`.
+pub const SLACK_TOKEN: &str = "xoxb-test-0123456789";
+
+/// The server in this process on `location`, configured by `file`; a channel's secrets read
+/// from a test environment of `SLACK_TEST_TOKEN` only.
+pub async fn serve(location: &Location, file: &str) -> TestServer {
+    let config = Config::from_toml(file).unwrap();
+    let keys = config.api_keys().unwrap();
+    let dispatch = config.dispatch_config();
+    let env = |name: &str| (name == "SLACK_TEST_TOKEN").then(|| SLACK_TOKEN.to_owned());
+    let notify = config.notify_with(env, false).unwrap();
+    let inbox = config.inbox.options();
+    let tools = common::example_tools(location);
+    TestServer::start_with(tools, location, |b| {
+        b.api_keys(keys)
+            .dispatch_config(dispatch)
+            .notify(notify)
+            .inbox(inbox)
+    })
+    .await
+}
 
 /// The API keys every test configures: a caller, two approvers, an admin, and an approver of
 /// `issue_refund` only.
@@ -30,9 +53,11 @@ pub const ALICE: &str = "alice-token-0123456789abcdef";
 pub const BOB: &str = "bob-token-0123456789abcdef01";
 pub const DAVE: &str = "dave-token-0123456789abcdef0";
 pub const ERIN: &str = "erin-token-0123456789abcdef0";
+pub const MANAGER: &str = "manager-token-0123456789abc";
 
-/// The keys and people: alice (approver) and bob (admin) have mail; dave (approver) has none;
-/// erin decides `issue_refund` only; agent is a caller with mail.
+/// The keys and people: alice (approver) and bob (admin) have mail and Slack; dave (approver)
+/// has neither; erin decides `issue_refund` only; agent is a caller with both; manager decides
+/// only what is escalated to `escalations`, with mail.
 pub fn keys_and_people() -> String {
     let hash = |token: &str| hex::encode(toolgate::http::auth::token_sha256(token));
     let mut file = String::new();
@@ -42,6 +67,7 @@ pub fn keys_and_people() -> String {
         ("bob", "admin", BOB, None),
         ("dave", "approver", DAVE, None),
         ("erin", "approver", ERIN, Some("issue_refund")),
+        ("manager", "approver", MANAGER, Some("escalations")),
     ] {
         file += &format!(
             "[[auth.keys]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{}\"\n",
@@ -51,16 +77,20 @@ pub fn keys_and_people() -> String {
             file += &format!("decides = [\"{decides}\"]\n");
         }
     }
-    for (name, email) in [
-        ("alice", Some("alice@example.com")),
-        ("bob", Some("bob@example.com")),
-        ("dave", None),
-        ("erin", Some("erin@example.com")),
-        ("agent", Some("agent@example.com")),
+    for (name, email, slack) in [
+        ("alice", Some("alice@example.com"), Some("U0ALICE")),
+        ("bob", Some("bob@example.com"), Some("U0BOB")),
+        ("dave", None, None),
+        ("erin", Some("erin@example.com"), Some("U0ERIN")),
+        ("agent", Some("agent@example.com"), Some("U0AGENT")),
+        ("manager", Some("manager@example.com"), None),
     ] {
         file += &format!("[[people]]\nname = \"{name}\"\n");
         if let Some(email) = email {
             file += &format!("email = \"{email}\"\n");
+        }
+        if let Some(user) = slack {
+            file += &format!("slack_user = \"{user}\"\n");
         }
     }
     file

@@ -11,8 +11,9 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::blocks;
 use crate::feed::channels::Sent;
 use crate::notify::message::{Decided, MessageFacts};
 
@@ -80,6 +81,11 @@ impl SlackApi {
         self.channel.as_deref()
     }
 
+    /// The Web API's URL (`https://slack.com/api`, or a stand-in).
+    pub fn api_url(&self) -> &str {
+        &self.api_url
+    }
+
     /// The app's signing secret, which Slack's requests to the interactions door are signed
     /// with.
     pub fn signing_secret(&self) -> Option<&str> {
@@ -89,7 +95,7 @@ impl SlackApi {
     /// Posts `facts`' message to `to` (a user id: a direct message; or a channel id). The
     /// receipt is the posted message ([`Posted`]).
     pub(crate) async fn post(&self, facts: &MessageFacts, to: &str) -> Sent {
-        let mut body = message(facts);
+        let mut body = blocks::message(facts);
         body["channel"] = Value::String(to.to_owned());
         self.call("chat.postMessage", &body).await
     }
@@ -101,7 +107,7 @@ impl SlackApi {
         facts: &MessageFacts,
         decided: &Decided,
     ) -> Sent {
-        let mut body = decided_message(facts, decided);
+        let mut body = blocks::decided(facts, decided);
         body["channel"] = Value::String(posted.channel.clone());
         body["ts"] = Value::String(posted.ts.clone());
         self.call("chat.update", &body).await
@@ -195,47 +201,4 @@ fn text(answer: &Value, key: &str) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
-}
-
-/// Slack's mrkdwn escaped: `&`, `<` and `>`, which would otherwise make links and mentions.
-fn escaped(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// The `chat.postMessage` body of `facts` (but its `channel`): a fallback text and blocks.
-fn message(facts: &MessageFacts) -> Value {
-    let text = format!(
-        "Approval needed: {} asks to run {}",
-        escaped(&facts.asker()),
-        escaped(&facts.tool)
-    );
-    json!({
-        "text": text,
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": format!(
-                "*{}*\n{}", text, escaped(&facts.reason))}},
-            {"type": "actions", "elements": [
-                {"type": "button", "action_id": "toolgate_open", "url": facts.link,
-                 "text": {"type": "plain_text", "text": "Open in inbox"}}
-            ]}
-        ]
-    })
-}
-
-/// The `chat.update` body of `facts` once `decided` (but its `channel` and `ts`).
-fn decided_message(facts: &MessageFacts, decided: &Decided) -> Value {
-    let text = format!(
-        "{} asked to run {}. {}",
-        escaped(&facts.asker()),
-        escaped(&facts.tool),
-        escaped(&decided.sentence())
-    );
-    json!({
-        "text": text,
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": text}}
-        ]
-    })
 }
