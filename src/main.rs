@@ -165,6 +165,8 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .issuers(issuers)
         .dispatch_config(config.dispatch_config())
         .webhooks(config.webhooks()?)
+        .notify(config.notify()?)
+        .people(config.people()?)
         .mcp(config.mcp.options(config.bind.ip()))
         .inbox(inbox)
         .upstreams(upstreams)

@@ -160,6 +160,12 @@ async fn every_route_times_every_role(backend: Backend) {
             vec![Admin],
         ),
         (
+            Method::GET,
+            "/notifications/deliveries".into(),
+            None,
+            vec![Admin],
+        ),
+        (
             Method::POST,
             "/webhooks/deliveries/1/retry".into(),
             Some(json!({})),

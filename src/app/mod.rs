@@ -57,9 +57,12 @@ pub struct ServerBuilder {
     issuers: Arc<Issuers>,
     dispatch: DispatchConfig,
     webhooks: crate::feed::webhooks::Webhooks,
+    notify: Option<crate::notify::Notify>,
     mcp: crate::mcp::McpOptions,
     inbox: crate::inbox::InboxOptions,
+    people: crate::notify::People,
     upstreams: crate::upstream::Upstreams,
+    slack: crate::rest::SlackInteractions,
     feed_retention: Duration,
     upkeep_interval: Duration,
     /// Where the server listens, when the caller says ([`ServerBuilder::listen_address`]).
@@ -87,9 +90,12 @@ impl ServerBuilder {
             issuers: Arc::default(),
             dispatch: DispatchConfig::default(),
             webhooks: crate::feed::webhooks::Webhooks::none(),
+            notify: None,
             mcp: crate::mcp::McpOptions::default(),
             inbox: crate::inbox::InboxOptions::default(),
+            people: crate::notify::People::none(),
             upstreams: crate::upstream::Upstreams::none(),
+            slack: crate::rest::SlackInteractions::none(),
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
             listen: None,
@@ -165,10 +171,26 @@ impl ServerBuilder {
         self
     }
 
+    /// The notification channels (`Config::notify`: `[[notify]]` and the `[[people]]` they
+    /// reach): their messages ride the webhooks' outbox, which starts for them too. With no
+    /// channel nothing is made and nothing costs.
+    pub fn notify(mut self, notify: crate::notify::Notify) -> Self {
+        self.notify = (!notify.is_empty()).then_some(notify);
+        self
+    }
+
     /// `/inbox`, the approvers' web page: whether it is served, how long a sign-in lasts, and
     /// whether its cookies are `Secure` (see [`crate::inbox`]).
     pub fn inbox(mut self, options: crate::inbox::InboxOptions) -> Self {
         self.inbox = options;
+        self
+    }
+
+    /// The people (`[[people]]`) whom decision links decide as, when no channel is configured
+    /// (the channels of [`ServerBuilder::notify`] bring their own): for links an application
+    /// makes itself ([`crate::notify::Links`]).
+    pub fn people(mut self, people: crate::notify::People) -> Self {
+        self.people = people;
         self
     }
 
@@ -177,6 +199,15 @@ impl ServerBuilder {
     /// runtime.
     pub fn upstreams(mut self, upstreams: crate::upstream::Upstreams) -> Self {
         self.upstreams = upstreams;
+        self
+    }
+
+    /// The Slack apps whose buttons decide approvals at `POST /integrations/slack/interactions`
+    /// (their signing secrets), and the people their users are. By default, those of the
+    /// `[[notify]]` Slack channels with a `signing_secret_env` ([`ServerBuilder::notify`]);
+    /// with none, that route refuses every request.
+    pub fn slack_interactions(mut self, slack: crate::rest::SlackInteractions) -> Self {
+        self.slack = slack;
         self
     }
 
@@ -219,7 +250,31 @@ impl ServerBuilder {
 
         // The background work: each loop ends at the graceful stop.
         self.upstreams.start(&dispatcher);
-        let webhooks = self.webhooks.start(store.clone(), running.released());
+        // Decision links, in messages and on the inbox's link pages, under the public URL.
+        let public_url = match (&self.inbox.public_url, self.listen) {
+            (url, _) if !url.is_empty() => url.clone(),
+            (_, Some(addr)) => format!("http://{addr}"),
+            (_, None) => "http://127.0.0.1:8080".to_owned(),
+        };
+        let plain = self.inbox.links == crate::inbox::config::LinkMode::SignIn;
+        let links = crate::notify::Links::new(store.clone(), &public_url, self.inbox.link_ttl);
+        let links = Arc::new(links.sign_in_only(plain));
+        let people = match &self.notify {
+            Some(notify) => notify.people().clone(),
+            None => Arc::new(self.people),
+        };
+        let slack = match &self.notify {
+            Some(notify) if self.slack.is_empty() => slack_interactions(notify, &public_url),
+            _ => self.slack,
+        };
+        let channels = self.notify.and_then(|notify| {
+            let notify = notify.with_links(links.clone());
+            notify.bind(dispatcher.clone(), public_url)
+        });
+        let webhooks = self
+            .webhooks
+            .with_channels(channels)
+            .start(store.clone(), running.released());
         start_upkeep(
             store.clone(),
             running.released(),
@@ -246,7 +301,7 @@ impl ServerBuilder {
             self.max_body_bytes,
             self.body_timeout,
         );
-        let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth);
+        let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, slack);
         if mcp_options.enabled {
             // The same gate as the tools (a caller may list and call; held requests of
             // `toolgate_await_call` give their slot back while they wait).
@@ -264,7 +319,8 @@ impl ServerBuilder {
             }
         }
         if self.inbox.enabled {
-            router = router.merge(crate::inbox::router(dispatcher.clone(), self.inbox, &gates));
+            let inbox = crate::inbox::router(dispatcher.clone(), self.inbox, &gates, links, people);
+            router = router.merge(inbox);
         }
         let router = router
             .fallback(|| async { ApiError::RouteNotFound })
@@ -321,6 +377,25 @@ impl Serving {
     }
 }
 
+/// The interactions door of `notify`'s Slack channels: each one's signing secret, its people,
+/// and links to the inbox under `base`.
+fn slack_interactions(
+    notify: &crate::notify::Notify,
+    base: &str,
+) -> crate::rest::SlackInteractions {
+    let mut slack = crate::rest::SlackInteractions::new(notify.people().clone(), base);
+    for (secret, api_url) in notify.slack_apps() {
+        slack = match slack.clone().app(secret.as_bytes(), api_url) {
+            Ok(with) => with,
+            Err(why) => {
+                tracing::warn!(error = %why, "a Slack channel's interactions are refused");
+                slack
+            }
+        };
+    }
+    slack
+}
+
 /// How long calls still running at a stop may take: as long as the slowest tool may, its
 /// retries and their waits included, and a second more.
 fn drain_grace(dispatch: &DispatchConfig) -> Duration {
@@ -366,6 +441,9 @@ fn start_upkeep(
             }
             if let Err(err) = store.prune_sessions(Timestamp::now()).await {
                 tracing::debug!(error = %err, "cannot prune inbox sessions now");
+            }
+            if let Err(err) = store.prune_link_keys(Timestamp::now()).await {
+                tracing::debug!(error = %err, "cannot prune decision links' keys now");
             }
         }
     });

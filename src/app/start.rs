@@ -83,8 +83,9 @@ impl ServerBuilder {
         self.check_tool_settings()?;
         self.check_approval_fields()?;
         self.webhooks.check_targets().await?;
+        let channels = self.notify.is_some();
         self.webhooks
-            .initialize(self.store.as_ref())
+            .initialize(self.store.as_ref(), channels)
             .await
             .map_err(StartError::Outbox)?;
         Ok(self.serve())

@@ -42,6 +42,7 @@ pub use crate::http::config::ServerConfig;
 pub use crate::inbox::config::InboxConfig;
 pub use crate::mcp::config::McpConfig;
 use crate::notify::PersonConfig;
+pub use crate::notify::config::NotifyConfig;
 pub use crate::store::config::StoreConfig;
 pub use crate::telemetry::config::{LogFormat, TelemetryConfig};
 pub use server::{AuthConfig, FeedConfig, KeyConfig};
@@ -113,6 +114,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     /// `[[people]]`: who a principal is, for the channels that reach approvers.
     pub people: Vec<PersonConfig>,
+    /// `[[notify]]`: the channels (email, Slack) that ask approvers where they work.
+    pub notify: Vec<NotifyConfig>,
 }
 
 impl Default for Config {
@@ -142,6 +145,7 @@ impl Default for Config {
             mcp: McpConfig::default(),
             inbox: InboxConfig::default(),
             people: Vec::new(),
+            notify: Vec::new(),
             upstreams: Vec::new(),
             telemetry: TelemetryConfig::default(),
         }
@@ -294,6 +298,8 @@ impl Config {
         config.check_quotas()?;
         config.check_upstreams()?;
         config.people()?;
+        // The file's channels are checked now; their secrets are read when they start.
+        config.notify_with(|_| None, true)?;
         // The file's webhooks are checked now; their `secret_env` is read when they start.
         config.webhooks_with(|_| None, true)?;
         Ok(config)
@@ -362,6 +368,29 @@ impl Config {
                 message: err.0,
             }
         })
+    }
+
+    /// The notification channels (`[[notify]]`) and the people they reach (`[[people]]`), each
+    /// channel's secrets read from the environment.
+    pub fn notify(&self) -> Result<crate::notify::Notify, ConfigError> {
+        self.notify_with(|name| std::env::var(name).ok(), false)
+    }
+
+    /// The channels, their secrets read by `env` (a variable's value by its name); `checking`
+    /// only the file (a variable not set yet is let through).
+    pub fn notify_with(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+        checking: bool,
+    ) -> Result<crate::notify::Notify, ConfigError> {
+        let channels =
+            crate::notify::config::channels(&self.notify, env, checking).map_err(|err| {
+                ConfigError::Invalid {
+                    key: format!("notify.{}", err.key),
+                    message: err.why,
+                }
+            })?;
+        Ok(crate::notify::Notify::new(channels, self.people()?))
     }
 
     /// The identity providers (see [`AuthConfig::issuers`]), the scopes the tools require

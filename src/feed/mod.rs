@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::store::{FeedEntry, Store, StoreError};
 
+pub mod channels;
 pub mod stream;
 pub mod webhooks;
 

@@ -128,10 +128,14 @@ impl Keys {
     }
 }
 
-/// Routes anyone may reach, even without a key: liveness and readiness probes. (Used to
-/// document the API; the router simply puts no gate on them.)
+/// Routes anyone may reach, even without a key: liveness and readiness probes, and the doors a
+/// platform calls with a signature of its own instead of a key ([`Access::Signed`]). (Used to
+/// document the API.)
 pub(crate) fn is_open(route: &str) -> bool {
-    matches!(route, "/healthz" | "/readyz")
+    matches!(
+        route,
+        "/healthz" | "/readyz" | "/integrations/slack/interactions"
+    )
 }
 
 /// What a route gives access to, which decides the roles that may use it.
@@ -153,6 +157,9 @@ pub(crate) enum Access {
     /// `/.well-known/oauth-protected-resource*`: anyone, without credentials (a client reads
     /// it to learn where to get them).
     Discovery,
+    /// `/integrations/slack/interactions`: anyone reaches the route; its handler checks the
+    /// platform's signature over the body itself (Slack sends no key).
+    Signed,
 }
 
 /// Whether `role` may use a route giving `access`.
@@ -162,7 +169,8 @@ fn permits(role: Role, access: Access) -> bool {
         | (_, Access::Document)
         | (_, Access::OwnCalls)
         | (_, Access::Inbox)
-        | (_, Access::Discovery) => true,
+        | (_, Access::Discovery)
+        | (_, Access::Signed) => true,
         (Role::Caller, Access::Tools) | (Role::Approver, Access::Approvals) => true,
         (Role::Caller, Access::Approvals) | (Role::Approver, Access::Tools) => false,
         (_, Access::Admin) => false,
@@ -192,7 +200,10 @@ impl Gate {
     /// here never takes a slot of `max_in_flight` (see [`super::shed`]).
     fn admit(&self, request: &mut Request) -> Result<Checked, ApiError> {
         self.hosts.check(request.uri(), request.headers())?;
-        if matches!(self.access, Access::Inbox | Access::Discovery) {
+        if matches!(
+            self.access,
+            Access::Inbox | Access::Discovery | Access::Signed
+        ) {
             return Ok(Checked::Admitted);
         }
         let principal = if self.keys.enabled() {

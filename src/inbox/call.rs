@@ -92,7 +92,7 @@ pub(crate) async fn call(
 /// The banner after `done` on `call`, with the way on; none when the call's history does not
 /// record that decision last (a link followed from elsewhere, say), so a banner never claims
 /// what did not happen.
-async fn banner(
+pub(crate) async fn banner(
     visit: &Visit,
     principal: &Principal,
     call: &CallRecord,
@@ -329,6 +329,8 @@ struct CallPage {
     title: String,
     csrf: String,
     call_id: String,
+    /// Where the page's forms post: `…/calls/{call_id}`, or a decision link's page.
+    actions: String,
     tool: String,
     status: &'static str,
     effect: &'static str,
@@ -495,10 +497,12 @@ pub(crate) fn call_page(
     let may_complete = may_approve && rule.required <= 1;
     let view = CallPage {
         base: visit.base.0.clone(),
-        nav: Some(signed.nav()),
+        nav: signed.link.is_none().then(|| signed.nav()),
         title: format!("{} · {}", call.tool, call.call_id),
         csrf: signed.csrf.clone(),
         call_id: call.call_id.clone(),
+        actions: (signed.link.clone())
+            .unwrap_or_else(|| format!("{}/calls/{}", visit.base.0, call.call_id)),
         tool: call.tool.clone(),
         status: call.status.as_str(),
         effect: call.effect.as_str(),
@@ -543,7 +547,7 @@ pub(crate) fn call_page(
         reject: text(typed.reject),
         reject_options: visit.dispatcher().reject_options(&call.tool),
         complete: suspension
-            .filter(|_| may_complete)
+            .filter(|_| may_complete && signed.link.is_none())
             .and(output_schema)
             .map(|schema| form_of("complete", schema, typed.complete)),
         complete_open,

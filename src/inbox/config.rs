@@ -23,6 +23,25 @@ pub struct InboxConfig {
     pub key_sign_in: bool,
     /// Single sign-on with one of `[[auth.issuers]]`.
     pub oidc: Option<InboxOidcConfig>,
+    /// The base URL of the links in messages (`https://tools.example.com`); empty:
+    /// `http://<listen address>`.
+    pub public_url: String,
+    /// How long a decision link in a message serves, in seconds.
+    pub link_ttl_s: u64,
+    /// What a message's link is: `signed` (a link for one person and one approval, without a
+    /// sign-in) or `sign_in` (the call's page, behind the inbox's sign-in).
+    pub links: LinkMode,
+}
+
+/// What the link in a message is (`[inbox] links`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkMode {
+    /// Signed for one person and one approval; decides without a sign-in (the default).
+    #[default]
+    Signed,
+    /// The call's page, behind the inbox's sign-in.
+    SignIn,
 }
 
 /// `[inbox.oidc]`: "Sign in with <issuer>".
@@ -58,6 +77,9 @@ impl Default for InboxConfig {
             secure_cookies: options.secure_cookies,
             key_sign_in: options.key_sign_in,
             oidc: None,
+            public_url: options.public_url,
+            link_ttl_s: options.link_ttl.as_secs(),
+            links: options.links,
         }
     }
 }
@@ -71,6 +93,9 @@ impl InboxConfig {
             secure_cookies: self.secure_cookies,
             key_sign_in: self.key_sign_in,
             oidc: None,
+            public_url: self.public_url.trim_end_matches('/').to_owned(),
+            link_ttl: Duration::from_secs(self.link_ttl_s),
+            links: self.links,
         }
     }
 
@@ -99,8 +124,27 @@ impl InboxConfig {
         Ok(options)
     }
 
-    /// What needs no secret: a way to sign in is left, and the callback URL is one.
+    /// What needs no secret: a way to sign in is left, the callback URL is one, and so is the
+    /// public URL.
     pub fn check(&self) -> Result<(), IssuerError> {
+        if !self.public_url.is_empty() {
+            let url = &self.public_url;
+            let parsed = url::Url::parse(url)
+                .map_err(|err| IssuerError(format!("[inbox] public_url `{url}`: {err}")))?;
+            if !matches!(parsed.scheme(), "http" | "https")
+                || parsed.query().is_some()
+                || parsed.fragment().is_some()
+            {
+                return Err(IssuerError(format!(
+                    "[inbox] public_url `{url}` must be an http(s) URL without a query or fragment"
+                )));
+            }
+        }
+        if self.link_ttl_s == 0 {
+            return Err(IssuerError(
+                "[inbox] link_ttl_s must be at least 1 second".into(),
+            ));
+        }
         if !self.key_sign_in && self.oidc.is_none() {
             return Err(IssuerError(
                 "[inbox] key_sign_in = false needs [inbox.oidc]: nobody could sign in".into(),

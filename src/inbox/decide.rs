@@ -91,6 +91,22 @@ impl Decision {
         })
     }
 
+    /// A decision sent from a decision link's page (`link.rs`), which checked the link, the
+    /// person's rights and the page's CSRF token, and found the call.
+    pub(crate) fn by_link(
+        visit: Visit,
+        signed: Signed,
+        call: CallRecord,
+        pairs: Vec<(String, String)>,
+    ) -> Decision {
+        Decision {
+            visit,
+            signed,
+            call,
+            pairs,
+        }
+    }
+
     /// The value of the form's field `name`, if sent.
     fn field(&self, name: &str) -> Option<&str> {
         field(&self.pairs, name)
@@ -137,10 +153,9 @@ impl Decision {
     /// was settled elsewhere).
     fn done(&self, done: Option<Done>) -> Response {
         let flag = done.map_or(String::new(), |done| format!("?done={}", done.as_str()));
-        see_other(&format!(
-            "{}/calls/{}{flag}",
-            self.visit.base.0, self.call.call_id
-        ))
+        let page = (self.signed.link.clone())
+            .unwrap_or_else(|| format!("{}/calls/{}", self.visit.base.0, self.call.call_id));
+        see_other(&format!("{page}{flag}"))
     }
 
     /// The call's history, saying who decided it first: the answer to a decision that came

@@ -27,6 +27,8 @@
 //! - The decisions (`decide.rs`), with answer forms generated from JSON Schemas (`form/`).
 //!   Approving a `write` takes a second step, a confirmation, without script; after a
 //!   decision, the call's page says what it did and links to the next approval.
+//! - Decision links (`link.rs`): the page a person reaches from a message's signed link, to
+//!   decide its one approval without a sign-in (the link itself is [`crate::notify::links`]'s).
 //! - Text from tools and schemas is split into plain text and inline code (`prose.rs`), each
 //!   escaped; times are written in UTC and shown in the viewer's local time by the script.
 
@@ -38,6 +40,7 @@ mod edit;
 mod form;
 mod history;
 mod limit;
+mod link;
 mod oidc;
 mod pages;
 mod prose;
@@ -74,6 +77,13 @@ pub struct InboxOptions {
     pub key_sign_in: bool,
     /// Single sign-on with an identity provider (`[inbox.oidc]`).
     pub oidc: Option<InboxOidc>,
+    /// The base URL of links in messages (`[inbox] public_url`, no trailing `/`); empty:
+    /// `http://<listen address>`.
+    pub public_url: String,
+    /// How long a decision link serves (`[inbox] link_ttl_s`).
+    pub link_ttl: Duration,
+    /// What a message's link is (`[inbox] links`).
+    pub links: config::LinkMode,
 }
 
 /// "Sign in with <issuer>": the sign-in, and where the issuer sends the browser back.
@@ -93,6 +103,9 @@ impl Default for InboxOptions {
             secure_cookies: false,
             key_sign_in: true,
             oidc: None,
+            public_url: String::new(),
+            link_ttl: Duration::from_secs(86_400),
+            links: config::LinkMode::Signed,
         }
     }
 }
@@ -109,6 +122,8 @@ pub(crate) struct Inbox {
     limiter: limit::Limiter,
     /// The server's `max_in_flight`: a request takes its slot once its session checks out.
     in_flight: Arc<Slots>,
+    /// Decision links, and the people they are made for.
+    links: link::LinkPages,
 }
 
 impl std::ops::Deref for InboxState {
@@ -123,13 +138,20 @@ impl std::ops::Deref for InboxState {
 /// their time, but checks no bearer token and takes no slot of `max_in_flight`: each page
 /// checks the session cookie itself (a browser sends no bearer token), takes its slot once the
 /// session checks out, and answers HTML.
-pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gates) -> Router {
+pub(crate) fn router(
+    dispatcher: Dispatcher,
+    options: InboxOptions,
+    gates: &Gates,
+    links: Arc<crate::notify::Links>,
+    people: Arc<crate::notify::People>,
+) -> Router {
     let state = InboxState(Arc::new(Inbox {
         dispatcher,
         options,
         keys: gates.keys().clone(),
         limiter: limit::Limiter::default(),
         in_flight: gates.in_flight().clone(),
+        links: link::LinkPages { links, people },
     }));
     Router::new()
         .route("/inbox", get(pages::queue))
@@ -143,6 +165,9 @@ pub(crate) fn router(dispatcher: Dispatcher, options: InboxOptions, gates: &Gate
         .route("/inbox/calls/{call_id}/resolve", post(decide::resolve))
         .route("/inbox/standing", get(standing::list))
         .route("/inbox/standing/{id}/revoke", post(standing::revoke))
+        .route("/inbox/link/{signed}", get(link::open))
+        .route("/inbox/link/{signed}/approve", post(link::approve))
+        .route("/inbox/link/{signed}/reject", post(link::reject))
         .route("/inbox/sign-in", post(sign_in::sign_in))
         .route("/inbox/sign-out", post(sign_in::sign_out))
         .route("/inbox/oidc/start", get(oidc::start))

@@ -80,6 +80,9 @@ pub(crate) struct Signed {
     /// The session's hash in the store (none with auth off, whose sessions are not stored): a
     /// stream ends once it is gone.
     pub(crate) stored: Option<String>,
+    /// On a decision link's page (`link.rs`), where its forms post: `…/inbox/link/{signed}`;
+    /// the page then has no sign-in header and no form but the approval's.
+    pub(crate) link: Option<String>,
 }
 
 impl Signed {
@@ -257,6 +260,7 @@ impl Visit {
                 set_cookie,
                 _slot: Some(self.slot()?),
                 stored: None,
+                link: None,
             }));
         }
         let Some(id) = cookie(&self.headers, SESSION_COOKIE) else {
@@ -291,6 +295,7 @@ impl Visit {
                 set_cookie: None,
                 _slot: Some(self.slot()?),
                 stored: Some(hash),
+                link: None,
             })),
             _ => {
                 store.delete_session(&hash).await?;
@@ -340,6 +345,7 @@ impl Visit {
             set_cookie: None,
             _slot: Some(self.slot()?),
             stored: Some(hash),
+            link: None,
         }))
     }
 
@@ -451,6 +457,7 @@ async fn open(
         set_cookie: Some(cookie),
         _slot: None,
         stored: Some(id_hash(&id)),
+        link: None,
     })
 }
 

@@ -45,6 +45,7 @@ const HTTP_REQUESTS: &str = "toolgate_http_requests";
 const STORE_BATCH_SIZE: &str = "toolgate_store_batch_size";
 const STORE_COMMIT: &str = "toolgate_store_commit_seconds";
 const WEBHOOK_DELIVERIES: &str = "toolgate_webhook_deliveries";
+const NOTIFICATIONS: &str = "toolgate_notifications";
 const WAITERS: &str = "toolgate_waiters";
 const RATE_LIMITED: &str = "toolgate_rate_limited";
 const TOKEN_VERIFICATIONS: &str = "toolgate_token_verifications";
@@ -121,6 +122,12 @@ struct ResultLabel {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct ChannelLabels {
+    channel: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct IssuerLabels {
     issuer: String,
     result: &'static str,
@@ -136,6 +143,7 @@ struct Metrics {
     store_batch_size: Histogram,
     store_commit: Histogram,
     webhook_deliveries: SortedFamily<ResultLabel, Counter>,
+    notifications: SortedFamily<ChannelLabels, Counter>,
     waiters: Gauge,
     rate_limited: SortedFamily<QuotaLabels, Counter>,
     token_verifications: SortedFamily<IssuerLabels, Counter>,
@@ -165,6 +173,7 @@ impl Metrics {
             store_batch_size: Histogram::new(BATCH_SIZE_BUCKETS),
             store_commit: Histogram::new(COMMIT_BUCKETS),
             webhook_deliveries: SortedFamily::default(),
+            notifications: SortedFamily::default(),
             waiters: Gauge::default(),
             rate_limited: SortedFamily::default(),
             token_verifications: SortedFamily::default(),
@@ -192,6 +201,9 @@ impl Metrics {
                 its commit";
             WEBHOOK_DELIVERIES => metrics.webhook_deliveries,
                 "Webhook delivery attempts, by what they came to";
+            NOTIFICATIONS => metrics.notifications,
+                "Attempts to send a notification (email, Slack), by channel (its configured name) \
+                and outcome (delivered, retried, failed)";
             WAITERS => metrics.waiters,
                 "Requests held now by ?wait= until what they wait for changes";
             RATE_LIMITED => metrics.rate_limited,
@@ -321,6 +333,18 @@ pub(crate) fn webhook_delivery(result: &str) {
         .webhook_deliveries
         .get_or_create(&ResultLabel {
             result: result.to_owned(),
+        })
+        .inc();
+}
+
+/// Counts one attempt of the notification channel `channel` (a configured name, so a bounded
+/// set) that came to `outcome` (`delivered`, `retried`, `failed`).
+pub(crate) fn notification(channel: &str, outcome: &'static str) {
+    METRICS
+        .notifications
+        .get_or_create(&ChannelLabels {
+            channel: channel.to_owned(),
+            outcome,
         })
         .inc();
 }

@@ -162,3 +162,16 @@ error_set! {
         ),
     }
 }
+
+error_set! {
+    /// `401 bad_signature`: a request a platform signs (Slack's interactions) whose signature
+    /// does not verify; nothing was done.
+    SignatureRefused {
+        "401" => envelope(
+            "`bad_signature`: the signature does not verify with any configured Slack app's \
+             signing secret, a signature header is missing, or the request's timestamp is more \
+             than five minutes from now; nothing was decided.",
+            &[],
+        ),
+    }
+}

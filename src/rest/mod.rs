@@ -1,6 +1,8 @@
 //! The REST door: one file per resource, each with its own `router()` beside its handlers
-//! (tools, calls, approvals, standing approvals, events, webhooks, health, metrics, openapi).
-//! Handlers are thin: they translate HTTP into the call lifecycle (`crate::dispatch`) and its results back, and
+//! (tools, calls, approvals, standing approvals, events, webhooks, notifications, health,
+//! metrics, openapi), and Slack's interactions (`slack`), the one route signed by a platform
+//! rather than gated by a key. Handlers are thin: they translate HTTP into the call lifecycle
+//! (`crate::dispatch`) and its results back, and
 //! every error answer goes through the one envelope (`crate::http::error`). What changes only
 //! with the tool list (the list in toolgate's own format and each provider's, each descriptor,
 //! the OpenAPI document) is serialized once per generation of the list ([`catalog`]).
@@ -12,8 +14,10 @@ mod error_responses;
 mod events;
 mod health;
 mod metrics;
+mod notifications;
 pub mod openapi;
 mod responses;
+mod slack;
 mod standing;
 mod tools;
 mod webhooks;
@@ -27,6 +31,8 @@ use crate::dispatch::live::Derived;
 use crate::http::auth::Reach;
 use crate::http::gate::Gates;
 use catalog::Catalog;
+
+pub use slack::SlackInteractions;
 
 /// What every REST handler shares: one `Arc`, so each request clones one pointer.
 #[derive(Clone)]
@@ -63,14 +69,17 @@ impl std::ops::Deref for RestState {
 }
 
 /// Every REST route, each behind its gate; `auth` says whether keys are configured (the
-/// OpenAPI document then declares the bearer scheme).
+/// OpenAPI document then declares the bearer scheme); `slack`: the Slack apps whose
+/// interactions decide approvals.
 pub(crate) fn router(
     dispatcher: Dispatcher,
     webhooks: crate::feed::webhooks::Nudge,
     gates: &Gates,
     auth: bool,
+    slack: SlackInteractions,
 ) -> Router {
     let catalog = Derived::new(&dispatcher.tools(), move |tools| Catalog::new(tools, auth));
+    let slack = slack::router(slack, dispatcher.clone(), gates);
     let state = RestState(Arc::new(Shared {
         dispatcher,
         webhooks,
@@ -82,9 +91,11 @@ pub(crate) fn router(
         .merge(approvals::router(gates))
         .merge(standing::router(gates))
         .merge(webhooks::router(gates))
+        .merge(notifications::router(gates))
         .merge(events::router(gates))
         .merge(openapi::router(gates))
         .merge(metrics::router(gates))
         .merge(health::router())
+        .merge(slack)
         .with_state(state)
 }

@@ -17,7 +17,9 @@ use utoipa::OpenApi;
 use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, EditedAnswer, SuspensionTicket};
-use super::{approvals, calls, events, health, metrics, standing, tools, webhooks};
+use super::{
+    approvals, calls, events, health, metrics, notifications, slack, standing, tools, webhooks,
+};
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
 use crate::contract::registry::ToolSet;
@@ -44,15 +46,18 @@ use crate::store::{
         standing::list, standing::revoke,
         events::events,
         webhooks::list, webhooks::retry,
+        notifications::list,
         health::healthz, health::readyz,
         metrics::serve,
+        slack::interactions,
         openapi_json,
     ),
     components(schemas(
         ErrorEnvelope, ErrorObject, ToolDescriptor, Effect, CallCompleted, CallSuspended,
         CallFailed, SuspensionTicket, CallRecord, CallStatus, CallError, SuspensionView, Approval,
         CallEvent, CallSummary, crate::store::Delivery, crate::store::DeliveryStatus,
-        webhooks::DeliveryList, crate::schema::Format, tools::ProviderToolList,
+        webhooks::DeliveryList, notifications::NotificationList,
+        crate::schema::Format, tools::ProviderToolList,
         crate::store::RejectOption, crate::store::ApprovalVote, approvals::ApprovalRecorded,
         crate::store::EditMark, EditedAnswer,
         crate::dispatch::StandingAsk, crate::store::StandingApproval, crate::store::StandingUse,
@@ -65,6 +70,8 @@ use crate::store::{
         (name = "health", description = "Liveness and readiness."),
         (name = "metrics", description = "What the server does, for Prometheus (admins only)."),
         (name = "webhooks", description = "Deliveries of the change feed to webhooks (admin)."),
+        (name = "integrations", description = "Platforms that decide approvals where people work (Slack's buttons), signed by the platform instead of a key."),
+        (name = "notifications", description = "Messages of the notification channels, email and Slack (admin)."),
         (name = "openapi", description = "This document."),
     )
 )]

@@ -18,8 +18,9 @@ use super::standing::{NewStanding, StandingApproval, StandingOp, StandingStore, 
 use super::{
     Actor, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
     DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, FeedStore, InboxSession,
-    Inserted, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend, Reconciled, Rerun,
-    Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts, StoreError, Timestamp,
+    Inserted, LinkKey, LinkKeyStore, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend,
+    Reconciled, Rerun, Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts,
+    StoreError, Timestamp,
 };
 
 /// What a backend brings to the Store traits: its writer's queue, its reads, and what it writes
@@ -109,13 +110,20 @@ pub(crate) trait Backend: Send + Sync + 'static {
         &self,
     ) -> impl Future<Output = Result<Option<FeedCursor>, StoreError>> + Send;
 
-    /// [`OutboxStore::list_deliveries`].
+    /// [`OutboxStore::list_deliveries`] (or, `channels`, [`OutboxStore::list_notifications`]).
     fn read_deliveries(
         &self,
         status: Option<DeliveryStatus>,
         after: Option<i64>,
         limit: u32,
+        channels: bool,
     ) -> impl Future<Output = Result<DeliveryPage, StoreError>> + Send;
+
+    /// [`OutboxStore::call_notifications`].
+    fn read_call_notifications(
+        &self,
+        call_id: &str,
+    ) -> impl Future<Output = Result<Vec<Delivery>, StoreError>> + Send;
 
     /// [`OutboxStore::disabled_webhooks`].
     fn read_disabled_webhooks(
@@ -128,6 +136,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         id_sha256: &str,
         now: Timestamp,
     ) -> impl Future<Output = Result<Option<InboxSession>, StoreError>> + Send;
+
+    /// [`LinkKeyStore::link_keys`].
+    fn read_link_keys(
+        &self,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<LinkKey>, StoreError>> + Send;
 
     /// One trivial read: the readers can reach the database.
     fn read_one(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -385,7 +399,20 @@ impl<B: Backend> OutboxStore for B {
         after: Option<i64>,
         limit: u32,
     ) -> Result<DeliveryPage, StoreError> {
-        self.read_deliveries(status, after, limit).await
+        self.read_deliveries(status, after, limit, false).await
+    }
+
+    async fn list_notifications(
+        &self,
+        status: Option<DeliveryStatus>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, StoreError> {
+        self.read_deliveries(status, after, limit, true).await
+    }
+
+    async fn call_notifications(&self, call_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        self.read_call_notifications(call_id).await
     }
 
     async fn retry_delivery(&self, id: i64) -> Result<Option<Delivery>, StoreError> {
@@ -493,5 +520,22 @@ impl<B: Backend> StandingStore for B {
             .await?
             .standing()?
             .one()
+    }
+}
+
+#[async_trait]
+impl<B: Backend> LinkKeyStore for B {
+    async fn link_key_for(&self, key: &LinkKey) -> Result<LinkKey, StoreError> {
+        self.write(WriteOp::LinkKey(Box::new(key.clone())))
+            .await?
+            .link_key()
+    }
+
+    async fn link_keys(&self, now: Timestamp) -> Result<Vec<LinkKey>, StoreError> {
+        self.read_link_keys(now).await
+    }
+
+    async fn prune_link_keys(&self, now: Timestamp) -> Result<u64, StoreError> {
+        self.write(WriteOp::PruneLinkKeys(now.0)).await?.pruned()
     }
 }

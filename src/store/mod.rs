@@ -1,9 +1,10 @@
 //! Durable state: calls and the suspensions that park them until a person decides, the change
-//! feed, the webhook outbox, and the approval inbox's sessions.
+//! feed, the webhook outbox, the approval inbox's sessions, and the keys of decision links.
 //!
-//! [`Store`] is the seam a backend implements, as four traits by concern under it:
+//! [`Store`] is the seam a backend implements, as five traits by concern under it:
 //! [`CallStore`] (calls, suspensions, idempotency, reconciliation), [`FeedStore`] (the change
-//! feed), [`OutboxStore`] (webhook deliveries) and [`SessionStore`] (inbox sessions); `Store`
+//! feed), [`OutboxStore`] (webhook deliveries), [`SessionStore`] (inbox sessions) and
+//! [`LinkKeyStore`] (the keys that sign decision links); `Store`
 //! itself keeps what concerns the whole store (readiness, counts, shutdown). A caller holds an
 //! `Arc<dyn Store>` (whose methods include every sub-trait's); code holding a concrete backend
 //! brings the sub-trait it calls into scope. [`SqliteStore`] is the
@@ -73,6 +74,9 @@
 //!   `postgres/writer/standing.rs`, the row locked and re-checked (`standing.rs` has the types).
 //! - **an expired inbox session is never answered**: `sqlite/sessions.rs`,
 //!   `postgres/sessions.rs` (`find`, filtered by `expires_at`).
+//! - **a rotation period has one decision-link key**, however many processes make it at once:
+//!   `sqlite/link_keys.rs`, `postgres/link_keys.rs` (`make`, an insert that does nothing on the
+//!   period's unique `epoch`, then a read of the period's key).
 //! - **a call left running by a dead process is settled** (`interrupted` or
 //!   `needs_reconciliation`, by effect). SQLite: `sqlite/recovery.rs` at open, safe because
 //!   `sqlite/mod.rs` (`lock`) makes one server the file's only owner. PostgreSQL:
@@ -92,6 +96,7 @@ pub mod config;
 mod edits;
 mod error;
 mod feed;
+mod link_keys;
 mod outbox;
 mod postgres;
 mod queue;
@@ -112,6 +117,7 @@ pub use calls::{
 pub use edits::{CallEdit, EditMark};
 pub use error::StoreError;
 pub use feed::{ApprovalsSoFar, FEED_TYPES, FeedCursor, FeedEntry, FeedPage};
+pub use link_keys::{LinkKey, LinkKeyStore};
 pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDelivery};
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
@@ -140,7 +146,15 @@ pub struct StoreCounts {
 /// module docs for what a backend promises. `Arc<dyn Store>` is how the server holds one.
 #[async_trait]
 pub trait Store:
-    CallStore + FeedStore + OutboxStore + SessionStore + StandingStore + Send + Sync + 'static
+    CallStore
+    + FeedStore
+    + OutboxStore
+    + SessionStore
+    + StandingStore
+    + LinkKeyStore
+    + Send
+    + Sync
+    + 'static
 {
     /// Checks the store can serve requests.
     async fn ping(&self) -> Result<(), StoreError>;
@@ -374,13 +388,26 @@ pub trait OutboxStore: Send + Sync {
     /// Records how an attempt of the delivery `id` ended.
     async fn settle_delivery(&self, id: i64, result: DeliveryResult) -> Result<(), StoreError>;
 
-    /// Deliveries, newest first, in `status` if given, after the cursor `after`.
+    /// The webhooks' deliveries, newest first, in `status` if given, after the cursor `after`.
     async fn list_deliveries(
         &self,
         status: Option<DeliveryStatus>,
         after: Option<i64>,
         limit: u32,
     ) -> Result<DeliveryPage, StoreError>;
+
+    /// The notification channels' deliveries (`[[notify]]`), as
+    /// [`list_deliveries`](Self::list_deliveries) lists the webhooks'.
+    async fn list_notifications(
+        &self,
+        status: Option<DeliveryStatus>,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<DeliveryPage, StoreError>;
+
+    /// The notification channels' deliveries about the call `call_id`, oldest first, with
+    /// their bodies and receipts (what a decision of the call updates).
+    async fn call_notifications(&self, call_id: &str) -> Result<Vec<Delivery>, StoreError>;
 
     /// Makes the failed delivery `id` pending again, due now; `None` when no delivery has this
     /// id, the delivery as it is when it is not failed.

@@ -19,6 +19,10 @@ pub struct NewDelivery {
     pub call_id: String,
     /// The request body, exactly as it is signed and sent on every attempt.
     pub body: String,
+    /// The notification channel (`[[notify]] name`) it goes through; `None`: a webhook's.
+    pub channel: Option<String>,
+    /// Whom a channel's delivery reaches (an email address, a Slack user or channel id).
+    pub recipient: Option<String>,
 }
 
 /// Where a delivery stands.
@@ -62,7 +66,8 @@ impl DeliveryStatus {
 pub struct Delivery {
     /// Its id.
     pub id: i64,
-    /// The webhook's URL.
+    /// The webhook's URL (empty, and not shown, for a notification channel's).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub webhook: String,
     /// The message id (`webhook-id`), the same on every attempt.
     pub message_id: String,
@@ -91,6 +96,16 @@ pub struct Delivery {
     /// The request body (not shown in lists).
     #[serde(skip)]
     pub body: String,
+    /// The notification channel it goes through; `None` (not shown): a webhook's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// Whom a channel's delivery reaches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recipient: Option<String>,
+    /// What the channel answered once it was sent (JSON; Slack: the message's channel and
+    /// `ts`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<String>,
 }
 
 /// How an attempt to deliver ended.
@@ -98,8 +113,10 @@ pub struct Delivery {
 pub enum DeliveryResult {
     /// The receiver answered 2xx with this status.
     Delivered {
-        /// The HTTP status.
+        /// The HTTP status (a channel's: its own code, such as SMTP's `250`).
         status: u16,
+        /// What a channel keeps of its answer (see [`Delivery::receipt`]).
+        receipt: Option<String>,
     },
     /// Try again at `at`.
     Retry {

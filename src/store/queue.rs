@@ -186,6 +186,10 @@ pub(crate) enum WriteOp {
     PruneSessions(i64),
     /// A standing approval's write (`standing.rs`).
     Standing(Box<super::standing::StandingOp>),
+    /// Stores a decision links' key for its period, unless the period has one.
+    LinkKey(Box<super::LinkKey>),
+    /// Drops the decision links' keys retired by this time (Unix ms).
+    PruneLinkKeys(i64),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -212,6 +216,8 @@ pub(crate) enum Reply {
     Delivery(Option<Box<Delivery>>),
     /// What a standing approval's write answers (boxed: every other reply stays small).
     Standing(Box<super::standing::StandingReply>),
+    /// The key of a period, as stored.
+    LinkKey(Box<super::LinkKey>),
 }
 
 impl WriteOp {
@@ -233,6 +239,8 @@ impl WriteOp {
             WriteOp::DeleteSession(_) => "delete_session",
             WriteOp::PruneSessions(_) => "prune_sessions",
             WriteOp::Standing(_) => "standing",
+            WriteOp::LinkKey(_) => "link_key",
+            WriteOp::PruneLinkKeys(_) => "prune_link_keys",
             WriteOp::Ping => "ping",
         }
     }
@@ -260,6 +268,8 @@ impl WriteOp {
             | WriteOp::CreateSession(_)
             | WriteOp::DeleteSession(_)
             | WriteOp::PruneSessions(_)
+            | WriteOp::LinkKey(_)
+            | WriteOp::PruneLinkKeys(_)
             | WriteOp::Ping => false,
         }
     }
@@ -367,6 +377,7 @@ answers! {
     settled -> () { Reply::Done => () }
     delivery -> Option<Delivery> { Reply::Delivery(delivery) => delivery.map(|d| *d) }
     standing -> super::standing::StandingReply { Reply::Standing(reply) => *reply }
+    link_key -> super::LinkKey { Reply::LinkKey(key) => *key }
 }
 
 fn unexpected() -> StoreError {

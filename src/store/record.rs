@@ -429,6 +429,14 @@ impl Vote {
     }
 }
 
+/// What a channel kept of its answer when `result` delivered it (see `Delivery::receipt`).
+pub(crate) fn delivery_receipt(result: &super::DeliveryResult) -> Option<&str> {
+    match result {
+        super::DeliveryResult::Delivered { receipt, .. } => receipt.as_deref(),
+        _ => None,
+    }
+}
+
 /// The columns settling a delivery with `result` writes: its status, `last_status`,
 /// `last_error` and `next_attempt_at` (its claim is released whatever the result).
 pub(crate) fn settled_delivery(
@@ -436,7 +444,7 @@ pub(crate) fn settled_delivery(
 ) -> (&'static str, Option<i64>, Option<&str>, Option<i64>) {
     use super::{DeliveryResult, DeliveryStatus};
     match result {
-        DeliveryResult::Delivered { status } => (
+        DeliveryResult::Delivered { status, .. } => (
             DeliveryStatus::Delivered.as_str(),
             Some(i64::from(*status)),
             None,

@@ -311,7 +311,8 @@ impl RawFeedEntry {
 /// A delivery's columns but for its body, in the order [`RawDelivery::read`] reads them (the
 /// body follows them).
 pub(crate) const DELIVERY_COLUMNS: &str = "id, webhook, message_id, type, call_id, status, \
-     attempts, last_status, last_error, next_attempt_at, created_at, updated_at";
+     attempts, last_status, last_error, next_attempt_at, created_at, updated_at, channel, \
+     recipient, receipt";
 
 /// A webhook delivery row as stored, before its status is parsed.
 pub(crate) struct RawDelivery {
@@ -327,6 +328,9 @@ pub(crate) struct RawDelivery {
     pub(crate) next_attempt_at: Option<i64>,
     pub(crate) created_at: i64,
     pub(crate) updated_at: i64,
+    pub(crate) channel: Option<String>,
+    pub(crate) recipient: Option<String>,
+    pub(crate) receipt: Option<String>,
     /// Empty in lists, which leave it out.
     pub(crate) body: String,
 }
@@ -347,7 +351,10 @@ impl RawDelivery {
             next_attempt_at: row.bigint_or_null(9)?,
             created_at: row.bigint(10)?,
             updated_at: row.bigint(11)?,
-            body: row.text(12)?,
+            channel: row.text_or_null(12)?,
+            recipient: row.text_or_null(13)?,
+            receipt: row.text_or_null(14)?,
+            body: row.text(15)?,
         })
     }
 
@@ -376,6 +383,9 @@ impl RawDelivery {
             created_at: Timestamp(self.created_at),
             updated_at: Timestamp(self.updated_at),
             body: self.body,
+            channel: self.channel,
+            recipient: self.recipient,
+            receipt: self.receipt,
         })
     }
 }

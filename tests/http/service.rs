@@ -294,6 +294,22 @@ impl toolgate::store::OutboxStore for BrokenStore {
         broken()
     }
 
+    async fn list_notifications(
+        &self,
+        _status: Option<toolgate::store::DeliveryStatus>,
+        _after: Option<i64>,
+        _limit: u32,
+    ) -> Result<toolgate::store::DeliveryPage, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn call_notifications(
+        &self,
+        _call_id: &str,
+    ) -> Result<Vec<toolgate::store::Delivery>, toolgate::store::StoreError> {
+        broken()
+    }
+
     async fn retry_delivery(
         &self,
         _id: i64,
@@ -337,6 +353,29 @@ impl toolgate::store::SessionStore for BrokenStore {
 
 /// Keeps no standing approvals (the trait's defaults).
 impl toolgate::store::StandingStore for BrokenStore {}
+#[toolgate::async_trait]
+impl toolgate::store::LinkKeyStore for BrokenStore {
+    async fn link_key_for(
+        &self,
+        _key: &toolgate::store::LinkKey,
+    ) -> Result<toolgate::store::LinkKey, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn link_keys(
+        &self,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<Vec<toolgate::store::LinkKey>, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn prune_link_keys(
+        &self,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<u64, toolgate::store::StoreError> {
+        broken()
+    }
+}
 
 #[tokio::test]
 async fn a_failing_store_is_answered_without_leaking_its_internals() {

@@ -1,9 +1,9 @@
 //! The store conformance suite: what every `Store` backend must do, by concern (`calls.rs`,
-//! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`, `standing.rs`). Each backend runs
-//! every check through `suite!` below; a new backend adds one invocation. What only the embedded
-//! backend does (its file, across reopens and crashes) is checked at the end of this file; what
-//! only a shared database does is in `tests/store_postgres.rs`. One test binary, so that it links
-//! once.
+//! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`, `standing.rs`, `link_keys.rs`).
+//! Each backend runs every check through `suite!` below; a new backend adds one invocation. What
+//! only the embedded backend does (its file, across reopens and crashes) is checked at the end of
+//! this file; what only a shared database does is in `tests/store_postgres.rs`. One test binary,
+//! so that it links once.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -11,6 +11,7 @@ mod common;
 mod calls;
 mod edits;
 mod feed;
+mod link_keys;
 mod outbox;
 mod sessions;
 mod standing;
@@ -177,6 +178,11 @@ macro_rules! suite {
             async fn concurrent_calls_never_exceed_the_limit() {
                 super::standing::concurrent_calls_never_exceed_the_limit(store().await.0).await;
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_periods_link_key_is_made_once_and_retired() {
+                super::link_keys::a_periods_link_key_is_made_once_and_retired(store().await.0)
+                    .await;
+            }
         }
     };
 }
@@ -279,7 +285,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
          ALTER TABLE calls DROP COLUMN trace; \
          ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
-         DROP TABLE standing_approvals; \
+         DROP TABLE standing_approvals; DROP TABLE link_keys; \
          PRAGMA user_version = 3;",
     )
     .unwrap();

@@ -15,6 +15,8 @@ fn delivery(webhook: &str, n: usize) -> NewDelivery {
         kind: "call.suspended".into(),
         call_id: format!("c{n}"),
         body: format!("{{\"n\":{n}}}"),
+        channel: None,
+        recipient: None,
     }
 }
 
@@ -193,7 +195,13 @@ pub(crate) async fn a_delivery_is_retried_once_due_then_delivered(store: Arc<dyn
     );
 
     store
-        .settle_delivery(second.id, DeliveryResult::Delivered { status: 204 })
+        .settle_delivery(
+            second.id,
+            DeliveryResult::Delivered {
+                status: 204,
+                receipt: None,
+            },
+        )
         .await
         .unwrap();
     let delivered = listed(store.as_ref(), second.id).await;
@@ -262,7 +270,13 @@ pub(crate) async fn a_failed_delivery_is_sent_again_on_request(store: Arc<dyn St
         "still claimed"
     );
     store
-        .settle_delivery(id, DeliveryResult::Delivered { status: 200 })
+        .settle_delivery(
+            id,
+            DeliveryResult::Delivered {
+                status: 200,
+                receipt: None,
+            },
+        )
         .await
         .unwrap();
     let delivered = store.retry_delivery(id).await.unwrap().unwrap();
@@ -293,7 +307,13 @@ pub(crate) async fn deliveries_list_newest_first_by_status_in_pages(store: Arc<d
     let ids: Vec<&str> = claimed.iter().map(|d| d.message_id.as_str()).collect();
     assert_eq!(ids, ["msg_1", "msg_2"], "the oldest, up to the limit");
     store
-        .settle_delivery(claimed[0].id, DeliveryResult::Delivered { status: 200 })
+        .settle_delivery(
+            claimed[0].id,
+            DeliveryResult::Delivered {
+                status: 200,
+                receipt: None,
+            },
+        )
         .await
         .unwrap();
     store

@@ -41,8 +41,10 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 
+use super::channels::Channels;
 use crate::store::{Store, StoreError, Timestamp};
 
+pub use outbox::message_id;
 pub use private::is_private;
 pub use sign::{parse_secret, signature};
 
@@ -189,10 +191,12 @@ impl Webhook {
     }
 }
 
-/// The configured webhooks and their two loops.
+/// The configured webhooks (and the notification channels riding their outbox) and their two
+/// loops.
 pub struct Webhooks {
     hooks: Vec<Webhook>,
     settings: DeliverySettings,
+    channels: Option<Arc<dyn Channels>>,
 }
 
 impl Webhooks {
@@ -201,7 +205,20 @@ impl Webhooks {
         Webhooks {
             hooks: Vec::new(),
             settings: DeliverySettings::default(),
+            channels: None,
         }
+    }
+
+    /// Whether there is no webhook.
+    pub fn is_empty(&self) -> bool {
+        self.hooks.is_empty()
+    }
+
+    /// These webhooks, and `channels` (`[[notify]]`) whose messages ride their outbox,
+    /// delivered with the same settings.
+    pub fn with_channels(mut self, channels: Option<Arc<dyn Channels>>) -> Self {
+        self.channels = channels;
+        self
     }
 
     /// Refuses a webhook whose host resolves to a private address it may not reach.
@@ -215,11 +232,12 @@ impl Webhooks {
     }
 
     /// Starts the outbox's cursor at the feed's head if it has none (the first start with
-    /// webhooks configured on this store), so that what happens from now on is delivered even
-    /// if this process dies before its outbox runs. Call it before serving requests; the binary
-    /// does.
-    pub async fn initialize(&self, store: &dyn Store) -> Result<(), StoreError> {
-        if self.hooks.is_empty() || store.webhook_cursor().await?.is_some() {
+    /// webhooks, or `channels`, configured on this store), so that what happens from now on is
+    /// delivered even if this process dies before its outbox runs. Call it before serving
+    /// requests; the binary does.
+    pub async fn initialize(&self, store: &dyn Store, channels: bool) -> Result<(), StoreError> {
+        let idle = self.hooks.is_empty() && !channels && self.channels.is_none();
+        if idle || store.webhook_cursor().await?.is_some() {
             return Ok(());
         }
         let head = store.feed_head().await?;
@@ -230,18 +248,23 @@ impl Webhooks {
 
     /// `hooks`, delivered with `settings`.
     pub fn new(hooks: Vec<Webhook>, settings: DeliverySettings) -> Self {
-        Webhooks { hooks, settings }
+        Webhooks {
+            hooks,
+            settings,
+            channels: None,
+        }
     }
 
     /// Starts the outbox and the sender on `store`, until `released` turns `true`. The returned
     /// handle wakes the sender at once (an admin's retry).
     pub fn start(self, store: Arc<dyn Store>, released: watch::Receiver<bool>) -> Nudge {
         let nudge = Nudge(Arc::new(Notify::new()));
-        if self.hooks.is_empty() {
+        if self.hooks.is_empty() && self.channels.is_none() {
             return nudge;
         }
         let shared = Arc::new(Shared {
             hooks: self.hooks,
+            channels: self.channels,
             settings: self.settings,
             disabled: Mutex::new(HashSet::new()),
             started: Timestamp::now(),
@@ -271,6 +294,8 @@ impl Nudge {
 
 struct Shared {
     hooks: Vec<Webhook>,
+    /// The notification channels, if any are configured.
+    channels: Option<Arc<dyn Channels>>,
     settings: DeliverySettings,
     /// Webhooks whose receiver answered 410 Gone.
     disabled: Mutex<HashSet<String>>,

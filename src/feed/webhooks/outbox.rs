@@ -1,4 +1,5 @@
-//! The outbox loop: feed entries into deliveries, one per entry and matching webhook.
+//! The outbox loop: feed entries into deliveries, one per entry and matching webhook, and the
+//! notification channels' (`super::super::channels`) for the entry.
 //!
 //! The cursor it reads from is kept in the store and moved in the transaction that queues the
 //! deliveries (`Store::enqueue_deliveries`), so of several replicas following one feed exactly
@@ -109,7 +110,13 @@ async fn advance(
                 kind: entry.kind.clone(),
                 call_id: entry.call.call_id.clone(),
                 body: body.to_string(),
+                channel: None,
+                recipient: None,
             });
+        }
+        if let Some(channels) = &shared.channels {
+            let more = channels.deliveries(entry, &deliveries).await?;
+            deliveries.extend(more);
         }
     }
     Ok(
@@ -124,8 +131,9 @@ async fn advance(
     )
 }
 
-/// The message id of an entry for a webhook: the same whoever makes the delivery.
-fn message_id(cursor: &FeedCursor, url: &str) -> String {
+/// The message id of an entry for a webhook (or for a channel's recipient, `target` naming
+/// both): the same whoever makes the delivery.
+pub fn message_id(cursor: &FeedCursor, url: &str) -> String {
     let mut hash = Sha256::new();
     hash.update(cursor.0.as_bytes());
     hash.update([0]);

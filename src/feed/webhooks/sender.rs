@@ -5,7 +5,8 @@
 //! records nothing, its lease runs out, and another claims the delivery again. The outcome of
 //! an attempt: 2xx delivered; `410 Gone` disables the webhook; 429 and 503 are retried after
 //! their `Retry-After`; anything else is retried with exponential backoff and jitter until
-//! `max_attempts`.
+//! `max_attempts`. A notification channel's delivery is handed to the channels
+//! (`crate::feed::channels`), whose answer is retried the same way.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use std::time::Duration;
 use tracing::Instrument as _;
 
 use super::{DeliverySettings, IDLE, Loop, Shared, pause, signature};
+use crate::feed::channels::Sent;
 use crate::store::{Delivery, DeliveryResult, Timestamp};
 use crate::telemetry::spans;
 
@@ -47,6 +49,15 @@ pub(super) async fn sender(mut run: Loop) {
             let store = run.store.clone();
             let shared = run.shared.clone();
             async move {
+                if let Some(channel) = delivery.channel.clone() {
+                    let result = channel_attempt(&shared, &delivery).await;
+                    crate::metrics::notification(&channel, outcome(&result));
+                    if let Err(err) = store.settle_delivery(delivery.id, result).await {
+                        // The lease runs out and it is sent again: at least once.
+                        tracing::warn!(error = %err, delivery = delivery.id, "cannot record a notification");
+                    }
+                    return;
+                }
                 let span = if crate::telemetry::enabled() {
                     // The call's span, to link the delivery to: one read, only with traces on.
                     let call = store.call(&delivery.call_id).await.ok().flatten();
@@ -61,7 +72,7 @@ pub(super) async fn sender(mut run: Loop) {
                 let result = attempt(&shared, &delivery, &span).await;
                 if !span.is_none() {
                     match &result {
-                        DeliveryResult::Delivered { status } => {
+                        DeliveryResult::Delivered { status, .. } => {
                             spans::webhook_answered(&span, Some(*status), true);
                         }
                         DeliveryResult::Retry { status, .. }
@@ -70,11 +81,7 @@ pub(super) async fn sender(mut run: Loop) {
                         }
                     }
                 }
-                crate::metrics::webhook_delivery(match &result {
-                    DeliveryResult::Delivered { .. } => "delivered",
-                    DeliveryResult::Retry { .. } => "retried",
-                    DeliveryResult::Failed { .. } => "failed",
-                });
+                crate::metrics::webhook_delivery(outcome(&result));
                 if let Err(err) = store.settle_delivery(delivery.id, result).await {
                     // The lease runs out and it is sent again: at least once.
                     tracing::warn!(error = %err, delivery = delivery.id, "cannot record a webhook delivery");
@@ -82,6 +89,44 @@ pub(super) async fn sender(mut run: Loop) {
             }
         });
         futures_util::future::join_all(sends).await;
+    }
+}
+
+/// What an attempt came to, as the metrics count it.
+fn outcome(result: &DeliveryResult) -> &'static str {
+    match result {
+        DeliveryResult::Delivered { .. } => "delivered",
+        DeliveryResult::Retry { .. } => "retried",
+        DeliveryResult::Failed { .. } => "failed",
+    }
+}
+
+/// One attempt of a notification channel's `delivery`, handed to the channels, and what it
+/// amounts to.
+async fn channel_attempt(shared: &Shared, delivery: &Delivery) -> DeliveryResult {
+    let Some(channels) = &shared.channels else {
+        return DeliveryResult::Failed {
+            status: None,
+            error: "no notification channel is configured".into(),
+        };
+    };
+    // Within the attempt's time, so the sender's lease outlives it: never sent twice at once.
+    let timeout = shared.settings.timeout;
+    let sent = tokio::time::timeout(timeout, channels.send(delivery))
+        .await
+        .unwrap_or_else(|_| Sent::Retry {
+            status: None,
+            error: format!("no answer within {} ms", timeout.as_millis()),
+            after: None,
+        });
+    match sent {
+        Sent::Delivered { status, receipt } => DeliveryResult::Delivered { status, receipt },
+        Sent::Retry {
+            status,
+            error,
+            after,
+        } => again(&shared.settings, delivery.attempts, status, error, after),
+        Sent::Failed { status, error } => DeliveryResult::Failed { status, error },
     }
 }
 
@@ -130,6 +175,7 @@ async fn attempt(shared: &Shared, delivery: &Delivery, span: &tracing::Span) -> 
     match response {
         Ok(response) if response.status().is_success() => DeliveryResult::Delivered {
             status: response.status().as_u16(),
+            receipt: None,
         },
         Ok(response) if response.status() == reqwest::StatusCode::GONE => {
             lock(&shared.disabled).insert(delivery.webhook.clone());

@@ -11,7 +11,8 @@ impl ApiError {
         let (message, details) = match self {
             ApiError::BadRequest(m)
             | ApiError::UnsupportedMediaType(m)
-            | ApiError::PayloadTooLarge(m) => (m.clone(), None),
+            | ApiError::PayloadTooLarge(m)
+            | ApiError::BadSignature(m) => (m.clone(), None),
             ApiError::RequestTimeout => (
                 "The request body did not arrive in time; the connection is closed.".into(),
                 None,

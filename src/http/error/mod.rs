@@ -86,6 +86,9 @@ pub enum ApiError {
     Unauthorized,
     /// A bearer token of an identity provider that was refused, and why.
     InvalidToken(String),
+    /// A request signed by a platform (Slack's `X-Slack-Signature`) whose signature or
+    /// timestamp does not verify, and why; nothing was decided.
+    BadSignature(String),
     /// The key's role may not use this route.
     Forbidden,
     /// A valid token of an identity provider that gives no role here, and why.
@@ -204,7 +207,9 @@ impl ApiError {
             | ApiError::NotReconcilable(_)
             | ApiError::LeaseLost(_)
             | ApiError::NotRetryable(_) => StatusCode::CONFLICT,
-            ApiError::Unauthorized | ApiError::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::InvalidToken(_) | ApiError::BadSignature(_) => {
+                StatusCode::UNAUTHORIZED
+            }
             ApiError::Forbidden
             | ApiError::TokenForbidden(_)
             | ApiError::InsufficientScope { .. }
@@ -241,6 +246,7 @@ impl ApiError {
             ApiError::AlreadyResolved(_) => "already_resolved",
             ApiError::AlreadyApproved { .. } => "already_approved",
             ApiError::Unauthorized | ApiError::InvalidToken(_) => "unauthorized",
+            ApiError::BadSignature(_) => "bad_signature",
             ApiError::Forbidden
             | ApiError::TokenForbidden(_)
             | ApiError::DecidesOwnCall(_)

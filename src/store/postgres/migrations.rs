@@ -20,6 +20,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0010_feed_approvals.sql"),
     include_str!("../migrations/postgres/0011_approval_edits.sql"),
     include_str!("../migrations/postgres/0012_standing_approvals.sql"),
+    include_str!("../migrations/postgres/0013_notifications.sql"),
+    include_str!("../migrations/postgres/0014_link_keys.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

@@ -28,6 +28,7 @@
 
 mod feed;
 mod leases;
+mod link_keys;
 mod migrations;
 mod quotas;
 mod reads;
@@ -46,9 +47,9 @@ use tokio_postgres::NoTls;
 use super::backend::Backend;
 use super::queue::{self, Behind, Msg, WriteOp};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, DeliveryPage, DeliveryStatus,
-    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, QuotaSpend, StoreCounts, StoreError,
-    Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
+    DeliveryStatus, FeedCursor, FeedPage, InboxSession, NewCall, Outcome, QuotaSpend, StoreCounts,
+    StoreError, Timestamp,
 };
 use leases::Lease;
 use reads::Conn;
@@ -404,8 +405,14 @@ impl Backend for PostgresStore {
         status: Option<DeliveryStatus>,
         after: Option<i64>,
         limit: u32,
+        channels: bool,
     ) -> Result<DeliveryPage, StoreError> {
-        self.read(async |c| webhooks::list(c, status, after, limit).await)
+        self.read(async |c| webhooks::list(c, status, after, limit, channels).await)
+            .await
+    }
+
+    async fn read_call_notifications(&self, call_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        self.read(async |c| webhooks::call_notifications(c, call_id).await)
             .await
     }
 
@@ -421,6 +428,13 @@ impl Backend for PostgresStore {
     ) -> Result<Option<InboxSession>, StoreError> {
         self.read(async |c| sessions::find(c, id_sha256, now.0).await)
             .await
+    }
+
+    async fn read_link_keys(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<crate::store::LinkKey>, StoreError> {
+        self.read(async |c| link_keys::live(c, now.0).await).await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

@@ -17,7 +17,7 @@ use tokio_postgres::Row;
 
 use super::pg_error;
 use super::reads::Conn;
-use crate::store::record::settled_delivery;
+use crate::store::record::{delivery_receipt, settled_delivery};
 use crate::store::rows::{DELIVERY_COLUMNS, RawDelivery};
 use crate::store::{
     Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, NewDelivery, StoreError,
@@ -39,10 +39,13 @@ const MOVE_CURSOR: &str = "UPDATE webhook_outbox SET cursor = $2, updated_at = $
 
 /// Creates deliveries from `unnest` arrays, pending and due now, in the order given.
 const INSERT_DELIVERIES: &str = "INSERT INTO webhook_deliveries (webhook, message_id, type, \
-     call_id, body, status, attempts, next_attempt_at, created_at, updated_at) \
-     SELECT u.webhook, u.message_id, u.type, u.call_id, u.body, 'pending', 0, $6, $6, $6 \
-     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY \
-       AS u(webhook, message_id, type, call_id, body, n) \
+     call_id, body, status, attempts, next_attempt_at, created_at, updated_at, channel, \
+     recipient) \
+     SELECT u.webhook, u.message_id, u.type, u.call_id, u.body, 'pending', 0, $6, $6, $6, \
+       u.channel, u.recipient \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $7::text[], \
+       $8::text[]) WITH ORDINALITY \
+       AS u(webhook, message_id, type, call_id, body, channel, recipient, n) \
      ORDER BY u.n";
 
 /// Moves the outbox's cursor from `from` (`None`: it has none yet) to `to` and creates
@@ -77,6 +80,14 @@ pub(super) async fn enqueue(
             &column(|d| &d.call_id),
             &column(|d| &d.body),
             &now,
+            &deliveries
+                .iter()
+                .map(|d| d.channel.as_deref())
+                .collect::<Vec<_>>(),
+            &deliveries
+                .iter()
+                .map(|d| d.recipient.as_deref())
+                .collect::<Vec<_>>(),
         ],
     )
     .await
@@ -93,7 +104,8 @@ const CLAIM: &str = "UPDATE webhook_deliveries d \
            ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED) due \
      WHERE d.id = due.id \
      RETURNING d.id, d.webhook, d.message_id, d.type, d.call_id, d.status, d.attempts, \
-       d.last_status, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.body";
+       d.last_status, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.channel, \
+       d.recipient, d.receipt, d.body";
 
 /// Claims up to `limit` pending deliveries due at `now`, until `now + lease_ms`; counts their
 /// attempt.
@@ -129,7 +141,8 @@ pub(super) async fn settle(
     let last_status = last_status.and_then(|s| i32::try_from(s).ok());
     c.execute(
         "UPDATE webhook_deliveries SET status = $2, last_status = $3, last_error = $4, \
-         next_attempt_at = $5, claimed_until = NULL, updated_at = $6 \
+         next_attempt_at = $5, claimed_until = NULL, updated_at = $6, \
+         receipt = COALESCE($7, receipt) \
          WHERE id = $1 AND status = 'pending'",
         &[
             &id,
@@ -138,6 +151,7 @@ pub(super) async fn settle(
             &last_error,
             &next_attempt_at,
             &now,
+            &delivery_receipt(result),
         ],
     )
     .await
@@ -171,16 +185,23 @@ pub(super) async fn cursor(c: &Conn<'_>) -> Result<Option<FeedCursor>, StoreErro
 }
 
 /// Up to `limit` deliveries in `status` (any, if `None`), newest first, before the id `after`;
-/// without their bodies.
+/// without their bodies: the webhooks', or (`channels`) the notification channels'.
 pub(super) async fn list(
     c: &Conn<'_>,
     status: Option<DeliveryStatus>,
     after: Option<i64>,
     limit: u32,
+    channels: bool,
 ) -> Result<DeliveryPage, StoreError> {
+    let which = if channels {
+        "channel IS NOT NULL"
+    } else {
+        "channel IS NULL"
+    };
     let sql = format!(
         "SELECT {DELIVERY_COLUMNS}, '' FROM webhook_deliveries \
-         WHERE ($1::text IS NULL OR status = $1) AND id < $2 ORDER BY id DESC LIMIT $3"
+         WHERE ($1::text IS NULL OR status = $1) AND id < $2 AND {which} \
+         ORDER BY id DESC LIMIT $3"
     );
     // One more than asked tells whether another page follows.
     let rows = c
@@ -207,7 +228,7 @@ pub(super) async fn list(
 pub(super) async fn disabled_webhooks(c: &Conn<'_>) -> Result<Vec<String>, StoreError> {
     c.query(
         "SELECT DISTINCT webhook FROM webhook_deliveries WHERE last_status = 410 \
-         ORDER BY webhook",
+         AND channel IS NULL ORDER BY webhook",
         &[],
     )
     .await
@@ -215,4 +236,18 @@ pub(super) async fn disabled_webhooks(c: &Conn<'_>) -> Result<Vec<String>, Store
     .iter()
     .map(|row| row.try_get(0).map_err(pg_error))
     .collect()
+}
+
+/// The notification channels' deliveries about the call `call_id`, oldest first, with their
+/// bodies.
+pub(super) async fn call_notifications(
+    c: &Conn<'_>,
+    call_id: &str,
+) -> Result<Vec<Delivery>, StoreError> {
+    let sql = format!(
+        "SELECT {DELIVERY_COLUMNS}, body FROM webhook_deliveries \
+         WHERE call_id = $1 AND channel IS NOT NULL ORDER BY id"
+    );
+    let rows = c.query(&sql, &[&call_id]).await.map_err(pg_error)?;
+    decode_all(&rows)
 }

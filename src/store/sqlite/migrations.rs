@@ -24,6 +24,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0011_feed_approvals.sql"),
     include_str!("../migrations/sqlite/0012_approval_edits.sql"),
     include_str!("../migrations/sqlite/0013_standing_approvals.sql"),
+    include_str!("../migrations/sqlite/0014_notifications.sql"),
+    include_str!("../migrations/sqlite/0015_link_keys.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive

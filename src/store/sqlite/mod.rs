@@ -13,6 +13,7 @@
 //! servers share a database through a server-based backend instead.
 
 mod edits;
+mod link_keys;
 mod migrations;
 mod reads;
 mod recovery;
@@ -31,8 +32,9 @@ use rusqlite::{Connection, OpenFlags};
 use super::backend::Backend;
 use super::queue::{self, Behind, Msg};
 use super::{
-    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, DeliveryPage, DeliveryStatus,
-    FeedCursor, FeedPage, InboxSession, NewCall, Outcome, StoreCounts, StoreError, Timestamp,
+    ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, Delivery, DeliveryPage,
+    DeliveryStatus, FeedCursor, FeedPage, InboxSession, NewCall, Outcome, StoreCounts, StoreError,
+    Timestamp,
 };
 use migrations::migrate;
 use recovery::recover;
@@ -286,8 +288,15 @@ impl Backend for SqliteStore {
         status: Option<DeliveryStatus>,
         after: Option<i64>,
         limit: u32,
+        channels: bool,
     ) -> Result<DeliveryPage, StoreError> {
-        self.read(move |conn| webhooks::list(conn, status, after, limit))
+        self.read(move |conn| webhooks::list(conn, status, after, limit, channels))
+            .await
+    }
+
+    async fn read_call_notifications(&self, call_id: &str) -> Result<Vec<Delivery>, StoreError> {
+        let call_id = call_id.to_owned();
+        self.read(move |conn| webhooks::call_notifications(conn, &call_id))
             .await
     }
 
@@ -303,6 +312,13 @@ impl Backend for SqliteStore {
         let id = id_sha256.to_owned();
         self.read(move |conn| sessions::find(conn, &id, now.0))
             .await
+    }
+
+    async fn read_link_keys(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<crate::store::LinkKey>, StoreError> {
+        self.read(move |conn| link_keys::live(conn, now.0)).await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

@@ -9,7 +9,7 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::backend;
-use crate::store::record::settled_delivery;
+use crate::store::record::{delivery_receipt, settled_delivery};
 use crate::store::rows::{DELIVERY_COLUMNS, RawDelivery};
 use crate::store::{
     Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, NewDelivery, StoreError,
@@ -45,8 +45,8 @@ pub(super) fn enqueue(
     let mut st = conn
         .prepare_cached(
             "INSERT INTO webhook_deliveries (webhook, message_id, type, call_id, body, status, \
-             attempts, next_attempt_at, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6)",
+             attempts, next_attempt_at, created_at, updated_at, channel, recipient) \
+             VALUES (?1, ?2, ?3, ?4, ?5, 'pending', 0, ?6, ?6, ?6, ?7, ?8)",
         )
         .map_err(backend)?;
     for delivery in deliveries {
@@ -56,7 +56,9 @@ pub(super) fn enqueue(
             delivery.kind,
             delivery.call_id,
             delivery.body,
-            now
+            now,
+            delivery.channel,
+            delivery.recipient
         ])
         .map_err(backend)?;
     }
@@ -106,7 +108,8 @@ pub(super) fn settle(
     let (status, last_status, last_error, next_attempt_at) = settled_delivery(result);
     conn.prepare_cached(
         "UPDATE webhook_deliveries SET status = ?2, last_status = ?3, last_error = ?4, \
-         next_attempt_at = ?5, claimed_until = NULL, updated_at = ?6 \
+         next_attempt_at = ?5, claimed_until = NULL, updated_at = ?6, \
+         receipt = COALESCE(?7, receipt) \
          WHERE id = ?1 AND status = 'pending'",
     )
     .and_then(|mut st| {
@@ -116,7 +119,8 @@ pub(super) fn settle(
             last_status,
             last_error,
             next_attempt_at,
-            now
+            now,
+            delivery_receipt(result)
         ])
     })
     .map_err(backend)
@@ -148,16 +152,22 @@ pub(super) fn cursor(conn: &Connection) -> Result<Option<FeedCursor>, StoreError
 }
 
 /// Up to `limit` deliveries in `status` (any, if `None`), newest first, before the id `after`;
-/// without their bodies.
+/// without their bodies: the webhooks', or (`channels`) the notification channels'.
 pub(super) fn list(
     conn: &Connection,
     status: Option<DeliveryStatus>,
     after: Option<i64>,
     limit: u32,
+    channels: bool,
 ) -> Result<DeliveryPage, StoreError> {
+    let which = if channels {
+        "channel IS NOT NULL"
+    } else {
+        "channel IS NULL"
+    };
     let sql = format!(
         "SELECT {DELIVERY_COLUMNS}, '' FROM webhook_deliveries \
-         WHERE (?1 IS NULL OR status = ?1) AND id < ?2 ORDER BY id DESC LIMIT ?3"
+         WHERE (?1 IS NULL OR status = ?1) AND id < ?2 AND {which} ORDER BY id DESC LIMIT ?3"
     );
     let mut st = conn.prepare_cached(&sql).map_err(backend)?;
     // One more than asked tells whether another page follows.
@@ -195,9 +205,26 @@ pub(super) fn disabled_webhooks(conn: &Connection) -> Result<Vec<String>, StoreE
     let mut st = conn
         .prepare_cached(
             "SELECT DISTINCT webhook FROM webhook_deliveries WHERE last_status = 410 \
-             ORDER BY webhook",
+             AND channel IS NULL ORDER BY webhook",
         )
         .map_err(backend)?;
     let rows = st.query_map([], |row| row.get(0)).map_err(backend)?;
     rows.collect::<Result<_, _>>().map_err(backend)
+}
+
+/// The notification channels' deliveries about the call `call_id`, oldest first, with their
+/// bodies.
+pub(super) fn call_notifications(
+    conn: &Connection,
+    call_id: &str,
+) -> Result<Vec<Delivery>, StoreError> {
+    let sql = format!(
+        "SELECT {DELIVERY_COLUMNS}, body FROM webhook_deliveries \
+         WHERE call_id = ?1 AND channel IS NOT NULL ORDER BY id"
+    );
+    let mut st = conn.prepare_cached(&sql).map_err(backend)?;
+    let rows = st
+        .query_map([call_id], |row| RawDelivery::read(row))
+        .map_err(backend)?;
+    rows.map(|row| row.map_err(backend)?.decode()).collect()
 }
