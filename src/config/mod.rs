@@ -376,8 +376,9 @@ impl Config {
         self.notify_with(|name| std::env::var(name).ok(), false)
     }
 
-    /// The channels, their secrets read by `env`; `checking` only the file.
-    fn notify_with(
+    /// The channels, their secrets read by `env` (a variable's value by its name); `checking`
+    /// only the file (a variable not set yet is let through).
+    pub fn notify_with(
         &self,
         env: impl Fn(&str) -> Option<String>,
         checking: bool,

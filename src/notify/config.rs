@@ -267,3 +267,56 @@ impl NotifyConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `[[notify]]` entries of `file`, as channels; the key of the first refusal.
+    fn refused(file: &str) -> String {
+        #[derive(Deserialize)]
+        struct File {
+            notify: Vec<NotifyConfig>,
+        }
+        let file: File = toml::from_str(file).unwrap();
+        let env = |name: &str| (name == "SET").then(|| "xoxb-1".to_owned());
+        match channels(&file.notify, env, false) {
+            Ok(_) => String::new(),
+            Err(err) => err.to_string(),
+        }
+    }
+
+    const MAIL: &str = "[[notify]]\nname = \"m\"\nkind = \"email\"\n\
+                        smtp_url = \"smtp://127.0.0.1:2525\"\nfrom = \"t@example.com\"\n";
+
+    #[test]
+    fn a_good_channel_starts_and_a_bad_key_is_named() {
+        assert_eq!(refused(MAIL), "");
+        let slack = "[[notify]]\nname = \"s\"\nkind = \"slack\"\nbot_token_env = \"SET\"\n";
+        assert_eq!(refused(slack), "");
+        for (file, key) in [
+            (format!("{MAIL}on = [\"call.completed\"]\n"), "notify.on"),
+            (format!("{MAIL}tools = [\"no spaces\"]\n"), "notify.tools"),
+            (format!("{MAIL}channel = \"C1\"\n"), "notify.channel"),
+            (format!("{MAIL}username = \"u\"\n"), "notify.username"),
+            (
+                format!("{MAIL}password_env = \"UNSET\"\nusername = \"u\"\n"),
+                "notify.password_env",
+            ),
+            (MAIL.replace("smtp://", "http://"), "notify.smtp_url"),
+            (
+                MAIL.replace("t@example.com", "not an address"),
+                "notify.from",
+            ),
+            (format!("{MAIL}{MAIL}"), "notify.name"),
+            (slack.replace("SET", "UNSET"), "notify.bot_token_env"),
+            (
+                format!("{slack}smtp_url = \"smtp://x\"\n"),
+                "notify.smtp_url",
+            ),
+        ] {
+            let why = refused(&file);
+            assert!(why.starts_with(key), "{key}: {why}");
+        }
+    }
+}

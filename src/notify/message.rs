@@ -66,8 +66,8 @@ pub struct MessageFacts {
     pub input: Vec<InputLine>,
     /// Whether lines were left out of `input`.
     pub input_truncated: bool,
-    /// Whether one click may decide: false when the approval asks for an answer (fields in its
-    /// schema) or the call is a `write`, which the inbox asks to confirm.
+    /// Whether one click may decide: false when the approval asks for an answer (a field its
+    /// schema requires) or the call is a `write`, which the inbox asks to confirm.
     pub one_click: bool,
     /// The call's page in the inbox (`{public_url}/inbox/calls/{call_id}`).
     pub inbox_url: String,
@@ -225,16 +225,17 @@ impl Decided {
     }
 }
 
-/// Whether an approval schema asks the approver for an answer: it has fields.
+/// Whether an approval schema asks the approver for an answer: a field it requires (an
+/// optional note needs none), or a choice between shapes.
 fn asks_fields(schema: &Value) -> bool {
     let has = |key: &str| {
-        schema.get(key).is_some_and(|v| match v {
-            Value::Object(map) => !map.is_empty(),
-            Value::Array(items) => !items.is_empty(),
-            _ => false,
-        })
+        schema
+            .get(key)
+            .and_then(Value::as_array)
+            .is_some_and(|items| !items.is_empty())
     };
-    has("properties") || has("required") || has("oneOf") || has("anyOf")
+    let least = schema.get("minProperties").and_then(Value::as_u64);
+    has("required") || has("oneOf") || has("anyOf") || least.is_some_and(|n| n > 0)
 }
 
 /// `text` cut to `max` characters (an ellipsis saying so), with its control characters (line
@@ -377,8 +378,10 @@ mod tests {
     #[test]
     fn an_answer_to_give_takes_more_than_one_click() {
         assert!(!asks_fields(&json!({"type": "object"})));
+        let note = json!({"type": "object", "properties": {"note": {"type": "string"}}});
+        assert!(!asks_fields(&note), "an optional note needs no answer");
         assert!(asks_fields(
-            &json!({"type": "object", "properties": {"ok": {}}})
+            &json!({"type": "object", "properties": {"ok": {}}, "required": ["ok"]})
         ));
     }
 }

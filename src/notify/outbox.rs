@@ -24,11 +24,12 @@ use crate::dispatch::Dispatcher;
 use crate::feed::channels::{Channels, Sent};
 use crate::feed::webhooks::message_id;
 use crate::store::{
-    CallRecord, CallStatus, Delivery, DeliveryStatus, FeedEntry, NewDelivery, StoreError,
+    CallRecord, CallStatus, Delivery, DeliveryStatus, FeedEntry, NewDelivery, StoreError, Timestamp,
 };
 
-/// How long an update waits for the message it updates to be posted.
-const POST_PENDING: Duration = Duration::from_secs(5);
+/// How long after the next attempt of the message it updates an update tries again, while that
+/// message is not posted yet.
+const POST_PENDING: Duration = Duration::from_secs(1);
 
 /// A channel's delivery's body, as stored.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -267,11 +268,18 @@ impl Notifier {
             };
         };
         match post.status {
-            DeliveryStatus::Pending => Sent::Retry {
-                status: None,
-                error: "the message to update is not posted yet".into(),
-                after: Some(POST_PENDING),
-            },
+            DeliveryStatus::Pending => {
+                // Tried again once the post has had its next attempt.
+                let due = post
+                    .next_attempt_at
+                    .map_or(0, |at| at.0 - Timestamp::now().0);
+                let due = Duration::from_millis(u64::try_from(due).unwrap_or(0));
+                Sent::Retry {
+                    status: None,
+                    error: "the message to update is not posted yet".into(),
+                    after: Some(due + POST_PENDING),
+                }
+            }
             DeliveryStatus::Failed => Sent::Failed {
                 status: None,
                 error: "the message to update was never posted".into(),

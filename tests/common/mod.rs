@@ -735,3 +735,23 @@ pub fn ci_python() -> PathBuf {
     );
     venv
 }
+
+/// Slack message bodies (`chat.postMessage`, `chat.update`) judged by Slack's own SDK
+/// (`tests/slack/check_blocks.py`: slack_sdk's Block Kit models); its summary of each (buttons
+/// and texts). Fails the test, saying why, on a body the SDK refuses.
+pub fn judged_by_slack_sdk(bodies: &[Value]) -> Vec<Value> {
+    let dir = temp_dir();
+    let path = dir.path().join("bodies.json");
+    std::fs::write(&path, serde_json::to_vec(bodies).unwrap()).unwrap();
+    let output = Command::new(ci_python())
+        .arg(repo_root().join("tests/slack/check_blocks.py"))
+        .arg(&path)
+        .output()
+        .expect("python starts");
+    assert!(
+        output.status.success(),
+        "slack_sdk refuses the blocks: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}

@@ -11,8 +11,9 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::blocks;
 use crate::feed::channels::Sent;
 use crate::notify::message::{Decided, MessageFacts};
 
@@ -94,7 +95,7 @@ impl SlackApi {
     /// Posts `facts`' message to `to` (a user id: a direct message; or a channel id). The
     /// receipt is the posted message ([`Posted`]).
     pub(crate) async fn post(&self, facts: &MessageFacts, to: &str) -> Sent {
-        let mut body = message(facts);
+        let mut body = blocks::message(facts);
         body["channel"] = Value::String(to.to_owned());
         self.call("chat.postMessage", &body).await
     }
@@ -106,7 +107,7 @@ impl SlackApi {
         facts: &MessageFacts,
         decided: &Decided,
     ) -> Sent {
-        let mut body = decided_message(facts, decided);
+        let mut body = blocks::decided(facts, decided);
         body["channel"] = Value::String(posted.channel.clone());
         body["ts"] = Value::String(posted.ts.clone());
         self.call("chat.update", &body).await
@@ -200,47 +201,4 @@ fn text(answer: &Value, key: &str) -> String {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
-}
-
-/// Slack's mrkdwn escaped: `&`, `<` and `>`, which would otherwise make links and mentions.
-fn escaped(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// The `chat.postMessage` body of `facts` (but its `channel`): a fallback text and blocks.
-fn message(facts: &MessageFacts) -> Value {
-    let text = format!(
-        "Approval needed: {} asks to run {}",
-        escaped(&facts.asker()),
-        escaped(&facts.tool)
-    );
-    json!({
-        "text": text,
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": format!(
-                "*{}*\n{}", text, escaped(&facts.reason))}},
-            {"type": "actions", "elements": [
-                {"type": "button", "action_id": "toolgate_open", "url": facts.link,
-                 "text": {"type": "plain_text", "text": "Open in inbox"}}
-            ]}
-        ]
-    })
-}
-
-/// The `chat.update` body of `facts` once `decided` (but its `channel` and `ts`).
-fn decided_message(facts: &MessageFacts, decided: &Decided) -> Value {
-    let text = format!(
-        "{} asked to run {}. {}",
-        escaped(&facts.asker()),
-        escaped(&facts.tool),
-        escaped(&decided.sentence())
-    );
-    json!({
-        "text": text,
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": text}}
-        ]
-    })
 }

@@ -1,0 +1,67 @@
+"""An SMTP server for the notification tests (aiosmtpd): each message it accepts is parsed with
+Python's own `email` package and written to OUT_DIR as one JSON file (envelope recipients,
+headers, the content type of each part, the text and the HTML), renamed into place once whole.
+
+    python smtp_sink.py PORT OUT_DIR [DEFER]
+
+DEFER: answer the first DEFER messages `451` (a transient refusal), then accept. Prints `ready`
+once it listens; runs until killed.
+"""
+
+import json
+import os
+import sys
+import time
+from email import message_from_bytes, policy
+
+from aiosmtpd.controller import Controller
+
+
+class Sink:
+    def __init__(self, out, defer):
+        self.out = out
+        self.defer = defer
+        self.n = 0
+
+    async def handle_DATA(self, server, session, envelope):
+        if self.defer > 0:
+            self.defer -= 1
+            return "451 4.3.0 try again later"
+        self.n += 1
+        message = message_from_bytes(envelope.original_content or envelope.content, policy=policy.default)
+        parts = [part.get_content_type() for part in message.walk()]
+        text = message.get_body(preferencelist=("plain",))
+        html = message.get_body(preferencelist=("html",))
+        record = {
+            "rcpt_tos": envelope.rcpt_tos,
+            "mail_from": envelope.mail_from,
+            "subject": str(message["subject"]),
+            "from": str(message["from"]),
+            "to": str(message["to"]),
+            "message_id": str(message["message-id"]),
+            "parts": parts,
+            "text": text.get_content() if text is not None else None,
+            "html": html.get_content() if html is not None else None,
+        }
+        name = os.path.join(self.out, "%d-%d" % (time.time_ns(), self.n))
+        with open(name + ".tmp", "w") as f:
+            json.dump(record, f)
+        os.rename(name + ".tmp", name + ".json")
+        return "250 OK"
+
+
+def main():
+    port, out = int(sys.argv[1]), sys.argv[2]
+    defer = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    controller = Controller(Sink(out, defer), hostname="127.0.0.1", port=port)
+    controller.start()
+    print("ready", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        controller.stop()
+
+
+if __name__ == "__main__":
+    main()
