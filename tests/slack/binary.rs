@@ -1,5 +1,6 @@
 //! The binary: a `[[notify]]` Slack channel's signing secret (from the variable its
-//! `signing_secret_env` names), the `[[people]]` and `[inbox] public_url` reach the door.
+//! `signing_secret_env` names), the `[[people]]` and `[inbox] public_url` reach the door; and
+//! the message the channel posts passes Slack's models.
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -35,6 +36,21 @@ async fn the_binary_takes_presses_signed_with_its_slack_channels_secret() {
 
     let asked = call_as(api, AGENT, "ask_human", json!({"question": "Ship?"})).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
+    // The channel posted its message, which Slack's models take, its Reject naming the token.
+    let posted = super::common::eventually("a message posted", async || {
+        Some(slack.called("chat.postMessage")).filter(|posted| !posted.is_empty())
+    })
+    .await;
+    assert_eq!(posted[0]["channel"], "U0OPS", "{}", posted[0]);
+    let judged = super::blocks::judged(&posted[..1]);
+    let reject = judged[0]["buttons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|button| button["action_id"] == "toolgate_reject")
+        .cloned()
+        .unwrap();
+    assert_eq!(reject["value"], token);
     press(api, &slack, "U0OPS", "toolgate_approve", token).await;
     let said = slack.reply(1).await;
     // The link is under `[inbox] public_url`.

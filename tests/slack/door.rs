@@ -1,6 +1,7 @@
 //! The door: a signed press decides as the person the Slack user is, through the lifecycle; a
-//! bad signature, an old timestamp, an unknown Slack user, a person who may not decide and
-//! the caller under the four-eyes rule decide nothing, and the person is told why.
+//! bad signature, an old timestamp, an unknown Slack user, a person who may not decide, the
+//! caller under the four-eyes rule and an expired approval decide nothing, and the person is
+//! told why.
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -250,5 +251,24 @@ async fn a_response_url_elsewhere_is_not_posted_to() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(elsewhere.requests(), 0, "nothing was posted there");
     assert!(slack.got().is_empty());
+    server.stop().await;
+}
+
+/// A press on an approval nobody decided in time says so, and decides nothing.
+#[tokio::test]
+async fn an_expired_approval_is_told_so() {
+    let at = Location::new(Backend::Sqlite).await;
+    let slack = Slack::start().await;
+    let server = serve(&at, &slack).await;
+    let mail = json!({"to": "a@example.com", "subject": "Hi", "body": "Hello"});
+    let asked = call_as(&server.api, AGENT, "send_email", mail).await;
+    let token = asked["suspension"]["token"].as_str().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    press(&server.api, &slack, "U0OPS", REJECT, token).await;
+    let said = slack.reply(1).await;
+    assert!(said.contains("expired: nobody decided in time"), "{said}");
+    let record = call_record(&server.api, asked["call_id"].as_str().unwrap()).await;
+    assert_eq!(record["status"], "expired", "{record}");
+    assert_eq!(events(&record, "rejected"), 0);
     server.stop().await;
 }

@@ -31,7 +31,7 @@ const LEAD: &str = "lead-token-0123456789";
 /// Keys, people and policies: `ops` (an approver, Slack user `U0OPS`) decides everything;
 /// `corp:bob` (`U0BOB`) decides only `files__*`; `agent` (`U0AGENT`) is a caller; `lead`
 /// (`U0LEAD`) is an admin who calls `echo` too, whose approval keeps callers apart. `echo`
-/// always asks, with nothing to answer.
+/// always asks, with nothing to answer; `send_email` asks, for one second.
 fn config() -> Config {
     Config::from_toml(&config_text()).unwrap()
 }
@@ -81,6 +81,10 @@ slack_user = "U0LEAD"
 [tools.echo.approval]
 reason = "'Echo ' + input.text + '?'"
 separate_from_caller = true
+
+[tools.send_email]
+require_approval = true
+approval_ttl_s = 1
 "#,
         admin = hash(ADMIN),
         ops = hash(OPS),
@@ -124,6 +128,18 @@ impl Slack {
             .unwrap()
             .iter()
             .filter(|(path, _)| path.starts_with("/actions"))
+            .map(|(_, body)| body.clone())
+            .collect()
+    }
+
+    /// The bodies of the Web API's `method` it got, in order.
+    fn called(&self, method: &str) -> Vec<Value> {
+        let path = format!("/api/{method}");
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(at, _)| *at == path)
             .map(|(_, body)| body.clone())
             .collect()
     }
