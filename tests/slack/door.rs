@@ -148,6 +148,8 @@ async fn who_may_not_decide_is_told_why_and_decides_nothing() {
     let asked = call_as(&server.api, LEAD, "echo", json!({"text": "mine"})).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
 
+    // The inbox's link button is reported too, and decides nothing, saying nothing.
+    press(&server.api, &slack, "U0OPS", "toolgate_open", token).await;
     let cases = [
         ("U0NOBODY", APPROVE, "does not know your Slack user"),
         ("U0BOB", APPROVE, "may not decide calls of `echo`"),
@@ -164,6 +166,7 @@ async fn who_may_not_decide_is_told_why_and_decides_nothing() {
     let record = call_record(&server.api, asked["call_id"].as_str().unwrap()).await;
     assert_eq!(record["status"], "suspended", "{record}");
     assert_eq!(events(&record, "approved") + events(&record, "rejected"), 0);
+    assert_eq!(slack.got().len(), cases.len(), "one reply a refused press");
 
     // Another approver still decides it.
     press(&server.api, &slack, "U0OPS", APPROVE, token).await;
