@@ -38,7 +38,8 @@
 //! The doors, side by side over one floor:
 //! - [`http`]: what every HTTP door shares, no handlers: API keys, roles and the gate on each
 //!   route, the one error envelope, extractors, `?wait=`, the feed as Server-Sent Events.
-//! - [`rest`]: the REST API, one file per resource.
+//! - [`rest`]: the REST API, one file per resource; and the door Slack's buttons call
+//!   (`/integrations/slack/interactions`, signed by Slack instead of a key).
 //! - [`mcp`]: `/mcp`, the same tools over the Model Context Protocol (rmcp).
 //! - [`notify`]: approvers where they work: the people the channels reach, mail and Slack.
 //! - [`inbox`]: `/inbox`, the approvers' web page: sign-in with a key or the identity

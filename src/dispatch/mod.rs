@@ -64,7 +64,7 @@ pub(crate) use escalate::escalated;
 pub use events::{EventFilter, Resume};
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
 pub use resolve::{
-    ApprovalProgress, ApprovalRule, Approved, MAX_REASON_CHARS, ReasonRefused, Withheld,
+    ApprovalProgress, ApprovalRule, Approved, MAX_REASON_CHARS, ReasonRefused, Withheld, one_click,
     rejection_reason, settlement_error,
 };
 pub use running::Running;

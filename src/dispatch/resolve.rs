@@ -71,6 +71,16 @@ pub fn settlement_error(error: String) -> Result<String, ReasonRefused> {
     Ok(error)
 }
 
+/// Whether one click may approve a suspension whose approver's answer must satisfy
+/// `input_schema`, on a call of a tool with `effect`: the empty answer (`{}`) fits the schema
+/// (optional fields, such as the default approval's `note`, may be left out), and the call is
+/// no `write`, which the inbox asks a person to confirm. Every door that offers one click (a
+/// Slack button, a message's Approve) asks this, so they all agree.
+pub fn one_click(input_schema: &Value, effect: crate::Effect) -> bool {
+    effect != crate::Effect::Write
+        && resume_violations(input_schema, &Value::Object(serde_json::Map::new())).is_ok()
+}
+
 /// Refuses `resume_input` that does not satisfy `input_schema`, the suspension's.
 fn resume_violations(input_schema: &Value, resume_input: &Value) -> Result<(), DispatchError> {
     // The schema compiled when the tool suspended (see `attempts`), so failing now means the
@@ -556,5 +566,28 @@ pub(super) fn unexpected_resolution(resolved: Resolved) -> DispatchError {
         | Resolved::AlreadyApproved { .. } => DispatchError::Store(StoreError::Corrupt(
             "the store resolved a suspension differently than asked".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::one_click;
+    use crate::Effect;
+
+    #[test]
+    fn one_click_where_the_empty_answer_fits_and_no_write_is_confirmed() {
+        let note = json!({"type": "object", "properties": {"note": {"type": "string"}},
+                          "additionalProperties": false});
+        let answer = json!({"type": "object", "required": ["answer"],
+                            "properties": {"answer": {"type": "string"}}});
+        assert!(
+            one_click(&note, Effect::Read),
+            "an optional note may be left out"
+        );
+        assert!(one_click(&json!({"type": "object"}), Effect::Idempotent));
+        assert!(!one_click(&answer, Effect::Read), "an answer to give");
+        assert!(!one_click(&note, Effect::Write), "a write to confirm");
     }
 }

@@ -41,7 +41,7 @@ fn facts(one_click: bool) -> MessageFacts {
 }
 
 /// Runs the SDK's check on `bodies`; its summary of each (buttons, texts).
-fn judged(bodies: &[Value]) -> Vec<Value> {
+pub(super) fn judged(bodies: &[Value]) -> Vec<Value> {
     let dir = temp_dir();
     let path = dir.path().join("bodies.json");
     std::fs::write(&path, serde_json::to_vec(bodies).unwrap()).unwrap();

@@ -1,6 +1,7 @@
 //! The door: a signed press decides as the person the Slack user is, through the lifecycle; a
-//! bad signature, an old timestamp, an unknown Slack user, a person who may not decide and
-//! the caller under the four-eyes rule decide nothing, and the person is told why.
+//! bad signature, an old timestamp, an unknown Slack user, a person who may not decide, the
+//! caller under the four-eyes rule and an expired approval decide nothing, and the person is
+//! told why.
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -20,7 +21,7 @@ async fn a_signed_approve_runs_the_call_once_as_the_person(backend: Backend) {
     let at = Location::new(backend).await;
     let slack = Slack::start().await;
     let server = serve(&at, &slack).await;
-    let asked = call_as(&server, AGENT, "echo", json!({"text": "hello"})).await;
+    let asked = call_as(&server.api, AGENT, "echo", json!({"text": "hello"})).await;
     let (call_id, token) = (
         asked["call_id"].as_str().unwrap(),
         asked["suspension"]["token"].as_str().unwrap(),
@@ -29,12 +30,12 @@ async fn a_signed_approve_runs_the_call_once_as_the_person(backend: Backend) {
     let body = pressed("U0OPS", APPROVE, token, &format!("{}/actions/1", slack.url));
     let at_now = timestamp(0);
     let signature = sign(SECRET, &at_now, &body);
-    let (status, _) = post_signed(&server, &body, Some((&at_now, &signature))).await;
+    let (status, _) = post_signed(&server.api, &body, Some((&at_now, &signature))).await;
     assert_eq!(status, StatusCode::OK);
     let said = slack.reply(1).await;
     assert!(said.contains("You approved the call"), "{said}");
     assert!(said.contains("completed"), "{said}");
-    let record = call_record(&server, call_id).await;
+    let record = call_record(&server.api, call_id).await;
     assert_eq!(record["status"], "completed", "{record}");
     assert_eq!(record["output"], json!({"text": "hello"}));
     assert_eq!(
@@ -44,12 +45,12 @@ async fn a_signed_approve_runs_the_call_once_as_the_person(backend: Backend) {
     );
 
     // A replay of the very request (valid signature, in the window): nothing twice.
-    let (status, _) = post_signed(&server, &body, Some((&at_now, &signature))).await;
+    let (status, _) = post_signed(&server.api, &body, Some((&at_now, &signature))).await;
     assert_eq!(status, StatusCode::OK);
     let said = slack.reply(2).await;
     assert!(said.contains("approved already by `ops`"), "{said}");
     assert!(said.contains("Nothing was decided."), "{said}");
-    let record = call_record(&server, call_id).await;
+    let record = call_record(&server.api, call_id).await;
     assert_eq!(events(&record, "approved"), 1, "{record}");
     assert_eq!(events(&record, "completed"), 1, "{record}");
     server.stop().await;
@@ -60,12 +61,12 @@ async fn a_signed_reject_rejects(backend: Backend) {
     let at = Location::new(backend).await;
     let slack = Slack::start().await;
     let server = serve(&at, &slack).await;
-    let asked = call_as(&server, AGENT, "echo", json!({"text": "no"})).await;
+    let asked = call_as(&server.api, AGENT, "echo", json!({"text": "no"})).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
-    press(&server, &slack, "U0OPS", REJECT, token).await;
+    press(&server.api, &slack, "U0OPS", REJECT, token).await;
     let said = slack.reply(1).await;
     assert!(said.contains("You rejected the call"), "{said}");
-    let record = call_record(&server, asked["call_id"].as_str().unwrap()).await;
+    let record = call_record(&server.api, asked["call_id"].as_str().unwrap()).await;
     assert_eq!(record["status"], "rejected", "{record}");
     assert_eq!(actors(&record, "rejected"), ["ops"]);
     server.stop().await;
@@ -83,7 +84,7 @@ async fn a_bad_signature_or_an_old_timestamp_is_401_and_decides_nothing() {
     let at = Location::new(Backend::Sqlite).await;
     let slack = Slack::start().await;
     let server = serve(&at, &slack).await;
-    let asked = call_as(&server, AGENT, "echo", json!({"text": "x"})).await;
+    let asked = call_as(&server.api, AGENT, "echo", json!({"text": "x"})).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
     let body = pressed("U0OPS", APPROVE, token, &format!("{}/actions/1", slack.url));
 
@@ -119,15 +120,15 @@ async fn a_bad_signature_or_an_old_timestamp_is_401_and_decides_nothing() {
         ("not hex", now.clone(), "v0=zz".into(), body.clone()),
     ];
     for (what, at_time, signature, sent) in &cases {
-        let (status, answer) = post_signed(&server, sent, Some((at_time, signature))).await;
+        let (status, answer) = post_signed(&server.api, sent, Some((at_time, signature))).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {answer}");
         common::assert_error(&answer, "bad_signature");
     }
-    let (status, answer) = post_signed(&server, &body, None).await;
+    let (status, answer) = post_signed(&server.api, &body, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
     common::assert_error(&answer, "bad_signature");
 
-    let record = call_record(&server, asked["call_id"].as_str().unwrap()).await;
+    let record = call_record(&server.api, asked["call_id"].as_str().unwrap()).await;
     assert_eq!(record["status"], "suspended", "{record}");
     assert!(
         slack.got().is_empty(),
@@ -144,9 +145,11 @@ async fn who_may_not_decide_is_told_why_and_decides_nothing() {
     let at = Location::new(Backend::Sqlite).await;
     let slack = Slack::start().await;
     let server = serve(&at, &slack).await;
-    let asked = call_as(&server, LEAD, "echo", json!({"text": "mine"})).await;
+    let asked = call_as(&server.api, LEAD, "echo", json!({"text": "mine"})).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
 
+    // The inbox's link button is reported too, and decides nothing, saying nothing.
+    press(&server.api, &slack, "U0OPS", "toolgate_open", token).await;
     let cases = [
         ("U0NOBODY", APPROVE, "does not know your Slack user"),
         ("U0BOB", APPROVE, "may not decide calls of `echo`"),
@@ -155,17 +158,18 @@ async fn who_may_not_decide_is_told_why_and_decides_nothing() {
         ("U0LEAD", APPROVE, "made under your own name"),
     ];
     for (n, (user, action, why)) in cases.iter().enumerate() {
-        press(&server, &slack, user, action, token).await;
+        press(&server.api, &slack, user, action, token).await;
         let said = slack.reply(n + 1).await;
         assert!(said.contains(why), "{user} {action}: {said}");
         assert!(said.contains("Nothing was decided."), "{said}");
     }
-    let record = call_record(&server, asked["call_id"].as_str().unwrap()).await;
+    let record = call_record(&server.api, asked["call_id"].as_str().unwrap()).await;
     assert_eq!(record["status"], "suspended", "{record}");
     assert_eq!(events(&record, "approved") + events(&record, "rejected"), 0);
+    assert_eq!(slack.got().len(), cases.len(), "one reply a refused press");
 
     // Another approver still decides it.
-    press(&server, &slack, "U0OPS", APPROVE, token).await;
+    press(&server.api, &slack, "U0OPS", APPROVE, token).await;
     assert!(slack.reply(cases.len() + 1).await.contains("You approved"));
     server.stop().await;
 }
@@ -177,12 +181,18 @@ async fn an_approval_that_needs_an_answer_opens_the_inbox_instead() {
     let at = Location::new(Backend::Sqlite).await;
     let slack = Slack::start().await;
     let server = serve(&at, &slack).await;
-    let asked = call_as(&server, AGENT, "ask_human", json!({"question": "Ship?"})).await;
+    let asked = call_as(
+        &server.api,
+        AGENT,
+        "ask_human",
+        json!({"question": "Ship?"}),
+    )
+    .await;
     let (call_id, token) = (
         asked["call_id"].as_str().unwrap(),
         asked["suspension"]["token"].as_str().unwrap(),
     );
-    press(&server, &slack, "U0OPS", APPROVE, token).await;
+    press(&server.api, &slack, "U0OPS", APPROVE, token).await;
     let said = slack.reply(1).await;
     assert!(
         said.contains("cannot be approved from Slack in one click"),
@@ -194,23 +204,29 @@ async fn an_approval_that_needs_an_answer_opens_the_inbox_instead() {
         )),
         "{said}"
     );
-    assert_eq!(call_record(&server, call_id).await["status"], "suspended");
+    assert_eq!(
+        call_record(&server.api, call_id).await["status"],
+        "suspended"
+    );
 
-    press(&server, &slack, "U0OPS", REJECT, token).await;
+    press(&server.api, &slack, "U0OPS", REJECT, token).await;
     assert!(slack.reply(2).await.contains("You rejected"));
-    assert_eq!(call_record(&server, call_id).await["status"], "rejected");
+    assert_eq!(
+        call_record(&server.api, call_id).await["status"],
+        "rejected"
+    );
 
     // A write, which the inbox asks to confirm: the inbox too.
     let refund = json!({"order_id": "A-1", "amount_cents": 25_000, "reason": "damaged"});
-    let asked = call_as(&server, AGENT, "issue_refund", refund).await;
+    let asked = call_as(&server.api, AGENT, "issue_refund", refund).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
-    press(&server, &slack, "U0OPS", APPROVE, token).await;
+    press(&server.api, &slack, "U0OPS", APPROVE, token).await;
     let said = slack.reply(3).await;
     assert!(
         said.contains("cannot be approved from Slack in one click"),
         "{said}"
     );
-    let record = call_record(&server, asked["call_id"].as_str().unwrap()).await;
+    let record = call_record(&server.api, asked["call_id"].as_str().unwrap()).await;
     assert_eq!(record["status"], "suspended", "{record}");
     server.stop().await;
 }
@@ -223,20 +239,39 @@ async fn a_response_url_elsewhere_is_not_posted_to() {
     let slack = Slack::start().await;
     let elsewhere = Slack::start().await;
     let server = serve(&at, &slack).await;
-    let asked = call_as(&server, AGENT, "echo", json!({"text": "hi"})).await;
+    let asked = call_as(&server.api, AGENT, "echo", json!({"text": "hi"})).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
     let body = pressed("U0OPS", REJECT, token, &format!("{}/steal", elsewhere.url));
     let now = timestamp(0);
     let signature = sign(SECRET, &now, &body);
-    let (status, _) = post_signed(&server, &body, Some((&now, &signature))).await;
+    let (status, _) = post_signed(&server.api, &body, Some((&now, &signature))).await;
     assert_eq!(status, StatusCode::OK);
-    let record = call_record(&server, asked["call_id"].as_str().unwrap()).await;
+    let record = call_record(&server.api, asked["call_id"].as_str().unwrap()).await;
     assert_eq!(
         record["status"], "rejected",
         "the door answers once it decided"
     );
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(elsewhere.got().is_empty(), "{:?}", elsewhere.got());
+    assert_eq!(elsewhere.requests(), 0, "nothing was posted there");
     assert!(slack.got().is_empty());
+    server.stop().await;
+}
+
+/// A press on an approval nobody decided in time says so, and decides nothing.
+#[tokio::test]
+async fn an_expired_approval_is_told_so() {
+    let at = Location::new(Backend::Sqlite).await;
+    let slack = Slack::start().await;
+    let server = serve(&at, &slack).await;
+    let mail = json!({"to": "a@example.com", "subject": "Hi", "body": "Hello"});
+    let asked = call_as(&server.api, AGENT, "send_email", mail).await;
+    let token = asked["suspension"]["token"].as_str().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    press(&server.api, &slack, "U0OPS", REJECT, token).await;
+    let said = slack.reply(1).await;
+    assert!(said.contains("expired: nobody decided in time"), "{said}");
+    let record = call_record(&server.api, asked["call_id"].as_str().unwrap()).await;
+    assert_eq!(record["status"], "expired", "{record}");
+    assert_eq!(events(&record, "rejected"), 0);
     server.stop().await;
 }

@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod binary;
 mod blocks;
 mod door;
 
@@ -30,10 +31,15 @@ const LEAD: &str = "lead-token-0123456789";
 /// Keys, people and policies: `ops` (an approver, Slack user `U0OPS`) decides everything;
 /// `corp:bob` (`U0BOB`) decides only `files__*`; `agent` (`U0AGENT`) is a caller; `lead`
 /// (`U0LEAD`) is an admin who calls `echo` too, whose approval keeps callers apart. `echo`
-/// always asks, with nothing to answer.
+/// always asks, with nothing to answer; `send_email` asks, for one second.
 fn config() -> Config {
+    Config::from_toml(&config_text()).unwrap()
+}
+
+/// [`config`]'s text.
+fn config_text() -> String {
     let hash = |token: &str| hex::encode(toolgate::http::auth::token_sha256(token));
-    Config::from_toml(&format!(
+    format!(
         r#"
 [[auth.keys]]
 name = "root"
@@ -75,43 +81,72 @@ slack_user = "U0LEAD"
 [tools.echo.approval]
 reason = "'Echo ' + input.text + '?'"
 separate_from_caller = true
+
+[tools.send_email]
+require_approval = true
+approval_ttl_s = 1
 "#,
         admin = hash(ADMIN),
         ops = hash(OPS),
         agent = hash(AGENT),
         lead = hash(LEAD),
-    ))
-    .unwrap()
+    )
 }
 
-/// A stand-in for Slack: records every request it gets (a reply to a `response_url`).
+/// A stand-in for Slack: records every request it gets (a reply to a `response_url`, under
+/// `/actions/`; a Web API call, under `/api/`), by path.
 #[derive(Clone)]
 struct Slack {
     url: String,
-    got: Arc<Mutex<Vec<Value>>>,
+    got: Arc<Mutex<Vec<(String, Value)>>>,
 }
 
 impl Slack {
     async fn start() -> Slack {
         let got = Arc::new(Mutex::new(Vec::new()));
         let kept = got.clone();
-        let app =
-            axum::Router::new().fallback(axum::routing::any(move |body: axum::body::Bytes| {
+        let app = axum::Router::new().fallback(axum::routing::any(
+            move |uri: axum::http::Uri, body: axum::body::Bytes| {
                 let kept = kept.clone();
                 async move {
                     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    kept.lock().unwrap().push(body);
-                    axum::Json(json!({"ok": true}))
+                    kept.lock().unwrap().push((uri.path().to_owned(), body));
+                    axum::Json(json!({"ok": true, "channel": "D0DM", "ts": "1700000000.000100"}))
                 }
-            }));
+            },
+        ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         Slack { url, got }
     }
 
+    /// The replies to interactions, in order.
     fn got(&self) -> Vec<Value> {
-        self.got.lock().unwrap().clone()
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(path, _)| path.starts_with("/actions"))
+            .map(|(_, body)| body.clone())
+            .collect()
+    }
+
+    /// The bodies of the Web API's `method` it got, in order.
+    fn called(&self, method: &str) -> Vec<Value> {
+        let path = format!("/api/{method}");
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(at, _)| *at == path)
+            .map(|(_, body)| body.clone())
+            .collect()
+    }
+
+    /// How many requests it got, of any kind, anywhere.
+    fn requests(&self) -> usize {
+        self.got.lock().unwrap().len()
     }
 
     /// The `count`th reply's text, once it has arrived.
@@ -145,9 +180,9 @@ async fn serve(at: &(impl Site + ?Sized), slack: &Slack) -> TestServer {
 }
 
 /// `tool` called as `token`; its answer.
-async fn call_as(server: &TestServer, token: &str, tool: &str, input: Value) -> Value {
+async fn call_as(api: &common::Api, token: &str, tool: &str, input: Value) -> Value {
     let (status, _, body) = common::send(
-        &server.api,
+        api,
         Method::POST,
         &format!("/tools/{tool}/call"),
         Some(json!({ "input": input })),
@@ -159,9 +194,9 @@ async fn call_as(server: &TestServer, token: &str, tool: &str, input: Value) -> 
 }
 
 /// The record of `call_id`, as the admin reads it.
-async fn call_record(server: &TestServer, call_id: &str) -> Value {
+async fn call_record(api: &common::Api, call_id: &str) -> Value {
     let path = format!("/calls/{call_id}");
-    let (status, _, body) = common::send(&server.api, Method::GET, &path, None, Some(ADMIN)).await;
+    let (status, _, body) = common::send(api, Method::GET, &path, None, Some(ADMIN)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     body
 }
@@ -221,17 +256,13 @@ fn timestamp(offset: i64) -> String {
 /// Posts `body` to the door with these signature headers (none when `None`); the status and
 /// the JSON body (`Null` when empty).
 async fn post_signed(
-    server: &TestServer,
+    api: &common::Api,
     body: &str,
     headers: Option<(&str, &str)>,
 ) -> (StatusCode, Value) {
-    let mut request = server
-        .api
+    let mut request = api
         .client
-        .post(format!(
-            "{}/integrations/slack/interactions",
-            server.api.base
-        ))
+        .post(format!("{}/integrations/slack/interactions", api.base))
         .header("content-type", "application/x-www-form-urlencoded")
         .body(body.to_owned());
     if let Some((timestamp, signature)) = headers {
@@ -251,7 +282,7 @@ async fn post_signed(
 /// Slack user `user` presses `action_id` on the approval `token`, signed now with the app's
 /// secret; the door's status.
 async fn press(
-    server: &TestServer,
+    api: &common::Api,
     slack: &Slack,
     user: &str,
     action_id: &str,
@@ -265,7 +296,7 @@ async fn press(
     );
     let at = timestamp(0);
     let signature = sign(SECRET, &at, &body);
-    let (status, answer) = post_signed(server, &body, Some((&at, &signature))).await;
+    let (status, answer) = post_signed(api, &body, Some((&at, &signature))).await;
     assert_eq!(status, StatusCode::OK, "{answer}");
     status
 }

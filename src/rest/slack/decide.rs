@@ -8,7 +8,7 @@ use serde_json::json;
 use super::SlackDoor;
 use crate::Effect;
 use crate::dispatch::who::Principal;
-use crate::dispatch::{Approved, CallOutcome, DispatchError};
+use crate::dispatch::{Approved, CallOutcome, DispatchError, one_click};
 use crate::notify::slack::blocks::{code, literal, why_not_one_click};
 use crate::store::{Approval, ApprovalState, CallRecord, StoreError};
 
@@ -71,19 +71,16 @@ impl SlackDoor {
         }
     }
 
-    /// Approves `approval` in one click, where one click may: the empty answer fits its schema
-    /// and it is no write to confirm; else the person is sent to the inbox.
+    /// Approves `approval` in one click, where one click may (the lifecycle's [`one_click`]:
+    /// the empty answer fits its schema, and it is no write to confirm); else the person is
+    /// sent to the inbox.
     async fn approve(&self, principal: &Principal, approval: &Approval) -> String {
         let dispatcher = &self.0.dispatcher;
-        let write = match dispatcher.store().call(&approval.call_id).await {
-            Ok(call) => call.is_some_and(|call| call.effect == Effect::Write),
+        let effect = match dispatcher.store().call(&approval.call_id).await {
+            Ok(call) => call.map_or(Effect::Write, |call| call.effect),
             Err(err) => return self.refused(err.into(), Some(approval)),
         };
-        // One click gives the empty answer: where the schema wants more (a field it
-        // requires), the person answers in the inbox. Optional fields (the default approval's
-        // `note`) may be left out.
-        let answers = dispatcher.check_resume_input(&approval.input_schema, &json!({}));
-        if write || answers.is_err() {
+        if !one_click(&approval.input_schema, effect) {
             return self.to_inbox(approval);
         }
         let tool = code(&approval.tool);
