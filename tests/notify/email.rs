@@ -199,6 +199,30 @@ async fn an_escalation_mails_the_people_it_reaches(backend: Backend) {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starttls_required_sends_nothing_to_a_server_without_it() {
+    let location = Location::new(Backend::Sqlite).await;
+    let port = free_port();
+    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    // The default: STARTTLS required; aiosmtpd offers none.
+    let channel = mail_channel("tls", port).replace("starttls = \"off\"\n", "");
+    let file = format!("{}{POLICY}{channel}", keys_and_people());
+    let server = serve(&location, &file).await;
+    ask_echo(&server.api, AGENT, "in the clear?").await;
+    let pending = common::eventually("the refused attempts", async || {
+        let (_, list) = get_as(&server.api, BOB, "/notifications/deliveries?status=pending").await;
+        let got = list["deliveries"].as_array().unwrap().clone();
+        (got.len() == 3 && got.iter().all(|d| d["last_error"].is_string())).then_some(got)
+    })
+    .await;
+    assert!(sink.messages().is_empty(), "nothing sent in the clear");
+    assert!(
+        pending.iter().all(|d| d["status"] == "pending"),
+        "{pending:?}"
+    );
+    server.stop().await;
+}
+
 crate::on_each_backend! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_escalation_mails_the_people_it_reaches;
