@@ -223,6 +223,25 @@ async fn starttls_required_sends_nothing_to_a_server_without_it() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mailbox_refused_for_good_is_not_tried_again() {
+    let location = Location::new(Backend::Sqlite).await;
+    let port = free_port();
+    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    let channel =
+        mail_channel("bounce", port).replace("\"ops@example.com\"", "\"bounce@example.com\"");
+    let file = format!("{}{POLICY}{channel}", keys_and_people());
+    let server = serve(&location, &file).await;
+    ask_echo(&server.api, AGENT, "bounce").await;
+    let failed = notifications(&server.api, "failed", 1).await;
+    assert_eq!(failed[0]["recipient"], "bounce@example.com");
+    assert_eq!(failed[0]["last_status"], 550);
+    assert_eq!(failed[0]["attempts"], 1, "a 5xx is not retried: {failed:?}");
+    let mails = sink.exactly(2).await;
+    assert_eq!(recipients(&mails), ["alice@example.com", "bob@example.com"]);
+    server.stop().await;
+}
+
 crate::on_each_backend! {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_escalation_mails_the_people_it_reaches;
