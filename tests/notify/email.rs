@@ -2,7 +2,8 @@
 //! (never the caller under four eyes, never a person without an address, never one who may not
 //! decide the tool) and per fixed recipient; multipart text and HTML naming the tool, the
 //! caller, the reason and the input, a hostile input escaped in the HTML; the link; the
-//! deliveries an admin sees; the metrics.
+//! deliveries an admin sees; the metrics; an escalation; retries of a server down or deferring
+//! (`451`), none of a mailbox refused (`550`); nothing in the clear where STARTTLS is required.
 
 use super::*;
 use crate::common::{Backend, Location, TestServer};
