@@ -2,7 +2,8 @@
 //! (never the caller under four eyes, never a person without an address, never one who may not
 //! decide the tool) and per fixed recipient; multipart text and HTML naming the tool, the
 //! caller, the reason and the input, a hostile input escaped in the HTML; the link; the
-//! deliveries an admin sees; the metrics.
+//! deliveries an admin sees; the metrics; an escalation; retries of a server down or deferring
+//! (`451`), none of a mailbox refused (`550`); nothing in the clear where STARTTLS is required.
 
 use super::*;
 use crate::common::{Backend, Location, TestServer};
@@ -196,6 +197,49 @@ async fn an_escalation_mails_the_people_it_reaches(backend: Backend) {
     );
     let text = escalated[0]["text"].as_str().unwrap();
     assert!(text.contains("escalated"), "{text}");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starttls_required_sends_nothing_to_a_server_without_it() {
+    let location = Location::new(Backend::Sqlite).await;
+    let port = free_port();
+    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    // The default: STARTTLS required; aiosmtpd offers none.
+    let channel = mail_channel("tls", port).replace("starttls = \"off\"\n", "");
+    let file = format!("{}{POLICY}{channel}", keys_and_people());
+    let server = serve(&location, &file).await;
+    ask_echo(&server.api, AGENT, "in the clear?").await;
+    let pending = common::eventually("the refused attempts", async || {
+        let (_, list) = get_as(&server.api, BOB, "/notifications/deliveries?status=pending").await;
+        let got = list["deliveries"].as_array().unwrap().clone();
+        (got.len() == 3 && got.iter().all(|d| d["last_error"].is_string())).then_some(got)
+    })
+    .await;
+    assert!(sink.messages().is_empty(), "nothing sent in the clear");
+    assert!(
+        pending.iter().all(|d| d["status"] == "pending"),
+        "{pending:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mailbox_refused_for_good_is_not_tried_again() {
+    let location = Location::new(Backend::Sqlite).await;
+    let port = free_port();
+    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    let channel =
+        mail_channel("bounce", port).replace("\"ops@example.com\"", "\"bounce@example.com\"");
+    let file = format!("{}{POLICY}{channel}", keys_and_people());
+    let server = serve(&location, &file).await;
+    ask_echo(&server.api, AGENT, "bounce").await;
+    let failed = notifications(&server.api, "failed", 1).await;
+    assert_eq!(failed[0]["recipient"], "bounce@example.com");
+    assert_eq!(failed[0]["last_status"], 550);
+    assert_eq!(failed[0]["attempts"], 1, "a 5xx is not retried: {failed:?}");
+    let mails = sink.exactly(2).await;
+    assert_eq!(recipients(&mails), ["alice@example.com", "bob@example.com"]);
     server.stop().await;
 }
 

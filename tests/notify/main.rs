@@ -96,10 +96,12 @@ pub fn keys_and_people() -> String {
     file
 }
 
-/// `echo` waits for one approver, never its caller; fast retries; links under a public URL.
+/// `echo` waits for one approver, never its caller; fast retries, many of them (a server down
+/// for a while is still pending when the test looks); links under a public URL.
 pub const POLICY: &str = "[tools.echo.approval]\nseparate_from_caller = true\n\
      reason = \"'Echo ' + input.text + '?'\"\n\
      [webhook_delivery]\ninitial_backoff_ms = 100\nmax_backoff_ms = 300\ntimeout_ms = 5000\n\
+     max_attempts = 100\n\
      [inbox]\npublic_url = \"https://tools.example.com\"\n";
 
 /// An email channel named `name` to the SMTP server on `port`, plain text (aiosmtpd offers no

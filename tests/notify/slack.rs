@@ -2,7 +2,8 @@
 //! user id) and to the channel, against a stand-in for Slack's Web API that answers as Slack
 //! does; a `429` with `Retry-After` honoured; the posted blocks judged by Slack's SDK
 //! (`tests/slack/check_blocks.py`); every message updated (`chat.update`, the `channel` and
-//! `ts` Slack answered) once the approval is decided on another door.
+//! `ts` Slack answered) once the approval is decided on another door, an update waiting for
+//! its post; a refusal (`channel_not_found`) failed for good, its message never updated.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,7 @@ struct Got {
 
 /// A stand-in for Slack's Web API: records every request; answers the first `limited`
 /// requests `429` with `Retry-After: 1`, then as Slack does (`ok`, the conversation's id, a
-/// `ts`).
+/// `ts`; `channel_not_found` for `C0GONE`).
 #[derive(Clone)]
 struct FakeSlack {
     addr: SocketAddr,
@@ -64,6 +65,11 @@ impl FakeSlack {
                         };
                         if n <= limited {
                             return (AxumStatus::TOO_MANY_REQUESTS, [("retry-after", "1")], "")
+                                .into_response();
+                        }
+                        // As Slack answers for a channel the bot is not in.
+                        if body["channel"] == "C0GONE" {
+                            return axum::Json(json!({"ok": false, "error": "channel_not_found"}))
                                 .into_response();
                         }
                         // A user's DM lives in a conversation of its own (D...); a channel is
@@ -116,13 +122,22 @@ fn channels(got: &[Got]) -> Vec<String> {
 /// A stand-in answering the first `limited` requests 429, and a server on `backend` with a
 /// Slack channel to it that also posts to `C0FINANCE`.
 async fn with_slack(backend: Backend, limited: usize) -> (FakeSlack, Location, TestServer) {
+    with_slack_to(backend, limited, "C0FINANCE").await
+}
+
+/// As [`with_slack`], the channel also posting to `also`.
+async fn with_slack_to(
+    backend: Backend,
+    limited: usize,
+    also: &str,
+) -> (FakeSlack, Location, TestServer) {
     let slack = FakeSlack::start(limited).await;
     let location = Location::new(backend).await;
     let channel = format!("slack-{}", slack.addr.port());
     let file = format!(
         "{}{POLICY}[[notify]]\nname = \"{channel}\"\nkind = \"slack\"\n\
          bot_token_env = \"SLACK_TEST_TOKEN\"\napi_url = \"http://{}/api\"\n\
-         channel = \"C0FINANCE\"\n",
+         channel = \"{also}\"\n",
         keys_and_people(),
         slack.addr
     );
@@ -271,6 +286,37 @@ async fn an_update_waits_for_the_message_it_updates(backend: Backend) {
         let updated = got.iter().position(|g| g.at == update.at).unwrap();
         assert!(posted < updated, "posted, then updated: {got:?}");
     }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_of_slack_fails_that_message_for_good() {
+    let (slack, _location, server) = with_slack_to(Backend::Sqlite, 0, "C0GONE").await;
+    let asked = ask_echo(&server.api, AGENT, "to nowhere").await;
+    let failed = notifications(&server.api, "failed", 1).await;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["recipient"], "C0GONE");
+    assert_eq!(failed[0]["attempts"], 1, "not retried: {failed:?}");
+    assert!(
+        failed[0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("channel_not_found"),
+        "{failed:?}"
+    );
+    notifications(&server.api, "delivered", 2).await;
+    // Decided: the two posted messages are updated; the one never posted is not.
+    approve_as_alice(&server, asked["suspension"]["token"].as_str().unwrap()).await;
+    let updates = slack.wait_for("chat.update", 2).await;
+    assert_eq!(channels(&updates), ["D0ALICE", "D0BOB"]);
+    let failed = notifications(&server.api, "failed", 2).await;
+    assert!(
+        failed
+            .iter()
+            .any(|d| d["last_error"].as_str().unwrap().contains("never posted")),
+        "{failed:?}"
+    );
+    assert_eq!(slack.got("chat.update").len(), 2);
     server.stop().await;
 }
 

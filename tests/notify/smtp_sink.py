@@ -4,8 +4,8 @@ headers, the content type of each part, the text and the HTML), renamed into pla
 
     python smtp_sink.py PORT OUT_DIR [DEFER]
 
-DEFER: answer the first DEFER messages `451` (a transient refusal), then accept. Prints `ready`
-once it listens; runs until killed.
+DEFER: answer the first DEFER messages `451` (a transient refusal), then accept. A recipient
+`bounce@...` is refused `550` (for good). Prints `ready` once it listens; runs until killed.
 """
 
 import json
@@ -22,6 +22,13 @@ class Sink:
         self.out = out
         self.defer = defer
         self.n = 0
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        # A mailbox that does not exist, refused for good.
+        if address.startswith("bounce@"):
+            return "550 5.1.1 no such mailbox"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         if self.defer > 0:

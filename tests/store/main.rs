@@ -283,6 +283,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          ALTER TABLE suspensions DROP COLUMN escalated_at; \
          DROP TABLE feed; DROP TABLE feed_state; \
          DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
+         DROP TABLE link_keys; \
          ALTER TABLE calls DROP COLUMN trace; \
          ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
          DROP TABLE standing_approvals; DROP TABLE link_keys; \
