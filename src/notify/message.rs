@@ -12,7 +12,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::Effect;
 use crate::store::{CallRecord, Timestamp};
 
 /// The most lines of input a message lists.
@@ -154,7 +153,7 @@ impl MessageFacts {
             reason: bounded(&suspension.reason, MAX_REASON),
             input,
             input_truncated: truncated,
-            one_click: !asks_fields(&suspension.input_schema) && call.effect != Effect::Write,
+            one_click: crate::dispatch::one_click(&suspension.input_schema, call.effect),
             link: inbox_url.clone(),
             inbox_url,
             expires_at: suspension.expires_at,
@@ -223,19 +222,6 @@ impl Decided {
             How::Ended { status } => format!("The call is {} now.", status.replace('_', " ")),
         }
     }
-}
-
-/// Whether an approval schema asks the approver for an answer: a field it requires (an
-/// optional note needs none), or a choice between shapes.
-fn asks_fields(schema: &Value) -> bool {
-    let has = |key: &str| {
-        schema
-            .get(key)
-            .and_then(Value::as_array)
-            .is_some_and(|items| !items.is_empty())
-    };
-    let least = schema.get("minProperties").and_then(Value::as_u64);
-    has("required") || has("oneOf") || has("anyOf") || least.is_some_and(|n| n > 0)
 }
 
 /// `text` cut to `max` characters (an ellipsis saying so), with its control characters (line
@@ -373,15 +359,5 @@ mod tests {
         assert_eq!(out.len(), MAX_LINES);
         assert!(cut);
         assert_eq!(bounded(&"x".repeat(10), 4), "xxxx…");
-    }
-
-    #[test]
-    fn an_answer_to_give_takes_more_than_one_click() {
-        assert!(!asks_fields(&json!({"type": "object"})));
-        let note = json!({"type": "object", "properties": {"note": {"type": "string"}}});
-        assert!(!asks_fields(&note), "an optional note needs no answer");
-        assert!(asks_fields(
-            &json!({"type": "object", "properties": {"ok": {}}, "required": ["ok"]})
-        ));
     }
 }

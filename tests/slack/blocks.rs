@@ -2,14 +2,12 @@
 //! block's `validate_json()`), with hostile text from a caller everywhere a caller writes: it
 //! reaches Slack escaped, no mention or link survives, and every text stays under its limit.
 
-use std::process::Command;
-
 use serde_json::Value;
 use toolgate::notify::message::{Asked, Decided, How, InputLine, MessageFacts};
 use toolgate::notify::slack::blocks;
 use toolgate::store::Timestamp;
 
-use super::common::{ci_python, repo_root, temp_dir};
+use super::common;
 
 const HOSTILE: &str = "<!channel> <https://evil|click> *bold* &amp;";
 
@@ -42,20 +40,7 @@ fn facts(one_click: bool) -> MessageFacts {
 
 /// Runs the SDK's check on `bodies`; its summary of each (buttons, texts).
 pub(super) fn judged(bodies: &[Value]) -> Vec<Value> {
-    let dir = temp_dir();
-    let path = dir.path().join("bodies.json");
-    std::fs::write(&path, serde_json::to_vec(bodies).unwrap()).unwrap();
-    let output = Command::new(ci_python())
-        .arg(repo_root().join("tests/slack/check_blocks.py"))
-        .arg(&path)
-        .output()
-        .expect("python starts");
-    assert!(
-        output.status.success(),
-        "slack_sdk refuses the blocks: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap()
+    common::judged_by_slack_sdk(bodies)
 }
 
 fn action_ids(summary: &Value) -> Vec<&str> {

@@ -286,7 +286,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          DROP TABLE link_keys; \
          ALTER TABLE calls DROP COLUMN trace; \
          ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
-         DROP TABLE standing_approvals; DROP TABLE link_keys; \
+         DROP TABLE standing_approvals; \
          PRAGMA user_version = 3;",
     )
     .unwrap();
