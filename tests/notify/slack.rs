@@ -2,8 +2,9 @@
 //! user id) and to the channel, against a stand-in for Slack's Web API that answers as Slack
 //! does; a `429` with `Retry-After` honoured; the posted blocks judged by Slack's SDK
 //! (`tests/slack/check_blocks.py`); every message updated (`chat.update`, the `channel` and
-//! `ts` Slack answered) once the approval is decided on another door, an update waiting for
-//! its post; a refusal (`channel_not_found`) failed for good, its message never updated.
+//! `ts` Slack answered) once the approval is decided on another door (REST, the inbox's page),
+//! an update waiting for its post; a refusal (`channel_not_found`) failed for good, its message
+//! never updated.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -317,6 +318,89 @@ async fn a_refusal_of_slack_fails_that_message_for_good() {
         "{failed:?}"
     );
     assert_eq!(slack.got("chat.update").len(), 2);
+    server.stop().await;
+}
+
+/// `pairs` as a form's body.
+fn form(pairs: &[(&str, &str)]) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(pairs)
+        .finish()
+}
+
+/// The value of the first hidden `csrf` field of an inbox page.
+fn csrf_of(page: &str) -> String {
+    let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
+    page[at..at + page[at..].find('"').unwrap()].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_in_the_inbox_updates_every_message() {
+    let (slack, _location, server) = with_slack(Backend::Sqlite, 0).await;
+    let asked = ask_echo(&server.api, AGENT, "decided on the page").await;
+    let call_id = asked["call_id"].as_str().unwrap().to_owned();
+    slack.wait_for("chat.postMessage", 3).await;
+
+    // bob signs in to the inbox with his key and approves on the call's page.
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = server.api.base.clone();
+    let page = client.get(format!("{base}/inbox")).send().await.unwrap();
+    let cookies: Vec<String> = page
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned())
+        .collect();
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let signed_in = client
+        .post(format!("{base}/inbox/sign-in"))
+        .header("cookie", cookies.join("; "))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("key", BOB), ("csrf", &csrf)]))
+        .send()
+        .await
+        .unwrap();
+    let session: Vec<String> = signed_in
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned())
+        .filter(|pair| !pair.ends_with('='))
+        .collect();
+    assert!(!session.is_empty(), "signed in: {signed_in:?}");
+    let cookie = session.join("; ");
+    let page = client
+        .get(format!("{base}/inbox/calls/{call_id}"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    let csrf = csrf_of(&page.text().await.unwrap());
+    let approved = client
+        .post(format!("{base}/inbox/calls/{call_id}/approve"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form(&[("csrf", &csrf)]))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        approved.status().is_success() || approved.status().is_redirection(),
+        "{approved:?}"
+    );
+
+    // Every message says who decided, in the inbox, and has no buttons left.
+    let updates = slack.wait_for("chat.update", 3).await;
+    assert_eq!(channels(&updates), ["C0FINANCE", "D0ALICE", "D0BOB"]);
+    for update in &updates {
+        let body = update.body.to_string();
+        assert!(body.contains("bob"), "who decided: {body}");
+        assert!(!body.contains("toolgate_approve"), "no buttons: {body}");
+    }
     server.stop().await;
 }
 
