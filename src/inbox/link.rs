@@ -9,7 +9,7 @@
 //!   `[[people]]` and may still decide the tool, and four-eyes and quorum rules hold as on every
 //!   door. A form is accepted only with the page's CSRF token: an HMAC, under the link's key, of
 //!   the link and a random double-submit cookie set with the page (`HttpOnly`,
-//!   `SameSite=Strict`), so a form posted by another site, or from another link's page, is
+//!   `SameSite=Strict`, one per link), so a form posted by another site, or from another link's page, is
 //!   refused; the gate's `Host` and `Origin` checks hold as on every route.
 //! - A refused link (forged, altered, foreign, expired, used, not allowed) gets a page that says
 //!   which, with a 4xx status, and decides nothing.
@@ -36,8 +36,15 @@ use crate::dispatch::who::Principal;
 use crate::notify::links::{Refusal, Verified, VerifyError};
 use crate::notify::{Links, People};
 
-/// The decision link page's double-submit cookie.
-const LINK_COOKIE: &str = "toolgate_link";
+/// The decision link page's double-submit cookie, one per link: a `SameSite=Strict` cookie is
+/// not sent when a link is followed from a mail on another site, so a second link opened so
+/// would replace a shared one and leave the first link's open page with a stale token.
+fn link_cookie(signed: &str) -> String {
+    format!(
+        "toolgate_link_{}",
+        hex::encode(&crate::base::token_sha256(signed)[..8])
+    )
+}
 
 /// What the link pages need beside the inbox: the links, and who their people are.
 #[derive(Clone)]
@@ -176,7 +183,8 @@ pub(crate) async fn open(
     }
     // The page's double-submit cookie: the one the browser sent (another tab of the link), or
     // a new one.
-    let (value, new) = match cookie(&visit.headers, LINK_COOKIE) {
+    let name = link_cookie(&signed);
+    let (value, new) = match cookie(&visit.headers, &name) {
         Some(value) if value.len() == 43 => (value.to_owned(), false),
         _ => (random_id()?, true),
     };
@@ -184,7 +192,7 @@ pub(crate) async fn open(
     if new {
         let ttl = pages.links_ttl_s(&verified);
         signed_page.set_cookie = Some(set_cookie(
-            LINK_COOKIE,
+            &name,
             &value,
             &visit.base,
             ttl,
@@ -267,7 +275,7 @@ async fn decision(
         .rev()
         .find(|(name, _)| name == "csrf")
         .map(|(_, value)| value.as_str());
-    let value = cookie(&visit.headers, LINK_COOKIE).map(str::to_owned);
+    let value = cookie(&visit.headers, &link_cookie(signed)).map(str::to_owned);
     let (Some(value), Some(sent)) = (value, sent) else {
         return Err(PageError::Csrf);
     };

@@ -16,6 +16,33 @@ crate::on_each_backend! {
     #[tokio::test] async fn several_approvers_each_decide_once_and_never_their_own_call;
 }
 
+#[tokio::test]
+async fn two_links_followed_from_a_mail_in_one_browser_each_decide() {
+    let at = Location::new(Backend::Sqlite).await;
+    let served = serve(&at, Duration::from_secs(3600), true).await;
+    let server = &served.server;
+    let first = suspend(server, "ask_human", json!({"question": "First?"})).await;
+    let second = suspend(server, "ask_human", json!({"question": "Second?"})).await;
+    let first_path = served.path(&served.link(&first, "finance-ops").await);
+    let second_path = served.path(&served.link(&second, "finance-ops").await);
+    let mut person = Browser::new(server);
+    let first_page = person.get(&first_path).await;
+    // The second link is followed from the mail, another site: the browser sends no
+    // `SameSite=Strict` cookie with it, and keeps the one it is answered beside the first's.
+    let mut from_mail = Browser::new(server);
+    let second_page = from_mail.get(&second_path).await;
+    person.cookies.extend(from_mail.cookies);
+    for (path, page, call) in [
+        (&first_path, &first_page, &first),
+        (&second_path, &second_page, &second),
+    ] {
+        let answer = [("v/answer", "yes"), ("csrf", &page.csrf())];
+        let approved = person.post(&format!("{path}/approve"), &answer).await;
+        assert_eq!(approved.status, StatusCode::SEE_OTHER, "{}", approved.body);
+        assert_eq!(call_record(server, call).await["status"], "completed");
+    }
+}
+
 async fn a_link_opens_the_approval_and_decides_once_under_the_persons_name(backend: Backend) {
     let at = Location::new(backend).await;
     let served = serve(&at, Duration::from_secs(3600), true).await;
