@@ -89,11 +89,8 @@ async fn measure(
 ) -> Result<Measured, String> {
     counts.reset();
     let env = [
-        ("TOOLGATE_BENCH_SLACK_TOKEN".to_owned(), TOKEN.to_owned()),
-        (
-            "TOOLGATE_BENCH_SLACK_SECRET".to_owned(),
-            "bench-secret".to_owned(),
-        ),
+        ("SLACK_BENCH_TOKEN".to_owned(), TOKEN.to_owned()),
+        ("SLACK_BENCH_SECRET".to_owned(), "bench-secret".to_owned()),
     ];
     let server = sqlite_server(options, label, Some(config), &env).await?;
     let (made, _failures) = suspend_many(server.addr, calls, options.connections).await?;
@@ -163,8 +160,8 @@ pub async fn run(
         &slack,
         format!(
             "[[people]]\nname = \"alice\"\nslack_user = \"U0ALICE\"\n\n[[notify]]\nname = \"bench\"\n\
-             kind = \"slack\"\nbot_token_env = \"TOOLGATE_BENCH_SLACK_TOKEN\"\n\
-             signing_secret_env = \"TOOLGATE_BENCH_SLACK_SECRET\"\napi_url = \"http://{addr}/api\"\n"
+             kind = \"slack\"\nbot_token_env = \"SLACK_BENCH_TOKEN\"\n\
+             signing_secret_env = \"SLACK_BENCH_SECRET\"\napi_url = \"http://{addr}/api\"\n"
         ),
     )?;
     let options = Options {
