@@ -98,9 +98,37 @@ impl StandingLimits {
 #[serde(deny_unknown_fields)]
 pub struct StandingAsk {
     /// For how many seconds, 1 to the policy's `standing_max_s`.
+    #[serde(deserialize_with = "whole")]
     pub for_s: u64,
     /// For how many calls, 1 to the policy's `standing_max_calls`.
+    #[serde(deserialize_with = "whole")]
     pub calls: u32,
+}
+
+/// The largest whole number every `f64` below it holds exactly (2^53).
+const MAX_EXACT: f64 = 9_007_199_254_740_992.0;
+
+/// A whole number as JSON may write it: `3600`, or `3600.0`, which JSON Schema's `integer` (the
+/// type the API document gives) takes too; a fraction, a negative number or one out of range is
+/// refused.
+fn whole<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<u64>,
+{
+    let number = serde_json::Number::deserialize(deserializer)?;
+    number
+        .as_u64()
+        .or_else(|| {
+            number
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && (0.0..=MAX_EXACT).contains(f))
+                .map(|f| f as u64)
+        })
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!("`{number}` is not a whole number in range"))
+        })
 }
 
 impl Dispatcher {
@@ -282,5 +310,29 @@ impl NewRun<'_> {
             .record(self.call_id, Some(ran.first), ran.attempts, &ran.recorded())
             .await?;
         Ok(Recorded::Ran(ran))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StandingAsk;
+
+    #[test]
+    fn a_standing_ask_takes_whole_numbers_as_json_writes_them() {
+        let ask = |text: &str| serde_json::from_str::<StandingAsk>(text);
+        let whole = StandingAsk {
+            for_s: 3600,
+            calls: 20,
+        };
+        assert_eq!(ask(r#"{"for_s": 3600, "calls": 20}"#).unwrap(), whole);
+        assert_eq!(ask(r#"{"for_s": 3600.0, "calls": 20.0}"#).unwrap(), whole);
+        for refused in [
+            r#"{"for_s": 1.5, "calls": 20}"#,
+            r#"{"for_s": -1, "calls": 20}"#,
+            r#"{"for_s": 60, "calls": 4294967296}"#,
+            r#"{"for_s": 60, "calls": "20"}"#,
+        ] {
+            assert!(ask(refused).is_err(), "{refused}");
+        }
     }
 }
