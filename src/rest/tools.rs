@@ -201,23 +201,28 @@ pub(super) async fn call(
         principal,
         idempotency_key,
     };
-    let result = app.dispatcher.call(&name, request.input, options).await?;
+    // The lifecycle's future is large (every step of a call, every kind of tool): boxed, it is
+    // moved once, not once by each layer the route's future passes through.
+    let result = Box::pin(app.dispatcher.call(&name, request.input, options)).await?;
     match (held, asker, &result.outcome) {
         // `?wait=`: held until a person's decision has an outcome, answered as the call's own
         // answer would be; when the time is up, the usual `202`.
         (Some(mut held), Some(asker), CallOutcome::Suspended { token, .. }) => {
             let token = token.clone();
-            let decided = app
-                .dispatcher
-                .await_decision(&asker, result, Some(&token), &mut held)
+            let decided =
+                Box::pin(
+                    app.dispatcher
+                        .await_decision(&asker, result, Some(&token), &mut held),
+                )
                 .await?;
             Ok(call_response(decided))
         }
         (Some(mut held), Some(asker), CallOutcome::Withheld) => {
-            let decided = app
-                .dispatcher
-                .await_decision(&asker, result, None, &mut held)
-                .await?;
+            let decided = Box::pin(
+                app.dispatcher
+                    .await_decision(&asker, result, None, &mut held),
+            )
+            .await?;
             Ok(call_response(decided))
         }
         _ => Ok(call_response(result)),
