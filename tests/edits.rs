@@ -7,9 +7,9 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use common::browser::{Browser, Page};
 use common::{Api, Backend, Binary, Location, Site, assert_error};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -330,71 +330,6 @@ async fn with_two_approvers_an_edit_restarts_the_count(backend: Backend) {
     assert_eq!(call["edited"]["by"], "bob", "{call}");
 }
 
-/// A person's page session on a server with auth off: its cookies, kept as a browser does.
-struct Visitor {
-    client: reqwest::Client,
-    base: String,
-    cookies: HashMap<String, String>,
-}
-
-impl Visitor {
-    fn new(api: &Api) -> Visitor {
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap();
-        let (base, cookies) = (api.base.clone(), HashMap::new());
-        Visitor {
-            client,
-            base,
-            cookies,
-        }
-    }
-
-    async fn send(&mut self, request: reqwest::RequestBuilder) -> (StatusCode, String) {
-        let cookie: Vec<String> = self
-            .cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let response = request.header("cookie", cookie.join("; ")).send().await;
-        let response = response.unwrap();
-        for value in response.headers().get_all("set-cookie") {
-            let pair = value.to_str().unwrap().split(';').next().unwrap();
-            let (name, value) = pair.split_once('=').unwrap();
-            self.cookies.insert(name.to_owned(), value.to_owned());
-        }
-        (response.status(), response.text().await.unwrap())
-    }
-
-    /// Signs in on the inbox with the API key `key`.
-    async fn sign_in(&mut self, key: &str) {
-        let (_, page) = self.get("/inbox").await;
-        let csrf = value_of(&page, "csrf").unwrap().to_owned();
-        let (status, _) = self
-            .post("/inbox/sign-in", &[("key", key), ("csrf", &csrf)])
-            .await;
-        assert_eq!(status, StatusCode::SEE_OTHER, "signed in");
-    }
-
-    async fn get(&mut self, path: &str) -> (StatusCode, String) {
-        let request = self.client.get(format!("{}{path}", self.base));
-        self.send(request).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> (StatusCode, String) {
-        let body = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(form)
-            .finish();
-        let request = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body);
-        self.send(request).await
-    }
-}
-
 /// The value of the first `name="<name>" value="…"` in `page`.
 fn value_of<'p>(page: &'p str, name: &str) -> Option<&'p str> {
     let marker = format!("name=\"{name}\"");
@@ -419,8 +354,10 @@ async fn an_inbox_approver_edits_the_input_in_its_form(backend: Backend) {
     let approve = format!("{page_path}/approve");
 
     // The page offers the tool's input form, filled with the call's input.
-    let mut person = Visitor::new(api);
-    let (status, page) = person.get(&page_path).await;
+    let mut person = Browser::at(&api.base);
+    let Page {
+        status, body: page, ..
+    } = person.get(&page_path).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert_eq!(value_of(&page, "e/to"), Some("all@example.com"), "{page}");
     assert_eq!(value_of(&page, "edit"), Some("1"));
@@ -436,14 +373,22 @@ async fn an_inbox_approver_edits_the_input_in_its_form(backend: Backend) {
         ("e/subject", "quarterly numbers"),
         ("e/body", "attached"),
     ];
-    let (status, refused) = person.post(&approve, &form).await;
+    let Page {
+        status,
+        body: refused,
+        ..
+    } = person.post(&approve, &form).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
     assert!(refused.contains("edit-problems"), "the edit form's refusal");
     assert!(sent_to(&location).is_empty());
 
     // A write: the first post shows the confirmation, carrying the edit; the second approves.
     form[3] = ("e/to", "ops@example.com");
-    let (status, confirm) = person.post(&approve, &form).await;
+    let Page {
+        status,
+        body: confirm,
+        ..
+    } = person.post(&approve, &form).await;
     assert_eq!(status, StatusCode::OK, "{confirm}");
     assert_eq!(value_of(&confirm, "e/to"), Some("ops@example.com"));
     assert!(
@@ -452,14 +397,16 @@ async fn an_inbox_approver_edits_the_input_in_its_form(backend: Backend) {
     );
     assert!(sent_to(&location).is_empty(), "not before the confirmation");
     form.push(("confirm", "1"));
-    let (status, done) = person.post(&approve, &form).await;
+    let Page {
+        status, body: done, ..
+    } = person.post(&approve, &form).await;
     assert_eq!(status, StatusCode::SEE_OTHER, "{done}");
     assert_eq!(sent_to(&location), ["ops@example.com"]);
     let (_, call) = api.get(&format!("/calls/{call_id}")).await;
     assert_eq!(call["input"]["to"], "ops@example.com", "{call}");
     assert_eq!(call["original_input"], email("all@example.com"));
     assert!(call["edited"]["at"].is_string(), "{call}");
-    let (_, page) = person.get(&page_path).await;
+    let page = person.get(&page_path).await.body;
     assert!(
         page.contains("id=\"edit-note\""),
         "the page says it was edited"
@@ -468,8 +415,8 @@ async fn an_inbox_approver_edits_the_input_in_its_form(backend: Backend) {
 
 /// The page's approve form posted with its edit, as `person` leaves it (`to` as the recipient),
 /// and confirmed (`send_email` is a write): the answer to the confirmation.
-async fn approve_on_the_page(person: &mut Visitor, call_id: &str, to: &str) -> StatusCode {
-    let (_, page) = person.get(&format!("/inbox/calls/{call_id}")).await;
+async fn approve_on_the_page(person: &mut Browser, call_id: &str, to: &str) -> StatusCode {
+    let page = person.get(&format!("/inbox/calls/{call_id}")).await.body;
     let csrf = value_of(&page, "csrf").unwrap().to_owned();
     let form = [
         ("csrf", csrf.as_str()),
@@ -479,9 +426,10 @@ async fn approve_on_the_page(person: &mut Visitor, call_id: &str, to: &str) -> S
         ("e/body", "attached"),
         ("confirm", "1"),
     ];
-    let (status, _) = person
+    let status = person
         .post(&format!("/inbox/calls/{call_id}/approve"), &form)
-        .await;
+        .await
+        .status;
     status
 }
 
@@ -493,8 +441,12 @@ async fn on_the_page_an_edit_restarts_the_count_and_the_next_approver_reads_it(b
     assert_eq!(status, StatusCode::ACCEPTED);
 
     // Bob edits on the page: the count restarts with his approval alone.
-    let mut bob = Visitor::new(api);
-    bob.sign_in(BOB).await;
+    let mut bob = Browser::at(&api.base);
+    assert_eq!(
+        bob.sign_in(BOB).await.status,
+        StatusCode::SEE_OTHER,
+        "signed in"
+    );
     let status = approve_on_the_page(&mut bob, &call_id, "board@example.com").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let (_, shown) = get_as(api, ALICE, &format!("/approvals/{token}")).await;
@@ -504,9 +456,13 @@ async fn on_the_page_an_edit_restarts_the_count_and_the_next_approver_reads_it(b
 
     // Alice's page shows Bob's edit, in the form too, and lets her approve again: left as it
     // is, her approval is of that input, the second, and it runs.
-    let mut alice = Visitor::new(api);
-    alice.sign_in(ALICE).await;
-    let (_, page) = alice.get(&format!("/inbox/calls/{call_id}")).await;
+    let mut alice = Browser::at(&api.base);
+    assert_eq!(
+        alice.sign_in(ALICE).await.status,
+        StatusCode::SEE_OTHER,
+        "signed in"
+    );
+    let page = alice.get(&format!("/inbox/calls/{call_id}")).await.body;
     assert!(page.contains("id=\"edit-note\""), "{page}");
     assert!(page.contains("1 of 2 approvals: bob."), "{page}");
     assert_eq!(value_of(&page, "e/to"), Some("board@example.com"));

@@ -14,10 +14,7 @@ mod security;
 mod sessions;
 mod standing;
 
-use std::collections::HashMap;
-
 use reqwest::StatusCode;
-use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use toolgate::ServerBuilder;
 use toolgate::http::auth::{ApiKey, Role};
@@ -65,117 +62,17 @@ async fn signed_in(key: &str) -> (tempfile::TempDir, TestServer, Person) {
 }
 
 /// A person with a browser's cookie jar (one cookie per name, as the server sets them).
-struct Person {
-    base: String,
-    client: reqwest::Client,
-    cookies: HashMap<String, String>,
-}
-
-/// An answer: status, headers, body.
-struct Page {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
+use common::browser::{Browser as Person, Page};
 
 impl Page {
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-
-    fn set_cookies(&self) -> Vec<&str> {
-        self.headers
-            .get_all("set-cookie")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect()
-    }
-
     /// Asserts the page shows the person signed in as `name`.
     fn assert_signed_in_as(&self, name: &str) {
         let shown = format!("Signed in as <strong>{name}</strong>");
         assert!(self.body.contains(&shown), "{}", self.body);
     }
-
-    /// The first hidden `csrf` field's value.
-    fn csrf(&self) -> String {
-        let at = self
-            .body
-            .find("name=\"csrf\" value=\"")
-            .unwrap_or_else(|| panic!("no csrf field in {}", self.body));
-        let rest = &self.body[at + "name=\"csrf\" value=\"".len()..];
-        rest[..rest.find('"').unwrap()].to_owned()
-    }
 }
 
 impl Person {
-    fn new(server: &TestServer) -> Person {
-        common::tls();
-        Person {
-            base: server.api.base.clone(),
-            client: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-            cookies: HashMap::new(),
-        }
-    }
-
-    fn cookie_header(&self) -> String {
-        self.cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-
-    async fn send(&mut self, request: reqwest::RequestBuilder) -> Page {
-        let request = if self.cookies.is_empty() {
-            request
-        } else {
-            request.header("cookie", self.cookie_header())
-        };
-        let response = request.send().await.expect("request sent");
-        let status = response.status();
-        let headers = response.headers().clone();
-        for value in headers.get_all("set-cookie") {
-            let text = value.to_str().unwrap();
-            let pair = text.split(';').next().unwrap();
-            let (name, value) = pair.split_once('=').unwrap();
-            if value.is_empty() || text.contains("Max-Age=0") {
-                self.cookies.remove(name);
-            } else {
-                self.cookies.insert(name.to_owned(), value.to_owned());
-            }
-        }
-        let body = response.text().await.unwrap();
-        Page {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let request = self.client.get(format!("{}{path}", self.base));
-        self.send(request).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let body = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(form)
-            .finish();
-        let request = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body);
-        self.send(request).await
-    }
-
     /// Opens the page's live stream (`/inbox/events`) with this person's cookies: the response,
     /// its body still streaming.
     async fn open_events(&self) -> reqwest::Response {
@@ -185,15 +82,6 @@ impl Person {
             .send()
             .await
             .unwrap()
-    }
-
-    /// Opens the sign-in page and signs in with `key`.
-    async fn sign_in(&mut self, key: &str) -> Page {
-        let page = self.get("/inbox").await;
-        assert_eq!(page.status, StatusCode::OK);
-        let csrf = page.csrf();
-        self.post("/inbox/sign-in", &[("key", key), ("csrf", &csrf)])
-            .await
     }
 }
 

@@ -11,7 +11,6 @@ mod browser;
 mod decide;
 mod refusals;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,38 +113,9 @@ async fn serve_with(at: &(impl Site + ?Sized), ttl: Duration, signed: bool, toml
     Served { server, links }
 }
 
-/// A browser's cookie jar and what it was answered.
-struct Browser {
-    base: String,
-    client: reqwest::Client,
-    cookies: HashMap<String, String>,
-}
-
-/// An answer: status, headers, body.
-struct Page {
-    status: StatusCode,
-    headers: reqwest::header::HeaderMap,
-    body: String,
-}
+use common::browser::{Browser, Page};
 
 impl Page {
-    fn header(&self, name: &str) -> &str {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-
-    /// The first hidden `csrf` field's value.
-    fn csrf(&self) -> String {
-        let at = self
-            .body
-            .find("name=\"csrf\" value=\"")
-            .unwrap_or_else(|| panic!("no csrf field in {}", self.body));
-        let rest = &self.body[at + "name=\"csrf\" value=\"".len()..];
-        rest[..rest.find('"').unwrap()].to_owned()
-    }
-
     /// Asserts this is the refusal page of `code`, answered with `status`.
     fn assert_refused(&self, status: StatusCode, code: &str) {
         assert_eq!(self.status, status, "{code}: {}", self.body);
@@ -154,64 +124,6 @@ impl Page {
         assert!(self.body.contains("Nothing was decided."));
         assert_eq!(self.header("cache-control"), "no-store");
         assert!(!self.body.contains("name=\"csrf\""), "no form on a refusal");
-    }
-}
-
-impl Browser {
-    fn new(server: &TestServer) -> Browser {
-        common::tls();
-        Browser {
-            base: server.api.base.clone(),
-            client: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-            cookies: HashMap::new(),
-        }
-    }
-
-    async fn send(&mut self, request: reqwest::RequestBuilder) -> Page {
-        let cookies = self
-            .cookies
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let request = if cookies.is_empty() {
-            request
-        } else {
-            request.header("cookie", cookies)
-        };
-        let response = request.send().await.expect("request sent");
-        let (status, headers) = (response.status(), response.headers().clone());
-        for value in headers.get_all("set-cookie") {
-            let pair = value.to_str().unwrap().split(';').next().unwrap();
-            let (name, value) = pair.split_once('=').unwrap();
-            self.cookies.insert(name.to_owned(), value.to_owned());
-        }
-        let body = response.text().await.unwrap();
-        Page {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    async fn get(&mut self, path: &str) -> Page {
-        let request = self.client.get(format!("{}{path}", self.base));
-        self.send(request).await
-    }
-
-    async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> Page {
-        let body = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(form)
-            .finish();
-        let request = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(body);
-        self.send(request).await
     }
 }
 

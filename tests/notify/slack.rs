@@ -15,6 +15,7 @@ use axum::response::IntoResponse;
 use serde_json::json;
 
 use super::*;
+use crate::common::browser::Browser;
 use crate::common::{Backend, Location};
 
 /// A request the stand-in got.
@@ -321,19 +322,6 @@ async fn a_refusal_of_slack_fails_that_message_for_good() {
     server.stop().await;
 }
 
-/// `pairs` as a form's body.
-fn form(pairs: &[(&str, &str)]) -> String {
-    url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(pairs)
-        .finish()
-}
-
-/// The value of the first hidden `csrf` field of an inbox page.
-fn csrf_of(page: &str) -> String {
-    let at = page.find("name=\"csrf\" value=\"").expect("a csrf field") + 19;
-    page[at..at + page[at..].find('"').unwrap()].to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_decision_in_the_inbox_updates_every_message() {
     let (slack, _location, server) = with_slack(Backend::Sqlite, 0).await;
@@ -342,55 +330,25 @@ async fn a_decision_in_the_inbox_updates_every_message() {
     slack.wait_for("chat.postMessage", 3).await;
 
     // bob signs in to the inbox with his key and approves on the call's page.
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let base = server.api.base.clone();
-    let page = client.get(format!("{base}/inbox")).send().await.unwrap();
-    let cookies: Vec<String> = page
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned())
-        .collect();
-    let csrf = csrf_of(&page.text().await.unwrap());
-    let signed_in = client
-        .post(format!("{base}/inbox/sign-in"))
-        .header("cookie", cookies.join("; "))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[("key", BOB), ("csrf", &csrf)]))
-        .send()
-        .await
-        .unwrap();
-    let session: Vec<String> = signed_in
-        .headers()
-        .get_all("set-cookie")
-        .iter()
-        .map(|c| c.to_str().unwrap().split(';').next().unwrap().to_owned())
-        .filter(|pair| !pair.ends_with('='))
-        .collect();
-    assert!(!session.is_empty(), "signed in: {signed_in:?}");
-    let cookie = session.join("; ");
-    let page = client
-        .get(format!("{base}/inbox/calls/{call_id}"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(page.status(), reqwest::StatusCode::OK);
-    let csrf = csrf_of(&page.text().await.unwrap());
-    let approved = client
-        .post(format!("{base}/inbox/calls/{call_id}/approve"))
-        .header("cookie", &cookie)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(form(&[("csrf", &csrf)]))
-        .send()
-        .await
-        .unwrap();
+    let mut bob = Browser::new(&server);
+    let signed_in = bob.sign_in(BOB).await;
+    assert_eq!(
+        signed_in.status,
+        reqwest::StatusCode::SEE_OTHER,
+        "signed in"
+    );
+    let page = bob.get(&format!("/inbox/calls/{call_id}")).await;
+    assert_eq!(page.status, reqwest::StatusCode::OK);
+    let approved = bob
+        .post(
+            &format!("/inbox/calls/{call_id}/approve"),
+            &[("csrf", &page.csrf())],
+        )
+        .await;
     assert!(
-        approved.status().is_success() || approved.status().is_redirection(),
-        "{approved:?}"
+        approved.status.is_success() || approved.status.is_redirection(),
+        "{}",
+        approved.body
     );
 
     // Every message says who decided, in the inbox, and has no buttons left.
