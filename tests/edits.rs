@@ -426,11 +426,10 @@ async fn approve_on_the_page(person: &mut Browser, call_id: &str, to: &str) -> S
         ("e/body", "attached"),
         ("confirm", "1"),
     ];
-    let status = person
+    person
         .post(&format!("/inbox/calls/{call_id}/approve"), &form)
         .await
-        .status;
-    status
+        .status
 }
 
 async fn on_the_page_an_edit_restarts_the_count_and_the_next_approver_reads_it(backend: Backend) {
