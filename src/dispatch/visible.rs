@@ -235,7 +235,32 @@ impl Dispatcher {
                 (&call.tool, escalated(call))
             }
         };
+        self.approval_reaches_either(principal, tool, escalated)
+    }
+
+    /// Whether `principal` decides approvals of `tool`, or this one's escalation (`escalated`)
+    /// reaches it.
+    fn approval_reaches_either(&self, principal: &Principal, tool: &str, escalated: bool) -> bool {
         principal.may_decide(tool) || (escalated && self.escalation_reaches(principal, tool))
+    }
+
+    /// Whether `principal` may decide the approval `call` waits on, as every decision door
+    /// checks it: its `decides` reaches the tool, or the approval was escalated to it; and it
+    /// did not make the call as an approver. For a door that decides without a token of the
+    /// person's own (a decision link).
+    pub fn may_decide_call(&self, principal: &Principal, call: &CallRecord) -> bool {
+        self.approval_reaches_either(principal, &call.tool, escalated(call))
+            && own_call_refused(principal, &call.call_id, &call.caller).is_ok()
+    }
+
+    /// Whether an approval of `tool` reaches `principal`, before or after an escalation
+    /// (`escalated`): the people a channel tells of it.
+    pub fn approval_reaches(&self, principal: &Principal, tool: &str, escalated: bool) -> bool {
+        if escalated {
+            self.escalation_reaches(principal, tool)
+        } else {
+            principal.may_decide(tool)
+        }
     }
 
     /// Refuses a decision on `token` by a principal that may not take it: one whose `decides`

@@ -32,6 +32,7 @@ use super::call::{Done, Typed, banner, call_page};
 use super::decide::{self, Decision};
 use super::session::{Signed, Visit, cookie, random_id, secure_cookies, set_cookie};
 use super::views::{Answer, PageError, page, see_other};
+use crate::dispatch::Withheld;
 use crate::dispatch::who::Principal;
 use crate::notify::links::{Refusal, Verified, VerifyError};
 use crate::notify::{Links, People};
@@ -124,6 +125,7 @@ fn refused(visit: &Visit, refusal: Refusal) -> Response {
 /// A link checked, and its person's principal: the person must be known and may decide the
 /// call's tool.
 async fn checked(
+    visit: &Visit,
     pages: &LinkPages,
     signed: &str,
 ) -> Result<Result<(Verified, Principal), Refusal>, PageError> {
@@ -132,10 +134,28 @@ async fn checked(
         Err(VerifyError::Refused(refusal)) => return Ok(Err(refusal)),
         Err(VerifyError::Store(err)) => return Err(err.into()),
     };
-    let person = pages.people.named(&verified.person);
-    let principal = person
-        .filter(|person| person.may_decide(&verified.call.tool))
-        .and_then(|person| person.principal.clone());
+    // The lifecycle's rule, as every decision door applies it: the person's `decides`, or an
+    // escalation that reached them; never an approver's own call.
+    let principal = pages
+        .people
+        .named(&verified.person)
+        .and_then(|person| person.principal.clone())
+        .filter(|principal| {
+            visit
+                .dispatcher()
+                .may_decide_call(principal, &verified.call)
+        });
+    // A link serves once: the person's approval, counted toward the input as it stands (an
+    // edit restarts the count), used it.
+    let approved_already = principal.as_ref().is_some_and(|principal| {
+        visit
+            .dispatcher()
+            .approval_progress(&verified.call, principal)
+            .is_some_and(|progress| progress.withheld == Some(Withheld::ApprovedAlready))
+    });
+    if approved_already {
+        return Ok(Err(Refusal::Used));
+    }
     Ok(match principal {
         Some(principal) => Ok((verified, principal)),
         None => Err(Refusal::NotAllowed),
@@ -167,7 +187,7 @@ pub(crate) async fn open(
     Query(query): Query<LinkQuery>,
 ) -> Answer {
     let pages = visit.app.links.clone();
-    let (verified, principal) = match checked(&pages, &signed).await? {
+    let (verified, principal) = match checked(&visit, &pages, &signed).await? {
         Ok(found) => found,
         Err(Refusal::Used) if query.done.is_some() => {
             return done(&visit, &pages, &signed, query).await;
@@ -263,7 +283,7 @@ async fn decision(
     pairs: Vec<(String, String)>,
 ) -> Result<Result<Decision, Response>, PageError> {
     let pages = visit.app.links.clone();
-    let (verified, principal) = match checked(&pages, signed).await? {
+    let (verified, principal) = match checked(&visit, &pages, signed).await? {
         Ok(found) => found,
         Err(refusal) => return Ok(Err(refused(&visit, refusal))),
     };

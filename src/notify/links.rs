@@ -393,12 +393,6 @@ impl Links {
         if !pending {
             return Err(Refusal::Used.into());
         }
-        let voted = call.events_since_suspended().iter().any(|event| {
-            event.kind == "approval_recorded" && event.actor.as_deref() == Some(&claims.who)
-        });
-        if voted {
-            return Err(Refusal::Used.into());
-        }
         Ok(Verified {
             call,
             person: claims.who,

@@ -29,24 +29,13 @@ pub fn recipients(
     caller: Option<&str>,
 ) -> Vec<Recipient> {
     let rule = dispatcher.approval_rule(tool);
-    let escalate_to = match asked {
-        Asked::Suspended => Vec::new(),
-        Asked::Escalated => dispatcher
-            .tools()
-            .policy(tool)
-            .and_then(|policy| policy.settings.approval.as_ref())
-            .map(|gate| gate.escalate_to.clone())
-            .unwrap_or_default(),
-    };
+    let escalated = matches!(asked, Asked::Escalated);
     let mut out: Vec<Recipient> = Vec::new();
     for person in people.iter() {
         let Some(principal) = &person.principal else {
             continue;
         };
-        let reached = match asked {
-            Asked::Suspended => person.may_decide(tool),
-            Asked::Escalated => principal.reached_by_escalation(&escalate_to),
-        };
+        let reached = dispatcher.approval_reaches(principal, tool, escalated);
         if !reached || rule.refuses(caller, principal.name.as_deref()) {
             continue;
         }

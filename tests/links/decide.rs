@@ -17,6 +17,49 @@ crate::on_each_backend! {
 }
 
 #[tokio::test]
+async fn an_edit_lets_an_earlier_approver_use_their_link_again() {
+    let at = Location::new(Backend::Sqlite).await;
+    let policy = "[tools.echo.approval]\napprovals = 2\nedit_input = true\n";
+    let served = serve_with(&at, Duration::from_secs(3600), true, policy).await;
+    let server = &served.server;
+    let asked = suspend(server, "echo", json!({"text": "As asked"})).await;
+    let link = served.path(&served.link(&asked, "finance-ops").await);
+    let mut alice = Browser::new(server);
+    let page = alice.get(&link).await;
+    let recorded = alice
+        .post(&format!("{link}/approve"), &[("csrf", &page.csrf())])
+        .await;
+    assert_eq!(recorded.status, StatusCode::SEE_OTHER, "{}", recorded.body);
+    alice
+        .get(&link)
+        .await
+        .assert_refused(StatusCode::CONFLICT, "used");
+    // on-call edits the input: the count restarts, and alice's approval was of the old input.
+    let token = call_record(server, &asked).await["suspension"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, body) = crate::api(
+        server,
+        "POST",
+        &format!("/approvals/{token}/approve"),
+        crate::OTHER_APPROVER,
+        Some(json!({"input": {}, "edited_input": {"text": "Edited"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let page = alice.get(&link).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let released = alice
+        .post(&format!("{link}/approve"), &[("csrf", &page.csrf())])
+        .await;
+    assert_eq!(released.status, StatusCode::SEE_OTHER, "{}", released.body);
+    let call = call_record(server, &asked).await;
+    assert_eq!(call["status"], "completed", "{call}");
+    assert_eq!(call["input"], json!({"text": "Edited"}), "{call}");
+}
+
+#[tokio::test]
 async fn two_links_followed_from_a_mail_in_one_browser_each_decide() {
     let at = Location::new(Backend::Sqlite).await;
     let served = serve(&at, Duration::from_secs(3600), true).await;

@@ -197,6 +197,26 @@ async fn an_escalation_mails_the_people_it_reaches(backend: Backend) {
     );
     let text = escalated[0]["text"].as_str().unwrap();
     assert!(text.contains("escalated"), "{text}");
+    // manager's link opens the decision, as the escalation lets manager decide it.
+    let managers = escalated
+        .iter()
+        .find(|m| m["rcpt_tos"][0] == "manager@example.com")
+        .unwrap();
+    let text = managers["text"].as_str().unwrap();
+    let at = text.find("/inbox/link/").expect("a decision link");
+    let path: String = text[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    let page = crate::common::browser::Browser::new(&server)
+        .get(&path)
+        .await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.body.contains(&format!("action=\"{path}/approve\"")),
+        "{}",
+        page.body
+    );
     server.stop().await;
 }
 
