@@ -518,30 +518,108 @@ async fn standing_keys_come_from_the_approval_table() {
     assert_eq!(status, StatusCode::OK, "{body}");
 }
 
-macro_rules! on_both_backends {
-    ($($name:ident),+ $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::Backend::Sqlite).await;
-                }
-            )+
+/// A refund tool whose backend may be down (`DOWN`): `ready()` says so, as an upstream's does.
+struct Flaky;
+
+static DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[toolgate::async_trait]
+impl toolgate::DynTool for Flaky {
+    fn name(&self) -> &str {
+        "flaky_refund"
+    }
+    fn description(&self) -> &str {
+        "Refunds, through a backend that may be down."
+    }
+    fn effect(&self) -> toolgate::Effect {
+        toolgate::Effect::Write
+    }
+    fn input_schema(&self) -> &Value {
+        static SCHEMA: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+        SCHEMA.get_or_init(|| json!({"type": "object", "properties": {"n": {"type": "integer"}}}))
+    }
+    fn output_schema(&self) -> Option<&Value> {
+        None
+    }
+    fn idempotency_key(&self, _input: &Value) -> Option<String> {
+        None
+    }
+    fn ready(&self) -> Result<(), toolgate::contract::error::Unavailable> {
+        match DOWN.load(std::sync::atomic::Ordering::SeqCst) {
+            true => Err(toolgate::contract::error::Unavailable {
+                message: "the refunds backend is down".into(),
+                retry_after: Duration::from_secs(1),
+            }),
+            false => Ok(()),
         }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $name() {
-                    super::$name(super::Backend::Postgres).await;
-                }
-            )+
-        }
-    };
+    }
+    async fn call_json(
+        &self,
+        _ctx: &toolgate::ToolCtx,
+        input: Value,
+    ) -> Result<toolgate::ToolOutcome<Value>, toolgate::ToolError> {
+        Ok(toolgate::ToolOutcome::output(
+            json!({"refunded": input["n"]}),
+        ))
+    }
 }
 
-on_both_backends!(
-    it_releases_that_callers_calls_of_that_tool_only,
-    refusals_decide_nothing,
-    it_ends_when_it_expires_or_is_revoked,
-    the_call_limit_is_exact_under_concurrency,
-);
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backend_known_down_spends_nothing_of_a_standing_approval() {
+    let location = Location::new(Backend::Sqlite).await;
+    let mut tools = common::example_tools(&location);
+    tools.register_dyn(Box::new(Flaky)).unwrap();
+    let mut dispatch = config();
+    dispatch
+        .tools
+        .insert("flaky_refund".to_owned(), gate(true, 1));
+    let server = TestServer::start_with(tools, &location, |builder| {
+        builder.api_keys(keys()).dispatch_config(dispatch)
+    })
+    .await;
+    let flaky = |n: u64| {
+        let server = &server;
+        async move {
+            let body = json!({"input": {"n": n}});
+            as_(
+                server,
+                AGENT,
+                Method::POST,
+                "/tools/flaky_refund/call",
+                Some(body),
+            )
+            .await
+        }
+    };
+    let (status, body) = flaky(1).await;
+    let standing = json!({"for_s": 3600, "calls": 2});
+    let (status, body) = approve(&server, &token_of(status, &body), OPS, Some(standing)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    // Down: the call waits for a person, as a call the standing approval did not release.
+    DOWN.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (status, body) = flaky(2).await;
+    token_of(status, &body);
+    assert_eq!(
+        listed(&server, OPS).await[0]["calls_left"],
+        2,
+        "nothing spent"
+    );
+    // Back: the standing approval releases the next one at once.
+    DOWN.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (status, body) = flaky(3).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(listed(&server, OPS).await[0]["calls_left"], 1);
+    server.stop().await;
+}
+
+crate::on_each_backend! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn it_releases_that_callers_calls_of_that_tool_only;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn refusals_decide_nothing;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn it_ends_when_it_expires_or_is_revoked;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_call_limit_is_exact_under_concurrency;
+}

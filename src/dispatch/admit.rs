@@ -433,7 +433,11 @@ pub(super) struct NewRun<'a> {
 impl NewRun<'_> {
     /// [`Plan::Gated`]: nothing runs now; the call is recorded suspended in one write, so no
     /// crash can leave it `running` (and a write needing reconciliation that never happened).
-    async fn gated(&self, call: NewCall, input: Value) -> Result<Recorded, DispatchError> {
+    pub(super) async fn gated(
+        &self,
+        call: NewCall,
+        input: Value,
+    ) -> Result<Recorded, DispatchError> {
         let ran = self
             .run(call.idempotency_key.as_deref(), input.clone(), false)
             .await;

@@ -29,8 +29,8 @@ use super::who::Principal;
 use super::{DispatchError, Dispatcher};
 use crate::ids;
 use crate::store::{
-    Actor, Approval, Inserted, NewCall, NewStanding, Resolution, Resolved, StandingApproval,
-    StoreError, Timestamp,
+    Actor, Approval, Inserted, NewCall, NewStanding, Outcome, Resolution, Resolved,
+    StandingApproval, StoreError, Timestamp,
 };
 
 /// The longest `standing_max_s`: a year.
@@ -276,6 +276,11 @@ impl NewRun<'_> {
         call: NewCall,
         input: Value,
     ) -> Result<Recorded, DispatchError> {
+        // A released call runs at once: with its backend known to be down it would spend a
+        // call of the standing approval and fail, so it waits for a person as any other.
+        if self.registered.tool.ready().is_err() {
+            return self.gated(call, input).await;
+        }
         let key = call.idempotency_key.clone();
         let asked = self.run(key.as_deref(), input.clone(), false).await;
         let intent = NewCall {
@@ -284,7 +289,20 @@ impl NewRun<'_> {
             ..call
         };
         let store = &self.dispatcher.store;
-        let (inserted, used) = store.insert_standing_call(intent, asked.recorded()).await?;
+        let (inserted, used) = match store.insert_standing_call(intent, asked.recorded()).await {
+            Ok(answered) => answered,
+            // As for an intent (`intent_first`): the call may have been committed `running`
+            // though the answer was lost; the tool will not run, so once the store answers the
+            // call is released as interrupted (one recorded suspended is left as it is).
+            Err(err @ StoreError::Unavailable(_)) => {
+                let released = Outcome::Interrupted {
+                    reason: super::unsettled::STORE_UNREACHED.into(),
+                };
+                (self.dispatcher).record_later(self.call_id.to_owned(), Some(1), 1, released);
+                return Err(err.into());
+            }
+            Err(err) => return Err(err.into()),
+        };
         if let Inserted::Existing(existing) = inserted {
             return self.repeat(*existing, &input).await;
         }
