@@ -297,8 +297,7 @@ impl Config {
         config.check_approvals()?;
         config.check_quotas()?;
         config.check_upstreams()?;
-        config.people()?;
-        // The file's channels are checked now; their secrets are read when they start.
+        // The file's channels, and the people they reach, are checked now; their secrets are read when they start.
         config.notify_with(|_| None, true)?;
         // The file's webhooks are checked now; their `secret_env` is read when they start.
         config.webhooks_with(|_| None, true)?;

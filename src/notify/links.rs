@@ -280,11 +280,6 @@ impl Links {
         self.signed
     }
 
-    /// The public URL links start with.
-    pub fn public_url(&self) -> &str {
-        &self.public_url
-    }
-
     /// The absolute URL of the link for `person` (a `[[people]]` name) to decide the approval
     /// `token`: signed, it names that one suspension and that person and expires after the
     /// link TTL; with `sign_in_only`, the call's page in the inbox. A token the store never

@@ -205,23 +205,6 @@ impl Decided {
             at: decision.map_or(at, |e| e.at),
         }
     }
-
-    /// The decision in a sentence: "Approved by Alice (corp:alice)."
-    pub fn sentence(&self) -> String {
-        let who = match (&self.by_display, &self.by) {
-            (Some(display), Some(name)) if display != name => format!(" by {display} ({name})"),
-            (_, Some(name)) => format!(" by {name}"),
-            _ => String::new(),
-        };
-        match &self.how {
-            How::Approved => format!("Approved{who}."),
-            How::Rejected { option: Some(o) } => format!("Rejected{who} ({o})."),
-            How::Rejected { option: None } => format!("Rejected{who}."),
-            How::Completed => format!("Completed externally{who}."),
-            How::Expired => "Expired: nobody decided in time.".into(),
-            How::Ended { status } => format!("The call is {} now.", status.replace('_', " ")),
-        }
-    }
 }
 
 /// `text` cut to `max` characters (an ellipsis saying so), with its control characters (line

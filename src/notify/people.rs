@@ -144,11 +144,6 @@ impl People {
     pub fn iter(&self) -> impl Iterator<Item = &Person> {
         self.people.iter()
     }
-
-    /// Whether nobody is configured.
-    pub fn is_empty(&self) -> bool {
-        self.people.is_empty()
-    }
 }
 
 #[cfg(test)]

@@ -209,11 +209,6 @@ impl Webhooks {
         }
     }
 
-    /// Whether there is no webhook.
-    pub fn is_empty(&self) -> bool {
-        self.hooks.is_empty()
-    }
-
     /// These webhooks, and `channels` (`[[notify]]`) whose messages ride their outbox,
     /// delivered with the same settings.
     pub fn with_channels(mut self, channels: Option<Arc<dyn Channels>>) -> Self {
