@@ -419,13 +419,30 @@ async fn the_call_limit_is_exact_under_concurrency(backend: Backend) {
     let spent = first.store.standing_approval(&id).await.unwrap().unwrap();
     assert_eq!(spent.calls_left, 0);
     // Each that ran is recorded with it.
-    let released = location
+    let completed: Vec<_> = location
         .stored_calls()
         .await
         .into_iter()
         .filter(|call| call.status == "completed")
-        .count();
-    assert_eq!(released, 6, "the approved call and the five it released");
+        .collect();
+    assert_eq!(
+        completed.len(),
+        6,
+        "the approved call and the five it released"
+    );
+    let mut released = 0;
+    for call in &completed {
+        let path = format!("/calls/{}", call.call_id);
+        let (_, record) = as_(&first, OPS, Method::GET, &path, None).await;
+        if record["standing_approval"]["id"] == json!(id) {
+            assert_eq!(record["standing_approval"]["approver"], "ops", "{record}");
+            released += 1;
+        }
+    }
+    assert_eq!(
+        released, 5,
+        "each released call names the standing approval"
+    );
 
     // Two standing approvals of three calls each (granted on two calls that waited meanwhile):
     // six of twelve run, none left.

@@ -13,7 +13,7 @@ use crate::{Browser, assert_pending, call_record, serve, serve_with, suspend};
 crate::on_each_backend! {
     #[tokio::test] async fn a_link_opens_the_approval_and_decides_once_under_the_persons_name;
     #[tokio::test] async fn a_rejection_through_a_link_keeps_its_reason;
-    #[tokio::test] async fn several_approvers_each_decide_once_and_never_their_own_call;
+    #[tokio::test] async fn several_approvers_each_decide_once_and_the_caller_never;
 }
 
 #[tokio::test]
@@ -275,7 +275,7 @@ async fn with_sign_in_links_a_link_is_the_calls_page_behind_the_sign_in() {
     served.server.stop().await;
 }
 
-async fn several_approvers_each_decide_once_and_never_their_own_call(backend: Backend) {
+async fn several_approvers_each_decide_once_and_the_caller_never(backend: Backend) {
     let at = Location::new(backend).await;
     let policy = "[tools.echo.approval]\napprovals = 2\n";
     let served = serve_with(&at, Duration::from_secs(3600), true, policy).await;
