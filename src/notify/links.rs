@@ -290,6 +290,17 @@ impl Links {
             Some(ApprovalState::Resolved(call) | ApprovalState::Expired(call)) => call.call_id,
             None => return Err(StoreError::Backend("no approval has this token".into())),
         };
+        self.link_for(call_id, token, person).await
+    }
+
+    /// [`Links::link`] for the approval `token` of the call `call_id`, both known already (a
+    /// message's): no read of the store but the signing key's.
+    pub async fn link_for(
+        &self,
+        call_id: String,
+        token: &str,
+        person: &str,
+    ) -> Result<String, StoreError> {
         if !self.signed {
             return Ok(format!("{}/inbox/calls/{call_id}", self.public_url));
         }
@@ -455,8 +466,9 @@ impl Links {
 impl super::LinkMaker for Links {
     async fn link(&self, facts: &MessageFacts, person: Option<&str>) -> Result<String, String> {
         match person {
-            Some(person) if self.signed => Links::link(self, &facts.token, person)
-                .await
+            Some(person) if self.signed => (self
+                .link_for(facts.call_id.clone(), &facts.token, person)
+                .await)
                 .map_err(|err| err.to_string()),
             _ => Ok(facts.inbox_url.clone()),
         }
