@@ -12,20 +12,13 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use common::upstream::{HttpUpstream, free_port, server_script, starts};
+use common::upstream::{
+    HttpUpstream, descriptor, free_port, mcp_tools, runs, server_script, starts, tool_names,
+};
 use common::{
     Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, mcp_request_as,
     temp_dir,
 };
-
-/// How many times the upstream ran `tool`, by its log in `dir`.
-fn runs(dir: &Path, tool: &str) -> usize {
-    match std::fs::read_to_string(dir.join("runs.log")) {
-        Ok(text) => text.lines().filter(|line| *line == tool).count(),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
-        Err(err) => panic!("cannot read runs.log: {err}"),
-    }
-}
 
 /// A config file in `dir` with `body`, and the arguments that point the binary at it.
 fn config_file(dir: &Path, body: &str) -> PathBuf {
@@ -56,30 +49,6 @@ fn serve(at: &(impl Site + ?Sized), config: &str) -> Binary {
     Binary::start_with(at, &["--config", path.to_str().unwrap()], &[])
 }
 
-async fn tool_names(api: &Api) -> Vec<String> {
-    let (status, body) = api.get("/tools").await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|tool| tool["name"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-async fn descriptor(api: &Api, name: &str) -> Value {
-    let (status, body) = api.get(&format!("/tools/{name}")).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body
-}
-
-/// `tools/list` over `/mcp`, in the `initialize` era.
-async fn mcp_tools(api: &Api) -> Vec<Value> {
-    let (status, _, body) = mcp_request_as(api, None, "tools/list", json!({})).await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body["result"]["tools"].as_array().unwrap().clone()
-}
-
 #[tokio::test]
 async fn a_stdio_servers_tools_are_served_on_every_door() {
     let data = temp_dir();
@@ -97,6 +66,7 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
         "files__lookup",
         "files__grow",
         "files__traced",
+        "files__rug",
         "echo",
     ] {
         assert!(names.contains(&name.to_owned()), "{name} in {names:?}");
@@ -181,7 +151,7 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
         .filter(|line| line.contains("the upstream MCP server is up"))
         .collect();
     assert_eq!(up.len(), 1, "{log:#?}");
-    assert!(up[0].contains("upstream=\"files\" tools=8"), "{up:?}");
+    assert!(up[0].contains("upstream=\"files\" tools=9"), "{up:?}");
     assert!(!log.iter().any(|line| line.contains("rmcp")), "{log:#?}");
 }
 
@@ -537,7 +507,9 @@ async fn grows_a_tool(api: &Api, prefix: &str) {
 async fn a_tool_added_upstream_appears_after_list_changed() {
     let data = temp_dir();
     let upstream = temp_dir();
-    let server = serve(data.path(), &stdio_upstream(upstream.path(), ""));
+    // Pinned as it appears (by default, a tool new after the first connection is held).
+    let pin = "on_new_tool = \"pin\"";
+    let server = serve(data.path(), &stdio_upstream(upstream.path(), pin));
     grows_a_tool(&server.api, "files").await;
 }
 
@@ -546,7 +518,8 @@ async fn a_tool_added_upstream_appears_after_list_changed_over_http() {
     let data = temp_dir();
     let upstream_dir = temp_dir();
     let upstream = HttpUpstream::start(upstream_dir.path(), free_port()).await;
-    let server = serve(data.path(), &http_upstream(&upstream.url(), ""));
+    let pin = "on_new_tool = \"pin\"";
+    let server = serve(data.path(), &http_upstream(&upstream.url(), pin));
     grows_a_tool(&server.api, "web").await;
 }
 

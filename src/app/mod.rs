@@ -249,6 +249,7 @@ impl ServerBuilder {
         let store = dispatcher.store().clone();
 
         // The background work: each loop ends at the graceful stop.
+        let pins = self.upstreams.book();
         self.upstreams.start(&dispatcher);
         // Decision links, in messages and on the inbox's link pages, under the public URL.
         let public_url = match (&self.inbox.public_url, self.listen) {
@@ -302,6 +303,11 @@ impl ServerBuilder {
             self.body_timeout,
         );
         let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, slack);
+        router = router.merge(crate::rest::upstreams::router(
+            dispatcher.clone(),
+            pins,
+            &gates,
+        ));
         if mcp_options.enabled {
             // The same gate as the tools (a caller may list and call; held requests of
             // `toolgate_await_call` give their slot back while they wait).

@@ -78,7 +78,9 @@ impl ServerBuilder {
     /// tool, approval conditions over fields the inputs can have, webhooks whose targets may
     /// be reached (and their outbox started in the store). Then as [`serve`](Self::serve),
     /// inside the current tokio runtime.
-    pub async fn start(self) -> Result<Serving, StartError> {
+    pub async fn start(mut self) -> Result<Serving, StartError> {
+        // Upstream tools are served as their pins say from the first request on.
+        self.upstreams.pin(&self.store).await;
         self.check_credentials()?;
         self.check_tool_settings()?;
         self.check_approval_fields()?;

@@ -50,6 +50,13 @@ pub trait DynTool: Send + Sync {
     fn ready(&self) -> Result<(), Unavailable> {
         Ok(())
     }
+    /// The pin the tool is served under, when its definition comes from elsewhere and was
+    /// trusted as it stood (an upstream tool: see `crate::upstream`). A pin that says the
+    /// definition changed since holds the tool: every call of it is refused before anything is
+    /// recorded. `None` by default (a tool of this process cannot change under its callers).
+    fn pinned(&self) -> Option<&Pinned> {
+        None
+    }
     /// Runs one attempt with a JSON input.
     async fn call_json(&self, ctx: &ToolCtx, input: Value)
     -> Result<ToolOutcome<Value>, ToolError>;
@@ -79,6 +86,27 @@ pub struct ToolDescriptor {
     pub input_schema: Value,
     /// The JSON Schema of its output, or `null` when it declares none.
     pub output_schema: Option<Value>,
+}
+
+/// The definition a tool was trusted with, as a pin records it: what a call of it is made, and
+/// approved, against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinned {
+    /// The SHA-256 (hex) of the definition trusted.
+    pub hash: String,
+    /// When it was trusted (Unix ms): an approval of a call made before then is of another
+    /// definition, and fails closed.
+    pub since_ms: i64,
+    /// The hash of the definition its source lists now, when that is not the one trusted: the
+    /// tool is held until an admin accepts the change.
+    pub changed_to: Option<String>,
+}
+
+impl Pinned {
+    /// Whether the tool is held: its definition changed since it was trusted.
+    pub fn is_held(&self) -> bool {
+        self.changed_to.is_some()
+    }
 }
 
 /// Adapts a typed [`ToolHandler`] to [`DynTool`].

@@ -122,8 +122,8 @@ impl Dispatcher {
         Ok(())
     }
     /// Whether `principal` may call `tool`, as a door asks before it reads a call's input: a
-    /// tool outside the principal's `tools` does not exist for it (`UnknownTool`), and one
-    /// whose `required_scopes` its token lacks is `InsufficientScope`.
+    /// tool outside the principal's `tools` does not exist for it (`UnknownTool`), a held one
+    /// is `ToolChanged`, one whose `required_scopes` its token lacks `InsufficientScope`.
     pub fn may_call(&self, principal: &Principal, tool: &str) -> Result<(), DispatchError> {
         self.entry_for(principal, tool).map(drop)
     }
@@ -134,6 +134,7 @@ impl Dispatcher {
             return Err(DispatchError::UnknownTool(tool.to_owned()));
         }
         let entry = self.entry(tool)?;
+        super::pinned::refuse_held(entry.registered.tool.as_ref())?;
         let required = &entry.policy.settings.required_scopes;
         if !required.is_empty() && !principal.missing_scopes(required).is_empty() {
             return Err(DispatchError::InsufficientScope {

@@ -34,8 +34,10 @@
 //! attempts, and what each amounts to), `record` (outcomes written, and counted), `resolve` (a
 //! person's decisions), `edit` (an approver's edit of a call's input), `unsettled` (a claim whose commit went unanswered), `wait`, `running`
 //! (the graceful stop's accounting), `settings`, `outcome` (the answers and refusals), and
-//! `escalate` (approvals left undecided past their policy's time), and `standing` (standing
-//! approvals: granted with an approval, spent by the calls a policy would suspend).
+//! `escalate` (approvals left undecided past their policy's time), `standing` (standing
+//! approvals: granted with an approval, spent by the calls a policy would suspend), and
+//! `pinned` (a tool held because its definition changed upstream: refused, and its approvals
+//! failing closed).
 
 mod admit;
 mod attempt;
@@ -46,6 +48,7 @@ mod escalate;
 mod events;
 pub mod live;
 mod outcome;
+mod pinned;
 pub mod quota;
 mod record;
 mod resolve;

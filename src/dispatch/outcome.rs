@@ -121,10 +121,13 @@ pub enum FailureKind {
     ReconciledAsFailed,
     /// The tool's backend (an upstream MCP server) could not be reached.
     Unavailable,
+    /// The tool's definition changed upstream since the call was made: its approval failed
+    /// closed, and nothing was sent.
+    ToolChanged,
 }
 
 impl FailureKind {
-    const ALL: [FailureKind; 11] = [
+    const ALL: [FailureKind; 12] = [
         FailureKind::ToolFailed,
         FailureKind::InputRejected,
         FailureKind::OutputUnserializable,
@@ -136,6 +139,7 @@ impl FailureKind {
         FailureKind::Expired,
         FailureKind::ReconciledAsFailed,
         FailureKind::Unavailable,
+        FailureKind::ToolChanged,
     ];
 
     /// The stable code recorded and answered.
@@ -152,6 +156,7 @@ impl FailureKind {
             FailureKind::Expired => "suspension_expired",
             FailureKind::ReconciledAsFailed => "reconciled_as_failed",
             FailureKind::Unavailable => "upstream_unavailable",
+            FailureKind::ToolChanged => "tool_changed",
         }
     }
 
@@ -309,6 +314,20 @@ pub enum DispatchError {
         tool: String,
         /// When to try again.
         retry_after: Duration,
+    },
+    /// The tool is held: its definition changed upstream since it was pinned, and waits for an
+    /// admin (see `crate::upstream`); or, deciding a call, the definition it was made against
+    /// is no longer the one pinned, and the call ended with this error. Nothing was sent.
+    #[error("the definition of tool `{tool}` changed since it was trusted")]
+    ToolChanged {
+        /// The tool.
+        tool: String,
+        /// The hash of the definition pinned (trusted).
+        pinned: String,
+        /// The hash of the definition its server lists now, when it is held.
+        current: Option<String>,
+        /// The call that ended with this error, when a decision ended one.
+        call_id: Option<String>,
     },
     /// JSON nested deeper than the dispatcher accepts (its `max_json_depth`).
     #[error("the JSON is nested deeper than {0} levels")]

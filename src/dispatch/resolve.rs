@@ -378,6 +378,11 @@ impl Dispatcher {
             quorum: rule.required,
             edit,
         };
+        if let Some(why) =
+            super::pinned::changed_since(registered.tool.as_ref(), approval.created_at)
+        {
+            return self.end_changed(&approval, resolution, actor, why).await;
+        }
         let asked = Timestamp::now();
         let claiming = self.unsettled.begin(&approval.call_id).await?;
         let resolving = self.resolve_granting(token, resolution, actor, standing);

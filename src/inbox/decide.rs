@@ -231,6 +231,15 @@ impl Decision {
             | DispatchError::UnknownToken
             | DispatchError::NotReconcilable(_) => self.too_late(StatusCode::CONFLICT).await,
             DispatchError::SuspensionExpired(_) => self.too_late(StatusCode::GONE).await,
+            // The tool changed upstream since the call was made: the call ended, unrun.
+            DispatchError::ToolChanged { tool, .. } => {
+                let notice = format!(
+                    "The definition of {tool} changed upstream since this call was made, so \
+                     the approval failed closed: the call ended with tool_changed, and nothing \
+                     was sent. An admin reviews the change at /inbox/changes."
+                );
+                self.with_notice(|_| notice, StatusCode::CONFLICT).await
+            }
             DispatchError::DecidesOwnCall(_) => Err(PageError::Forbidden(
                 "You made this call, under the same name you signed in with: whoever calls a \
                  tool never decides on it. Another approver must."

@@ -53,6 +53,8 @@ const KEY_SET_FETCHES: &str = "toolgate_key_set_fetches";
 const REPLICAS_LIVE: &str = "toolgate_replicas_live";
 const TRACE_SPANS: &str = "toolgate_trace_spans";
 const STANDING_RELEASED: &str = "toolgate_standing_released";
+const UPSTREAM_TOOLS_HELD: &str = "toolgate_upstream_tools_held";
+const UPSTREAM_TOOL_CHANGES: &str = "toolgate_upstream_tool_changes";
 
 /// A run, from echo's microseconds to a slow tool's minutes (retries included).
 const CALL_DURATION_BUCKETS: [f64; 18] = [
@@ -128,6 +130,11 @@ struct ChannelLabels {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct UpstreamLabel {
+    upstream: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct IssuerLabels {
     issuer: String,
     result: &'static str,
@@ -150,6 +157,8 @@ struct Metrics {
     key_set_fetches: SortedFamily<IssuerLabels, Counter>,
     trace_spans: SortedFamily<ResultLabel, Counter>,
     standing_released: SortedFamily<ToolLabel, Counter>,
+    upstream_tools_held: SortedFamily<UpstreamLabel, Gauge>,
+    upstream_tool_changes: SortedFamily<UpstreamLabel, Counter>,
 }
 
 /// Registers in `$registry` each metric (a clone: the series are shared) under its name,
@@ -180,6 +189,8 @@ impl Metrics {
             key_set_fetches: SortedFamily::default(),
             trace_spans: SortedFamily::default(),
             standing_released: SortedFamily::default(),
+            upstream_tools_held: SortedFamily::default(),
+            upstream_tool_changes: SortedFamily::default(),
         };
         let mut registry = Registry::default();
         register! {
@@ -220,6 +231,12 @@ impl Metrics {
                 or dropped because the queue was full or the collector did not take them";
             STANDING_RELEASED => metrics.standing_released,
                 "Calls a standing approval released at once, by tool (each took one of its calls)";
+            UPSTREAM_TOOLS_HELD => metrics.upstream_tools_held,
+                "Tools of an upstream MCP server held now, by upstream: their definition changed \
+                (or they are new) since they were pinned, and they wait for an admin";
+            UPSTREAM_TOOL_CHANGES => metrics.upstream_tool_changes,
+                "Changes of an upstream tool's definition this process found (each held for an \
+                admin), by upstream";
         }
         Metrics {
             registry,
@@ -368,6 +385,24 @@ pub(crate) fn standing_released(tool: &str) {
             tool: tool.to_owned(),
         })
         .inc();
+}
+
+/// The upstream `upstream`'s tools held now (`held`), and the changes found since its last
+/// tool list (`found`): set on a tool list's read, never on a call's path.
+pub(crate) fn upstream_pins(upstream: &str, held: usize, found: usize) {
+    let label = UpstreamLabel {
+        upstream: upstream.to_owned(),
+    };
+    METRICS
+        .upstream_tools_held
+        .get_or_create(&label)
+        .set(i64::try_from(held).unwrap_or(i64::MAX));
+    if found > 0 {
+        METRICS
+            .upstream_tool_changes
+            .get_or_create(&label)
+            .inc_by(found as u64);
+    }
 }
 
 /// Counts a request refused by `quota` (a quota key), for `tool` (empty when it is none's):

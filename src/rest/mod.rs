@@ -1,6 +1,6 @@
 //! The REST door: one file per resource, each with its own `router()` beside its handlers
 //! (tools, calls, approvals, standing approvals, events, webhooks, notifications, health,
-//! metrics, openapi), and Slack's interactions (`slack`), the one route signed by a platform
+//! metrics, openapi, upstreams' pinned tools), and Slack's interactions (`slack`), the one route signed by a platform
 //! rather than gated by a key. Handlers are thin: they translate HTTP into the call lifecycle
 //! (`crate::dispatch`) and its results back, and
 //! every error answer goes through the one envelope (`crate::http::error`). What changes only
@@ -20,6 +20,7 @@ mod responses;
 mod slack;
 mod standing;
 mod tools;
+pub(crate) mod upstreams;
 mod webhooks;
 
 use std::sync::Arc;

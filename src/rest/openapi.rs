@@ -18,7 +18,8 @@ use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, EditedAnswer, SuspensionTicket};
 use super::{
-    approvals, calls, events, health, metrics, notifications, slack, standing, tools, webhooks,
+    approvals, calls, events, health, metrics, notifications, slack, standing, tools, upstreams,
+    webhooks,
 };
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
@@ -47,6 +48,7 @@ use crate::store::{
         events::events,
         webhooks::list, webhooks::retry,
         notifications::list,
+        upstreams::changes, upstreams::accept,
         health::healthz, health::readyz,
         metrics::serve,
         slack::interactions,
@@ -62,6 +64,9 @@ use crate::store::{
         crate::store::EditMark, EditedAnswer,
         crate::dispatch::StandingAsk, crate::store::StandingApproval, crate::store::StandingUse,
         standing::StandingList,
+        upstreams::ChangeList, upstreams::AcceptRequest, upstreams::Accepted,
+        crate::upstream::pins::ToolChange, crate::upstream::pins::ChangeKind,
+        crate::upstream::pins::PinnedDefinition, crate::upstream::pins::ListedDefinition,
     )),
     tags(
         (name = "tools", description = "Tool schemas, and calling tools."),
@@ -72,6 +77,7 @@ use crate::store::{
         (name = "webhooks", description = "Deliveries of the change feed to webhooks (admin)."),
         (name = "integrations", description = "Platforms that decide approvals where people work (Slack's buttons), signed by the platform instead of a key."),
         (name = "notifications", description = "Messages of the notification channels, email and Slack (admin)."),
+        (name = "upstreams", description = "Upstream MCP servers' tools held because their definition changed since it was pinned, and accepting a change (admin)."),
         (name = "openapi", description = "This document."),
     )
 )]

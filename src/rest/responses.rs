@@ -115,7 +115,7 @@ fn failure_status(kind: FailureKind) -> StatusCode {
     match kind {
         FailureKind::InputRejected => StatusCode::UNPROCESSABLE_ENTITY,
         FailureKind::TimedOut => StatusCode::GATEWAY_TIMEOUT,
-        FailureKind::Rejected => StatusCode::CONFLICT,
+        FailureKind::Rejected | FailureKind::ToolChanged => StatusCode::CONFLICT,
         FailureKind::Expired => StatusCode::GONE,
         FailureKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         FailureKind::ToolFailed

@@ -4,7 +4,8 @@
 //! [`Store`] is the seam a backend implements, as five traits by concern under it:
 //! [`CallStore`] (calls, suspensions, idempotency, reconciliation), [`FeedStore`] (the change
 //! feed), [`OutboxStore`] (webhook deliveries), [`SessionStore`] (inbox sessions) and
-//! [`LinkKeyStore`] (the keys that sign decision links); `Store`
+//! [`LinkKeyStore`] (the keys that sign decision links), and [`PinStore`] (upstream tools'
+//! pinned definitions); `Store`
 //! itself keeps what concerns the whole store (readiness, counts, shutdown). A caller holds an
 //! `Arc<dyn Store>` (whose methods include every sub-trait's); code holding a concrete backend
 //! brings the sub-trait it calls into scope. [`SqliteStore`] is the
@@ -77,6 +78,9 @@
 //! - **a rotation period has one decision-link key**, however many processes make it at once:
 //!   `sqlite/link_keys.rs`, `postgres/link_keys.rs` (`make`, an insert that does nothing on the
 //!   period's unique `epoch`, then a read of the period's key).
+//! - **an upstream's first connection is one**, however many replicas connect at once: an
+//!   insert that does nothing when the upstream's row exists, in the transaction that pins
+//!   what the connection listed: `sqlite/pins.rs`, `postgres/pins.rs` (`connect`).
 //! - **a call left running by a dead process is settled** (`interrupted` or
 //!   `needs_reconciliation`, by effect). SQLite: `sqlite/recovery.rs` at open, safe because
 //!   `sqlite/mod.rs` (`lock`) makes one server the file's only owner. PostgreSQL:
@@ -98,6 +102,7 @@ mod error;
 mod feed;
 mod link_keys;
 mod outbox;
+mod pins;
 mod postgres;
 mod queue;
 mod record;
@@ -119,6 +124,7 @@ pub use error::StoreError;
 pub use feed::{ApprovalsSoFar, FEED_TYPES, FeedCursor, FeedEntry, FeedPage};
 pub use link_keys::{LinkKey, LinkKeyStore};
 pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDelivery};
+pub use pins::{NewTools, PinStore, ToolPin};
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
 pub use sqlite::SqliteStore;
@@ -152,6 +158,7 @@ pub trait Store:
     + SessionStore
     + StandingStore
     + LinkKeyStore
+    + PinStore
     + Send
     + Sync
     + 'static

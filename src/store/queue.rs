@@ -190,6 +190,8 @@ pub(crate) enum WriteOp {
     LinkKey(Box<super::LinkKey>),
     /// Drops the decision links' keys retired by this time (Unix ms).
     PruneLinkKeys(i64),
+    /// A pin of upstream tools' write or read (`pins.rs`).
+    Pins(Box<super::pins::PinOp>),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -218,6 +220,8 @@ pub(crate) enum Reply {
     Standing(Box<super::standing::StandingReply>),
     /// The key of a period, as stored.
     LinkKey(Box<super::LinkKey>),
+    /// An upstream's pins, as stored.
+    Pins(Vec<super::ToolPin>),
 }
 
 impl WriteOp {
@@ -241,6 +245,7 @@ impl WriteOp {
             WriteOp::Standing(_) => "standing",
             WriteOp::LinkKey(_) => "link_key",
             WriteOp::PruneLinkKeys(_) => "prune_link_keys",
+            WriteOp::Pins(_) => "pins",
             WriteOp::Ping => "ping",
         }
     }
@@ -270,6 +275,7 @@ impl WriteOp {
             | WriteOp::PruneSessions(_)
             | WriteOp::LinkKey(_)
             | WriteOp::PruneLinkKeys(_)
+            | WriteOp::Pins(_)
             | WriteOp::Ping => false,
         }
     }
@@ -378,6 +384,7 @@ answers! {
     delivery -> Option<Delivery> { Reply::Delivery(delivery) => delivery.map(|d| *d) }
     standing -> super::standing::StandingReply { Reply::Standing(reply) => *reply }
     link_key -> super::LinkKey { Reply::LinkKey(key) => *key }
+    pins -> Vec<super::ToolPin> { Reply::Pins(pins) => pins }
 }
 
 fn unexpected() -> StoreError {

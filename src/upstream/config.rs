@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use super::pins::{OnNewTool, PinMode};
 pub use crate::base::Invalid;
 use crate::base::{expand, invalid};
 use crate::contract::meta::Effect;
@@ -55,6 +56,15 @@ pub struct UpstreamConfig {
     /// Per upstream tool (by its upstream name): its policy.
     #[serde(default)]
     pub policies: BTreeMap<String, UpstreamPolicy>,
+    /// Whether the tools' definitions are pinned (`on`, the default): a tool whose definition
+    /// changes upstream is held until an admin accepts the change. `off`: changes pass through.
+    #[serde(default)]
+    pub pins: PinMode,
+    /// What a tool seen for the first time is: `pin` (served, pinned as listed) or `hold`
+    /// (listed as a change for an admin, not served); unset: `pin` at the upstream's first
+    /// connection, `hold` afterwards.
+    #[serde(default)]
+    pub on_new_tool: Option<OnNewTool>,
 }
 
 fn every_tool() -> Vec<String> {
@@ -73,6 +83,8 @@ impl fmt::Debug for UpstreamConfig {
             .field("tools", &self.tools)
             .field("refresh_s", &self.refresh_s)
             .field("policies", &self.policies)
+            .field("pins", &self.pins)
+            .field("on_new_tool", &self.on_new_tool)
             .finish()
     }
 }
@@ -164,6 +176,8 @@ pub struct Upstream {
     pub refresh: Option<Duration>,
     /// Policies by upstream tool name.
     pub policies: BTreeMap<String, UpstreamPolicy>,
+    /// What a tool without a pin is; `None` when pins are off.
+    pub pins: Option<crate::store::NewTools>,
 }
 
 impl UpstreamConfig {
@@ -259,6 +273,12 @@ impl UpstreamConfig {
                 format!("must be 1 to {MAX_REFRESH_S} (a day)"),
             ));
         }
+        if self.pins == PinMode::Off && self.on_new_tool.is_some() {
+            return Err(invalid(
+                "on_new_tool",
+                "has no effect with `pins = \"off\"`",
+            ));
+        }
         for (tool, policy) in &self.policies {
             let key = |field: &str| format!("policies.{tool}.{field}");
             if policy.timeout_ms == Some(0) {
@@ -332,6 +352,12 @@ impl UpstreamConfig {
             tools: self.tools.clone(),
             refresh: self.refresh_s.map(Duration::from_secs),
             policies: self.policies.clone(),
+            pins: match (self.pins, self.on_new_tool) {
+                (PinMode::Off, _) => None,
+                (PinMode::On, None) => Some(crate::store::NewTools::PinFirst),
+                (PinMode::On, Some(OnNewTool::Pin)) => Some(crate::store::NewTools::Pin),
+                (PinMode::On, Some(OnNewTool::Hold)) => Some(crate::store::NewTools::Hold),
+            },
         })
     }
 }

@@ -219,10 +219,10 @@ impl Link {
     /// Keeps the server reachable for as long as the process runs, starting from the session
     /// the start made and the tool list it read (already served), if it made one. `publish` is
     /// handed each tool list read after that.
-    pub(super) async fn supervise(
+    pub(super) async fn supervise<F: Future<Output = ()>>(
         self: Arc<Self>,
         mut started: Option<(Session, Vec<McpTool>)>,
-        publish: impl Fn(Vec<McpTool>),
+        publish: impl Fn(Vec<McpTool>) -> F,
     ) {
         let mut backoff = FIRST_BACKOFF;
         let mut logged_down = false;
@@ -251,9 +251,13 @@ impl Link {
             let peer = current.peer().clone();
             let read = match known {
                 Some(listed) => Ok(listed),
-                None => Link::list(&peer)
-                    .await
-                    .inspect(|tools| publish(tools.clone())),
+                None => match Link::list(&peer).await {
+                    Ok(tools) => {
+                        publish(tools.clone()).await;
+                        Ok(tools)
+                    }
+                    Err(err) => Err(err),
+                },
             };
             let listed = match read {
                 Ok(tools) => {
@@ -311,13 +315,13 @@ impl Link {
 
     /// Runs one session until it ends, re-reading the tool list when it changes; says why it
     /// ended.
-    async fn serve(
+    async fn serve<F: Future<Output = ()>>(
         &self,
         session: Session,
         peer: &Peer<RoleClient>,
         number: u64,
         mut last: Vec<McpTool>,
-        publish: &impl Fn(Vec<McpTool>),
+        publish: &impl Fn(Vec<McpTool>) -> F,
     ) -> &'static str {
         let cancel = session.cancellation_token();
         let mut ended = std::pin::pin!(session.waiting());
@@ -357,7 +361,7 @@ impl Link {
                         "tool list read again"
                     );
                     last = tools.clone();
-                    publish(tools);
+                    publish(tools).await;
                 }
                 Err(err) => {
                     tracing::warn!(upstream = self.name(), error = %err, "cannot read the tool list again");

@@ -12,11 +12,17 @@
 //! started stops the start, an HTTP server that does not answer does not (its tools appear once
 //! it does). Then each has a supervisor task that keeps it connected, re-reads its tool list when
 //! it changes, and swaps the tools into the dispatcher's live set.
+//!
+//! Each tool list is compared with the tools' pins ([`pins`]) first, unless the upstream's
+//! `pins = "off"`: a tool whose definition changed since it was trusted is held for an admin.
 
 pub mod config;
 mod http;
 mod link;
+pub mod pins;
 mod tool;
+
+pub use pins::PinBook;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -75,6 +81,8 @@ pub enum UpstreamError {
 #[derive(Default)]
 pub struct Upstreams {
     started: Vec<Started>,
+    /// The pinned upstreams' tools as listed and as pinned, for the doors.
+    book: PinBook,
 }
 
 struct Started {
@@ -83,6 +91,9 @@ struct Started {
     /// not answer.
     session: Option<(Session, Vec<McpTool>)>,
     tools: Vec<Arc<dyn DynTool>>,
+    /// Whether `tools` are as the pins say (always, with pins off); if not, the supervisor
+    /// publishes the start's list once it has read the pins.
+    pinned: bool,
 }
 
 impl Upstreams {
@@ -158,13 +169,38 @@ impl Upstreams {
                 }
                 tools.push(upstream_tool(&link, remote));
             }
+            let pinned = link.config.pins.is_none() || session.is_none();
             started.push(Started {
                 link,
                 session: session.map(|session| (session, listed)),
                 tools,
+                pinned,
             });
         }
-        Ok(Upstreams { started })
+        Ok(Upstreams {
+            started,
+            book: PinBook::default(),
+        })
+    }
+
+    /// Compares the tools read at start with their pins in `store` (pinning them at an
+    /// upstream's first connection), so that the server starts serving them as their pins say.
+    /// An upstream whose pins are off is left as it is.
+    pub async fn pin(&mut self, store: &Arc<dyn crate::store::Store>) {
+        for started in &mut self.started {
+            if started.pinned {
+                continue;
+            }
+            if let Some((_, listed)) = &started.session {
+                started.tools = self.book.served(store, &started.link, listed).await;
+                started.pinned = true;
+            }
+        }
+    }
+
+    /// The pinned upstreams' changes, as the doors show them.
+    pub fn book(&self) -> PinBook {
+        self.book.clone()
     }
 
     /// Whether there are none.
@@ -201,15 +237,40 @@ impl Upstreams {
             link,
             session,
             tools,
+            pinned,
         } in self.started
         {
-            for err in dispatcher.replace_upstream_tools(link.name(), tools) {
-                tracing::error!(upstream = link.name(), error = %err, "an upstream tool is not served");
-            }
+            // Tools not compared with their pins yet (a builder not started with
+            // `ServerBuilder::start`) are served once they are, by the supervisor.
+            let unpinned = match (&session, pinned) {
+                (Some((_, listed)), false) => Some(listed.clone()),
+                _ => {
+                    for err in dispatcher.replace_upstream_tools(link.name(), tools) {
+                        tracing::error!(upstream = link.name(), error = %err, "an upstream tool is not served");
+                    }
+                    None
+                }
+            };
             let dispatcher = dispatcher.clone();
             let publisher = link.clone();
-            let on_list = move |listed: Vec<McpTool>| publish(&dispatcher, &publisher, &listed);
-            tokio::spawn(link.supervise(session, on_list));
+            let book = self.book.clone();
+            let on_list = move |listed: Vec<McpTool>| {
+                let (dispatcher, publisher, book) =
+                    (dispatcher.clone(), publisher.clone(), book.clone());
+                async move {
+                    if publisher.config.pins.is_some() {
+                        book.publish(&dispatcher, &publisher, &listed).await;
+                    } else {
+                        swap_in(&dispatcher, &publisher, unpinned_tools(&publisher, &listed));
+                    }
+                }
+            };
+            tokio::spawn(async move {
+                if let Some(listed) = unpinned {
+                    on_list(listed).await;
+                }
+                link.supervise(session, on_list).await;
+            });
         }
     }
 }
@@ -252,25 +313,32 @@ fn upstream_tool(link: &Arc<Link>, remote: &McpTool) -> Arc<dyn DynTool> {
     Arc::new(UpstreamTool::new(link.clone(), remote, policy))
 }
 
-/// Swaps a tool list read after the start into the dispatcher: a tool whose name is invalid or
-/// taken is left out, and logged.
-fn publish(dispatcher: &Dispatcher, link: &Arc<Link>, listed: &[McpTool]) {
-    let mut tools = Vec::new();
-    for remote in selected(link, listed) {
-        let name = prefixed(link.name(), &remote.name);
-        if is_valid_tool_name(&name) {
-            tools.push(upstream_tool(link, remote));
+/// The tools of `listed` to serve from `link` as listed (its pins off): a tool whose name is
+/// invalid is left out, and logged.
+fn unpinned_tools(link: &Arc<Link>, listed: &[McpTool]) -> Vec<Arc<dyn DynTool>> {
+    selected(link, listed)
+        .into_iter()
+        .map(|remote| upstream_tool(link, remote))
+        .collect()
+}
+
+/// Swaps `tools`, served from `link`, into the dispatcher: a tool whose name is invalid or taken
+/// is left out, and logged.
+fn swap_in(dispatcher: &Dispatcher, link: &Arc<Link>, tools: Vec<Arc<dyn DynTool>>) {
+    let mut valid = Vec::with_capacity(tools.len());
+    for tool in tools {
+        if is_valid_tool_name(tool.name()) {
+            valid.push(tool);
         } else {
             tracing::error!(
                 upstream = link.name(),
-                tool = %remote.name,
-                name,
+                name = tool.name(),
                 "an upstream tool's name is not a valid tool name; not served"
             );
         }
     }
-    let count = tools.len();
-    for err in dispatcher.replace_upstream_tools(link.name(), tools) {
+    let count = valid.len();
+    for err in dispatcher.replace_upstream_tools(link.name(), valid) {
         let reason = match &err {
             RegistryError::DuplicateName { .. } => "its name is taken by another tool",
             _ => "it cannot be registered",

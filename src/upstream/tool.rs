@@ -21,7 +21,7 @@ use tracing::Instrument as _;
 use super::config::{KeyTemplate, SEPARATOR, UpstreamPolicy};
 use super::link::Link;
 use crate::contract::ctx::ToolCtx;
-use crate::contract::erased::DynTool;
+use crate::contract::erased::{DynTool, Pinned};
 use crate::contract::error::{HandlerError, ToolError, Unavailable};
 use crate::contract::meta::Effect;
 use crate::contract::outcome::ToolOutcome;
@@ -44,6 +44,8 @@ pub(crate) struct UpstreamTool {
     output_schema: Option<Value>,
     key: Option<KeyTemplate>,
     link: Arc<Link>,
+    /// The pin it is served under, when its upstream's pins are on.
+    pin: Option<Pinned>,
 }
 
 impl UpstreamTool {
@@ -77,7 +79,20 @@ impl UpstreamTool {
                 .and_then(|p| p.idempotency_key.as_deref())
                 .and_then(|template| KeyTemplate::parse(template).ok()),
             link,
+            pin: None,
         }
+    }
+
+    /// The tool, served under `pin`.
+    pub(crate) fn pinned(mut self, pin: Pinned) -> Self {
+        self.pin = Some(pin);
+        self
+    }
+
+    /// The tool, its description beginning with `mark` (a held tool says so on every door).
+    pub(crate) fn marked(mut self, mark: &str) -> Self {
+        self.description.insert_str(0, mark);
+        self
     }
 
     fn unavailable(&self, message: String, may_have_run: bool) -> ToolError {
@@ -133,6 +148,10 @@ impl DynTool for UpstreamTool {
         self.key.as_ref()?.render(input)
     }
 
+    fn pinned(&self) -> Option<&Pinned> {
+        self.pin.as_ref()
+    }
+
     fn ready(&self) -> Result<(), Unavailable> {
         match self.link.peer() {
             Some((_, peer)) if !peer.is_transport_closed() => Ok(()),
@@ -145,6 +164,19 @@ impl DynTool for UpstreamTool {
         _ctx: &ToolCtx,
         input: Value,
     ) -> Result<ToolOutcome<Value>, ToolError> {
+        // The lifecycle refuses a held tool's calls before they run; a run that gets here
+        // anyway (a call re-run after a crash, say) sends nothing either.
+        if self.pin.as_ref().is_some_and(Pinned::is_held) {
+            return Err(ToolError::Handler {
+                tool: self.name.clone(),
+                source: HandlerError::message(format!(
+                    "The definition of tool `{}` changed upstream since it was pinned; nothing \
+                     was sent (tool_changed).",
+                    self.name
+                ))
+                .permanent(),
+            });
+        }
         let Some((session, peer)) = self
             .link
             .peer()

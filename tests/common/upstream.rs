@@ -5,10 +5,48 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::{ci_python, eventually, repo_root};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use super::{Api, ci_python, eventually, mcp_request_as, repo_root};
 
 pub fn server_script() -> PathBuf {
     repo_root().join("tests/upstream/server.py")
+}
+
+/// `GET /tools`' names.
+pub async fn tool_names(api: &Api) -> Vec<String> {
+    let (status, body) = api.get("/tools").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `GET /tools/{name}`.
+pub async fn descriptor(api: &Api, name: &str) -> Value {
+    let (status, body) = api.get(&format!("/tools/{name}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+/// `tools/list` over `/mcp`, in the `initialize` era.
+pub async fn mcp_tools(api: &Api) -> Vec<Value> {
+    let (status, _, body) = mcp_request_as(api, None, "tools/list", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["result"]["tools"].as_array().unwrap().clone()
+}
+
+/// How many times the upstream ran `tool`, by its log in `dir`.
+pub fn runs(dir: &Path, tool: &str) -> usize {
+    match std::fs::read_to_string(dir.join("runs.log")) {
+        Ok(text) => text.lines().filter(|line| *line == tool).count(),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(err) => panic!("cannot read runs.log: {err}"),
+    }
 }
 
 /// The lines of the upstream's start log for `transport`.

@@ -353,6 +353,7 @@ impl toolgate::store::SessionStore for BrokenStore {
 
 /// Keeps no standing approvals (the trait's defaults).
 impl toolgate::store::StandingStore for BrokenStore {}
+impl toolgate::store::PinStore for BrokenStore {}
 #[toolgate::async_trait]
 impl toolgate::store::LinkKeyStore for BrokenStore {
     async fn link_key_for(

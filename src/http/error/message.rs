@@ -203,6 +203,42 @@ impl ApiError {
                 ),
                 Some(json!({ "tool": tool, "retry_after_s": retry_after.as_secs().max(1) })),
             ),
+            ApiError::ToolChanged {
+                tool,
+                pinned,
+                current,
+                call_id,
+            } => (
+                match call_id {
+                    Some(call_id) => format!(
+                        "The definition of tool `{tool}` changed upstream since call \
+                         `{call_id}` was made: the approval failed closed, the call ended with \
+                         this error, and nothing was sent."
+                    ),
+                    None => format!(
+                        "The definition of tool `{tool}` changed upstream since it was pinned: \
+                         the tool is held until an admin accepts the change, and nothing was \
+                         sent."
+                    ),
+                },
+                Some(json!({
+                    "tool": tool,
+                    "pinned_hash": pinned,
+                    "current_hash": current,
+                    "call_id": call_id,
+                })),
+            ),
+            ApiError::UnknownUpstream(name) => (
+                format!("No upstream with pinned tools is named `{name}`."),
+                Some(json!({ "upstream": name })),
+            ),
+            ApiError::NoChange(upstream, tool) => (
+                format!(
+                    "Upstream `{upstream}` lists no change of tool `{tool}` now: its definition \
+                     is the one pinned, or it is not listed."
+                ),
+                Some(json!({ "upstream": upstream, "tool": tool })),
+            ),
             ApiError::StandingNotAllowed(why) => (
                 format!("{why} Nothing was decided."),
                 Some(json!({ "field": "standing" })),

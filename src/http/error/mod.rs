@@ -164,6 +164,22 @@ pub enum ApiError {
         /// When to try again.
         retry_after: std::time::Duration,
     },
+    /// The tool is held: its definition changed upstream since it was pinned; or a decision on
+    /// a call made against another definition, which ended the call with this error.
+    ToolChanged {
+        /// The tool.
+        tool: String,
+        /// The hash of the definition pinned.
+        pinned: String,
+        /// The hash of the definition its server lists now, when it is held.
+        current: Option<String>,
+        /// The call the decision ended, if one.
+        call_id: Option<String>,
+    },
+    /// No upstream with pinned tools has this name.
+    UnknownUpstream(String),
+    /// The upstream lists no change of this tool now: (upstream, tool).
+    NoChange(String, String),
     /// A standing approval asked where the tool's policy never offers one (why).
     StandingNotAllowed(String),
     /// A standing approval asked beyond the policy's bounds: the field, and its bound.
@@ -192,7 +208,9 @@ impl ApiError {
             | ApiError::UnknownCall(_)
             | ApiError::UnknownToken
             | ApiError::UnknownDelivery(_)
-            | ApiError::UnknownStandingApproval(_) => StatusCode::NOT_FOUND,
+            | ApiError::UnknownStandingApproval(_)
+            | ApiError::UnknownUpstream(_)
+            | ApiError::NoChange(..) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::InvalidInput { .. }
             | ApiError::InvalidResumeInput(_)
@@ -206,6 +224,7 @@ impl ApiError {
             | ApiError::CompletionNotAllowed(_)
             | ApiError::NotReconcilable(_)
             | ApiError::LeaseLost(_)
+            | ApiError::ToolChanged { .. }
             | ApiError::NotRetryable(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized | ApiError::InvalidToken(_) | ApiError::BadSignature(_) => {
                 StatusCode::UNAUTHORIZED
@@ -272,6 +291,9 @@ impl ApiError {
             ApiError::NotRetryable(_) => "not_retryable",
             ApiError::LeaseLost(_) => "lease_lost",
             ApiError::UpstreamUnavailable { .. } => "upstream_unavailable",
+            ApiError::ToolChanged { .. } => "tool_changed",
+            ApiError::UnknownUpstream(_) => "unknown_upstream",
+            ApiError::NoChange(..) => "no_change",
             ApiError::StandingNotAllowed(_) => "standing_not_allowed",
             ApiError::StandingOutOfBounds { .. } => "standing_out_of_bounds",
             ApiError::UnknownStandingApproval(_) => "unknown_standing_approval",
@@ -358,6 +380,17 @@ impl From<DispatchError> for ApiError {
             DispatchError::Unavailable { tool, retry_after } => {
                 ApiError::UpstreamUnavailable { tool, retry_after }
             }
+            DispatchError::ToolChanged {
+                tool,
+                pinned,
+                current,
+                call_id,
+            } => ApiError::ToolChanged {
+                tool,
+                pinned,
+                current,
+                call_id,
+            },
             DispatchError::StandingNotAllowed(why) => ApiError::StandingNotAllowed(why),
             DispatchError::StandingOutOfBounds { field, max } => {
                 ApiError::StandingOutOfBounds { field, max }

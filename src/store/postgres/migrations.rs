@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0012_standing_approvals.sql"),
     include_str!("../migrations/postgres/0013_notifications.sql"),
     include_str!("../migrations/postgres/0014_link_keys.sql"),
+    include_str!("../migrations/postgres/0015_tool_pins.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

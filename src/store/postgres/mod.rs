@@ -30,6 +30,7 @@ mod feed;
 mod leases;
 mod link_keys;
 mod migrations;
+mod pins;
 mod quotas;
 mod reads;
 mod redact;

@@ -26,6 +26,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0013_standing_approvals.sql"),
     include_str!("../migrations/sqlite/0014_notifications.sql"),
     include_str!("../migrations/sqlite/0015_link_keys.sql"),
+    include_str!("../migrations/sqlite/0016_tool_pins.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive

@@ -15,6 +15,7 @@
 mod edits;
 mod link_keys;
 mod migrations;
+mod pins;
 mod reads;
 mod recovery;
 mod sessions;

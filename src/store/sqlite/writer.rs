@@ -179,6 +179,7 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
             link_keys::make(conn, &key).map(|key| Reply::LinkKey(Box::new(key)))
         }
         WriteOp::PruneLinkKeys(now) => link_keys::prune(conn, now).map(Reply::Pruned),
+        WriteOp::Pins(op) => super::pins::apply(conn, *op, now),
         WriteOp::Ping => Ok(Reply::Done),
     }
 }

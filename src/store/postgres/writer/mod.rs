@@ -413,6 +413,7 @@ async fn applied(
                 .await
                 .map(|key| Reply::LinkKey(Box::new(key))),
             WriteOp::PruneLinkKeys(now) => link_keys::prune(c, *now).await.map(Reply::Pruned),
+            WriteOp::Pins(op) => super::pins::apply(c, op, now).await,
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.

@@ -1,0 +1,25 @@
+-- Pinned definitions of upstream MCP servers' tools (`crate::upstream::pins`), as on SQLite:
+-- for each tool, the canonical JSON of the definition trusted (kept as text, as it was hashed)
+-- and its SHA-256, shared by every replica so that all hold the same changed tools.
+CREATE TABLE tool_pins (
+    upstream    text NOT NULL,
+    -- the tool's name on the upstream server
+    tool        text NOT NULL,
+    -- hex SHA-256 of `definition`
+    hash        text NOT NULL,
+    -- the canonical JSON (sorted keys) of name, title, description, schemas, annotations
+    definition  text NOT NULL,
+    -- Unix ms
+    pinned_at   bigint NOT NULL,
+    -- the admin who accepted it; NULL when a connection pinned it
+    pinned_by   text,
+    PRIMARY KEY (upstream, tool)
+);
+
+-- The upstreams connected at least once. Two replicas connecting at once insert the same row:
+-- the later insert waits for the first's commit, then does nothing, and reads its pins back.
+CREATE TABLE pinned_upstreams (
+    upstream    text PRIMARY KEY,
+    -- Unix ms
+    first_at    bigint NOT NULL
+);

@@ -1,0 +1,95 @@
+//! Pins of upstream tools on PostgreSQL, shared by every replica: every [`PinOp`] applied in
+//! the writer's batch transaction. Two replicas making an upstream's first connection at once
+//! insert the same `pinned_upstreams` row: the later insert waits for the first's commit on the
+//! primary key, then does nothing (so it is not the first, and pins nothing new unless told
+//! to), and reads the first's pins back.
+
+use tokio_postgres::Row;
+
+use super::pg_error;
+use super::reads::Conn;
+use crate::store::pins::{PIN_COLUMNS, PinOp};
+use crate::store::queue::Reply;
+use crate::store::{StoreError, Timestamp, ToolPin};
+
+fn read(row: &Row) -> Result<ToolPin, tokio_postgres::Error> {
+    Ok(ToolPin {
+        upstream: row.try_get(0)?,
+        tool: row.try_get(1)?,
+        hash: row.try_get(2)?,
+        definition: row.try_get(3)?,
+        pinned_at: Timestamp(row.try_get(4)?),
+        pinned_by: row.try_get(5)?,
+    })
+}
+
+/// Applies `op` at `now` (Unix ms).
+pub(super) async fn apply(c: &Conn<'_>, op: &PinOp, now: i64) -> Result<Reply, StoreError> {
+    match op {
+        PinOp::Connect {
+            upstream,
+            listed,
+            new_tools,
+        } => {
+            let first = c
+                .execute(
+                    "INSERT INTO pinned_upstreams (upstream, first_at) VALUES ($1, $2) \
+                     ON CONFLICT (upstream) DO NOTHING",
+                    &[upstream, &now],
+                )
+                .await
+                .map_err(pg_error)?
+                == 1;
+            if PinOp::pins_new(*new_tools, first) {
+                for pin in listed {
+                    insert(c, pin, false).await?;
+                }
+            }
+            list(c, upstream).await.map(Reply::Pins)
+        }
+        PinOp::List(upstream) => list(c, upstream).await.map(Reply::Pins),
+        PinOp::Accept(pin) => insert(c, pin, true).await.map(|()| Reply::Done),
+    }
+}
+
+/// Inserts `pin`; over the tool's pin when `replace`, else only when it has none.
+async fn insert(c: &Conn<'_>, pin: &ToolPin, replace: bool) -> Result<(), StoreError> {
+    let conflict = if replace {
+        "DO UPDATE SET hash = excluded.hash, definition = excluded.definition, \
+         pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by"
+    } else {
+        "DO NOTHING"
+    };
+    c.execute(
+        &format!(
+            "INSERT INTO tool_pins ({PIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (upstream, tool) {conflict}"
+        ),
+        &[
+            &pin.upstream,
+            &pin.tool,
+            &pin.hash,
+            &pin.definition,
+            &pin.pinned_at.0,
+            &pin.pinned_by,
+        ],
+    )
+    .await
+    .map_err(pg_error)
+    .map(drop)
+}
+
+/// Every pin of `upstream`, by tool name.
+async fn list(c: &Conn<'_>, upstream: &str) -> Result<Vec<ToolPin>, StoreError> {
+    let rows = c
+        .query(
+            &format!("SELECT {PIN_COLUMNS} FROM tool_pins WHERE upstream = $1 ORDER BY tool"),
+            &[&upstream],
+        )
+        .await
+        .map_err(pg_error)?;
+    rows.iter()
+        .map(read)
+        .collect::<Result<_, _>>()
+        .map_err(pg_error)
+}

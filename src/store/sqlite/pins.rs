@@ -1,0 +1,83 @@
+//! Pins of upstream tools on SQLite: every [`PinOp`] applied by the writer thread, in its
+//! transaction, so a connection's first-connection row and the pins it makes commit together.
+
+use rusqlite::{Connection, Row, params};
+
+use super::backend;
+use crate::store::pins::{PIN_COLUMNS, PinOp};
+use crate::store::queue::Reply;
+use crate::store::{StoreError, Timestamp, ToolPin};
+
+fn read(row: &Row<'_>) -> rusqlite::Result<ToolPin> {
+    Ok(ToolPin {
+        upstream: row.get(0)?,
+        tool: row.get(1)?,
+        hash: row.get(2)?,
+        definition: row.get(3)?,
+        pinned_at: Timestamp(row.get(4)?),
+        pinned_by: row.get(5)?,
+    })
+}
+
+/// Applies `op` at `now` (Unix ms).
+pub(super) fn apply(conn: &Connection, op: PinOp, now: i64) -> Result<Reply, StoreError> {
+    match op {
+        PinOp::Connect {
+            upstream,
+            listed,
+            new_tools,
+        } => {
+            let first = conn
+                .prepare_cached(
+                    "INSERT INTO pinned_upstreams (upstream, first_at) VALUES (?1, ?2) \
+                     ON CONFLICT (upstream) DO NOTHING",
+                )
+                .and_then(|mut st| st.execute(params![upstream, now]))
+                .map_err(backend)?
+                == 1;
+            if PinOp::pins_new(new_tools, first) {
+                for pin in &listed {
+                    insert(conn, pin, false)?;
+                }
+            }
+            list(conn, &upstream).map(Reply::Pins)
+        }
+        PinOp::List(upstream) => list(conn, &upstream).map(Reply::Pins),
+        PinOp::Accept(pin) => insert(conn, &pin, true).map(|()| Reply::Done),
+    }
+}
+
+/// Inserts `pin`; over the tool's pin when `replace`, else only when it has none.
+fn insert(conn: &Connection, pin: &ToolPin, replace: bool) -> Result<(), StoreError> {
+    let conflict = if replace {
+        "DO UPDATE SET hash = excluded.hash, definition = excluded.definition, \
+         pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by"
+    } else {
+        "DO NOTHING"
+    };
+    conn.prepare_cached(&format!(
+        "INSERT INTO tool_pins ({PIN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+         ON CONFLICT (upstream, tool) {conflict}"
+    ))
+    .and_then(|mut st| {
+        st.execute(params![
+            pin.upstream,
+            pin.tool,
+            pin.hash,
+            pin.definition,
+            pin.pinned_at.0,
+            pin.pinned_by
+        ])
+    })
+    .map_err(backend)
+    .map(drop)
+}
+
+/// Every pin of `upstream`, by tool name.
+fn list(conn: &Connection, upstream: &str) -> Result<Vec<ToolPin>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {PIN_COLUMNS} FROM tool_pins WHERE upstream = ?1 ORDER BY tool"
+    ))
+    .and_then(|mut st| st.query_map([upstream], read)?.collect())
+    .map_err(backend)
+}

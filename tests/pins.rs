@@ -1,0 +1,326 @@
+//! Pinned tool definitions: an upstream MCP server (the official Python SDK's,
+//! `tests/upstream/server.py`) changes `write_file`'s description and input schema mid-run (its
+//! `rug` tool, a "rug pull"), and toolgate holds the tool for an admin, on both backends and on
+//! every door. Every run of an upstream tool is a line in the server's own `runs.log`, so "never
+//! called" is the server's word, not toolgate's.
+
+mod common;
+
+use std::path::Path;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use common::upstream::{descriptor, mcp_tools, runs, server_script, tool_names};
+use common::{
+    Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, mcp_request_as,
+    temp_dir,
+};
+
+/// The binary serving the stdio test server as `files` (recording in `upstream`), with `extra`
+/// after its `[[upstreams]]` entry, on the store at `at`.
+fn serve(at: &(impl Site + ?Sized), upstream: &Path, extra: &str) -> Binary {
+    let config = format!(
+        "[[upstreams]]\nname = \"files\"\ncommand = [{python:?}, {script:?}, \"--transport\", \
+         \"stdio\", \"--dir\", {dir:?}]\n{extra}\n",
+        python = ci_python().to_str().unwrap(),
+        script = server_script().to_str().unwrap(),
+        dir = upstream.to_str().unwrap(),
+    );
+    let path = at.data_dir().join("toolgate.toml");
+    std::fs::write(&path, config).unwrap();
+    Binary::start_with(at, &["--config", path.to_str().unwrap()], &[])
+}
+
+/// Whether `files__write_file` is served as held (its description says so).
+async fn held(api: &Api) -> bool {
+    descriptor(api, "files__write_file").await["description"]
+        .as_str()
+        .unwrap()
+        .starts_with("[held")
+}
+
+/// Asks the server to change `write_file` (or, `undo`, to put it back), and waits until
+/// toolgate holds it (or serves it again).
+async fn rug(api: &Api, undo: bool) {
+    let (status, body) = api.call("files__rug", json!({"undo": undo})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually("write_file's hold follows the change", async || {
+        (held(api).await != undo).then_some(())
+    })
+    .await;
+}
+
+/// `GET /upstreams/files/changes`' changes.
+async fn changes(api: &Api) -> Vec<Value> {
+    let (status, body) = api.get("/upstreams/files/changes").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["upstream"], "files");
+    body["changes"].as_array().unwrap().clone()
+}
+
+async fn a_changed_tool_is_held_on_every_door_until_an_admin_accepts_it(backend: Backend) {
+    let data = Location::new(backend).await;
+    let upstream = temp_dir();
+    let gated = "[upstreams.policies.write_file]\nrequire_approval = true\n";
+    let server = serve(&data, upstream.path(), gated);
+    let api = &server.api;
+    let input = json!({"path": "notes.txt", "content": "hello"});
+
+    // Pinned at the first connection: served as listed, nothing to review.
+    assert!(!held(api).await);
+    assert!(changes(api).await.is_empty());
+    // A call made (and waiting for a person) before the change.
+    let (status, body) = api.call("files__write_file", input.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let pending = body["suspension"]["token"].as_str().unwrap().to_owned();
+    let pending_call = body["call_id"].as_str().unwrap().to_owned();
+
+    rug(api, false).await;
+    // Still listed, with its pinned definition: the schema has no `cc`, on REST and on /mcp.
+    let listed = descriptor(api, "files__write_file").await;
+    assert!(
+        listed["input_schema"]["properties"].get("cc").is_none(),
+        "{listed}"
+    );
+    assert!(
+        !listed["description"].as_str().unwrap().contains("id_rsa"),
+        "{listed}"
+    );
+    let on_mcp = mcp_tools(api)
+        .await
+        .into_iter()
+        .find(|tool| tool["name"] == "files__write_file")
+        .unwrap();
+    assert!(
+        on_mcp["description"].as_str().unwrap().starts_with("[held"),
+        "{on_mcp}"
+    );
+    assert!(
+        on_mcp["inputSchema"]["properties"].get("cc").is_none(),
+        "{on_mcp}"
+    );
+
+    // REST: refused, naming both hashes; nothing recorded, nothing sent.
+    let (status, body) = api.call("files__write_file", input.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let details = assert_error(&body, "tool_changed");
+    assert_eq!(details["tool"], "files__write_file");
+    let current = details["current_hash"].as_str().unwrap().to_owned();
+    assert_ne!(details["pinned_hash"], current.as_str());
+    // /mcp: a tool error that says why.
+    let (status, _, body) = mcp_request_as(
+        api,
+        None,
+        "tools/call",
+        json!({"name": "files__write_file", "arguments": input.clone()}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    let text = body["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("changed upstream") && text.ends_with("(tool_changed)"),
+        "{text}"
+    );
+
+    // The approval of the call made before the change fails closed, and ends the call.
+    let (status, body) = api.approve(&pending, json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let details = assert_error(&body, "tool_changed");
+    assert_eq!(details["call_id"], pending_call.as_str());
+    let (status, call) = api.get(&format!("/calls/{pending_call}")).await;
+    assert_eq!(status, StatusCode::OK, "{call}");
+    assert_eq!(call["status"], "failed", "{call}");
+    assert_eq!(call["error"]["code"], "tool_changed", "{call}");
+    let (status, body) = api.approve(&pending, json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_error(&body, "already_resolved");
+    assert_eq!(
+        runs(upstream.path(), "write_file"),
+        0,
+        "a held tool is never called"
+    );
+
+    // The admin's diff: the pinned definition and the one listed now.
+    let found = changes(api).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let change = &found[0];
+    assert_eq!(change["tool"], "write_file");
+    assert_eq!(change["served_as"], "files__write_file");
+    assert_eq!(change["kind"], "changed");
+    assert_eq!(change["differs"], json!(["description", "inputSchema"]));
+    assert_eq!(
+        change["pinned"]["definition"]["description"],
+        "Writes a file."
+    );
+    assert_eq!(change["pinned"]["pinned_by"], Value::Null);
+    assert_eq!(change["upstream"]["hash"], current.as_str());
+    assert!(
+        change["upstream"]["definition"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("id_rsa")
+    );
+    assert_eq!(
+        change["upstream"]["definition"]["inputSchema"]["required"],
+        json!(["path", "content", "cc"])
+    );
+
+    // An accept naming another hash is refused, and accepts nothing.
+    let accept = "/upstreams/files/changes/write_file/accept";
+    let (status, body) = api.post(accept, json!({"hash": "0".repeat(64)})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let details = assert_error(&body, "tool_changed");
+    assert_eq!(details["current_hash"], current.as_str());
+    assert!(held(api).await);
+    let (status, body) = api.post(accept, json!({"hash": current, "x": 1})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = api
+        .post(
+            "/upstreams/nowhere/changes/write_file/accept",
+            json!({"hash": current}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_error(&body, "unknown_upstream");
+    let (status, body) = api
+        .post(
+            "/upstreams/files/changes/echo/accept",
+            json!({"hash": current}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_error(&body, "no_change");
+
+    // Accepted: pinned, and served as listed now.
+    let (status, body) = api.post(accept, json!({"hash": current})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["hash"], current.as_str());
+    assert!(!held(api).await);
+    assert!(changes(api).await.is_empty());
+    let listed = descriptor(api, "files__write_file").await;
+    assert_eq!(listed["input_schema"]["properties"]["cc"]["type"], "string");
+    let changed_input = json!({"path": "notes.txt", "content": "hello", "cc": "-"});
+    let (status, body) = api.call("files__write_file", changed_input).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let token = body["suspension"]["token"].as_str().unwrap();
+    let (status, body) = api.approve(token, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(runs(upstream.path(), "write_file"), 1);
+
+    // The pin is the store's: after a restart, the server (a new process) lists the original
+    // definition again, which is now the change, against the pin accepted.
+    drop(server);
+    let server = serve(&data, upstream.path(), gated);
+    assert!(held(&server.api).await);
+    let found = changes(&server.api).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["pinned"]["hash"], current.as_str());
+    assert_eq!(
+        found[0]["upstream"]["definition"]["description"],
+        "Writes a file."
+    );
+}
+
+#[tokio::test]
+async fn a_tool_back_to_its_pinned_definition_is_served_again() {
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let server = serve(data.path(), upstream.path(), "");
+    let api = &server.api;
+    rug(api, false).await;
+    let (status, body) = api
+        .call("files__write_file", json!({"path": "a", "content": "b"}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(runs(upstream.path(), "write_file"), 0);
+    rug(api, true).await;
+    assert!(changes(api).await.is_empty());
+    let (status, body) = api
+        .call("files__write_file", json!({"path": "a", "content": "b"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(runs(upstream.path(), "write_file"), 1);
+}
+
+#[tokio::test]
+async fn with_pins_off_a_change_passes_through() {
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let server = serve(data.path(), upstream.path(), "pins = \"off\"\n");
+    let api = &server.api;
+    let (status, body) = api.call("files__rug", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually("the changed definition is served", async || {
+        let listed = descriptor(api, "files__write_file").await;
+        listed["input_schema"]["properties"].get("cc").map(drop)
+    })
+    .await;
+    let (status, body) = api
+        .call(
+            "files__write_file",
+            json!({"path": "a", "content": "b", "cc": "-"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(runs(upstream.path(), "write_file"), 1);
+    let (status, body) = api.get("/upstreams/files/changes").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_error(&body, "unknown_upstream");
+}
+
+#[tokio::test]
+async fn a_tool_new_after_the_first_connection_is_held_until_accepted() {
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let server = serve(data.path(), upstream.path(), "");
+    let api = &server.api;
+    let (status, body) = api.call("files__grow", json!({"name": "extra"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let change = eventually("the new tool is listed as a change", async || {
+        changes(api).await.into_iter().next()
+    })
+    .await;
+    assert_eq!(change["tool"], "extra");
+    assert_eq!(change["kind"], "new");
+    assert_eq!(change["pinned"], Value::Null);
+    assert!(!tool_names(api).await.contains(&"files__extra".to_owned()));
+    let (status, body) = api.call("files__extra", json!({"text": "x"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(runs(upstream.path(), "extra"), 0);
+
+    let hash = change["upstream"]["hash"].as_str().unwrap();
+    let (status, body) = api
+        .post(
+            "/upstreams/files/changes/extra/accept",
+            json!({"hash": hash}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = api.call("files__extra", json!({"text": "x"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(runs(upstream.path(), "extra"), 1);
+}
+
+#[tokio::test]
+async fn on_new_tool_pin_serves_a_new_tool_at_once() {
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let server = serve(data.path(), upstream.path(), "on_new_tool = \"pin\"\n");
+    let api = &server.api;
+    let (status, body) = api.call("files__grow", json!({"name": "extra"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually("the new tool is served", async || {
+        tool_names(api)
+            .await
+            .contains(&"files__extra".to_owned())
+            .then_some(())
+    })
+    .await;
+    assert!(changes(api).await.is_empty());
+}
+
+on_each_backend! {
+    #[tokio::test] async fn a_changed_tool_is_held_on_every_door_until_an_admin_accepts_it;
+}
