@@ -321,6 +321,70 @@ async fn on_new_tool_pin_serves_a_new_tool_at_once() {
     assert!(changes(api).await.is_empty());
 }
 
+#[tokio::test]
+async fn only_an_admin_reviews_and_accepts_changes() {
+    const ROOT: &str = "tg_root_0123456789abcdef";
+    const ALICE: &str = "tg_alice_0123456789abcdef";
+    let keys: String = [("root", "admin", ROOT), ("alice", "approver", ALICE)]
+        .into_iter()
+        .map(|(name, role, token)| {
+            let hash = hex::encode(toolgate::http::auth::token_sha256(token));
+            format!(
+                "[[auth.keys]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\n"
+            )
+        })
+        .collect();
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let server = serve(data.path(), upstream.path(), &keys);
+    let api = &server.api;
+    let as_key = |token: &'static str, post: bool, path: &str| {
+        let url = format!("{}{path}", api.base);
+        let request = if post {
+            api.client.post(url).json(&json!({"hash": "0"}))
+        } else {
+            api.client.get(url)
+        };
+        async move {
+            let response = request.bearer_auth(token).send().await.unwrap();
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let rug = api
+        .client
+        .post(format!("{}/tools/files__rug/call", api.base))
+        .bearer_auth(ROOT)
+        .json(&json!({"input": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rug.status(), StatusCode::OK);
+    eventually("the change is found", async || {
+        let (_, body) = as_key(ROOT, false, "/upstreams/files/changes").await;
+        body["changes"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+            .then_some(())
+    })
+    .await;
+    let accept = "/upstreams/files/changes/write_file/accept";
+    for (post, path) in [(false, "/upstreams/files/changes"), (true, accept)] {
+        let (status, body) = as_key(ALICE, post, path).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
+        assert_error(&body, "forbidden");
+    }
+    let metrics = api.metrics(ROOT).await;
+    assert!(
+        metrics.contains("toolgate_upstream_tools_held{upstream=\"files\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("toolgate_upstream_tool_changes_total{upstream=\"files\"} 1"),
+        "{metrics}"
+    );
+}
+
 on_each_backend! {
     #[tokio::test] async fn a_changed_tool_is_held_on_every_door_until_an_admin_accepts_it;
 }

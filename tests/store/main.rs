@@ -1,5 +1,6 @@
 //! The store conformance suite: what every `Store` backend must do, by concern (`calls.rs`,
-//! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`, `standing.rs`, `link_keys.rs`).
+//! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`, `standing.rs`, `link_keys.rs`,
+//! `pins.rs`).
 //! Each backend runs every check through `suite!` below; a new backend adds one invocation. What
 //! only the embedded backend does (its file, across reopens and crashes) is checked at the end of
 //! this file; what only a shared database does is in `tests/store_postgres.rs`. One test binary,
@@ -13,6 +14,7 @@ mod edits;
 mod feed;
 mod link_keys;
 mod outbox;
+mod pins;
 mod sessions;
 mod standing;
 mod suspensions;
@@ -182,6 +184,10 @@ macro_rules! suite {
             async fn a_periods_link_key_is_made_once_and_retired() {
                 super::link_keys::a_periods_link_key_is_made_once_and_retired(store().await.0)
                     .await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn an_upstreams_first_connection_pins_once() {
+                super::pins::an_upstreams_first_connection_pins_once(store().await.0).await;
             }
         }
     };
