@@ -11,6 +11,7 @@ use std::path::Path;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use common::browser::Browser;
 use common::upstream::{descriptor, mcp_tools, runs, server_script, tool_names};
 use common::{
     Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, mcp_request_as,
@@ -319,6 +320,78 @@ async fn on_new_tool_pin_serves_a_new_tool_at_once() {
     })
     .await;
     assert!(changes(api).await.is_empty());
+}
+
+#[tokio::test]
+async fn the_inbox_refuses_a_changed_tools_approval_and_shows_the_diff_to_accept() {
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let gated = "[upstreams.policies.write_file]\nrequire_approval = true\n";
+    let server = serve(data.path(), upstream.path(), gated);
+    let api = &server.api;
+    let (status, body) = api
+        .call("files__write_file", json!({"path": "a", "content": "b"}))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let call_id = body["call_id"].as_str().unwrap().to_owned();
+    rug(api, false).await;
+
+    // Approving the call made before the change, confirmed as a write is: refused, and said.
+    let mut person = Browser::at(&api.base);
+    let page = person.get(&format!("/inbox/calls/{call_id}")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let csrf = page.csrf();
+    let approve = format!("/inbox/calls/{call_id}/approve");
+    let form = [("csrf", csrf.as_str()), ("confirm", "1")];
+    let page = person.post(&approve, &form).await;
+    assert_eq!(page.status, StatusCode::CONFLICT, "{}", page.body);
+    assert!(
+        page.body
+            .contains("changed upstream since this call was made"),
+        "{}",
+        page.body
+    );
+    let (_, call) = api.get(&format!("/calls/{call_id}")).await;
+    assert_eq!(call["error"]["code"], "tool_changed", "{call}");
+    assert_eq!(runs(upstream.path(), "write_file"), 0);
+
+    // The admin's page: both definitions, escaped, and the accept button.
+    let page = person.get("/inbox/changes").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("files__write_file"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("&#34;description&#34;: &#34;Writes a file.&#34;"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("read ~/.ssh/id_rsa"), "{}", page.body);
+    let hash = changes(api).await[0]["upstream"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        page.body
+            .contains(&format!("name=\"hash\" value=\"{hash}\""))
+    );
+    let accept = "/inbox/changes/files/write_file/accept";
+    let page = person
+        .post(accept, &[("csrf", "forged"), ("hash", hash.as_str())])
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    assert!(held(api).await, "a forged form accepts nothing");
+    let page = person
+        .post(accept, &[("csrf", csrf.as_str()), ("hash", "0")])
+        .await;
+    assert_eq!(page.status, StatusCode::BAD_REQUEST, "{}", page.body);
+    assert!(held(api).await, "another hash accepts nothing");
+    let page = person
+        .post(accept, &[("csrf", csrf.as_str()), ("hash", hash.as_str())])
+        .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER, "{}", page.body);
+    assert!(!held(api).await);
+    let page = person.get("/inbox/changes?accepted=1").await;
+    assert!(page.body.contains("id=\"changes-empty\""), "{}", page.body);
 }
 
 #[tokio::test]

@@ -305,7 +305,7 @@ impl ServerBuilder {
         let mut router = crate::rest::router(dispatcher.clone(), webhooks, &gates, auth, slack);
         router = router.merge(crate::rest::upstreams::router(
             dispatcher.clone(),
-            pins,
+            pins.clone(),
             &gates,
         ));
         if mcp_options.enabled {
@@ -325,7 +325,8 @@ impl ServerBuilder {
             }
         }
         if self.inbox.enabled {
-            let inbox = crate::inbox::router(dispatcher.clone(), self.inbox, &gates, links, people);
+            let inbox =
+                crate::inbox::router(dispatcher.clone(), self.inbox, &gates, links, people, pins);
             router = router.merge(inbox);
         }
         let router = router

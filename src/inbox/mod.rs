@@ -23,7 +23,9 @@
 //! - The pages: the queue (live, over the same event stream as `GET /events`) and the calls to
 //!   reconcile (`pages.rs`); one call (`call.rs`): what is asked, what approving does, its input
 //!   as a readable list, its history in sentences (`history.rs`); the standing approvals that
-//!   hold, each revocable, and their offer on the approve form (`standing.rs`).
+//!   hold, each revocable, and their offer on the approve form (`standing.rs`); for admins,
+//!   the upstream tools held because their definition changed, both definitions shown, each
+//!   with its accept button (`changes.rs`, `/inbox/changes`).
 //! - The decisions (`decide.rs`), with answer forms generated from JSON Schemas (`form/`).
 //!   Approving a `write` takes a second step, a confirmation, without script; after a
 //!   decision, the call's page says what it did and links to the next approval.
@@ -34,6 +36,7 @@
 
 mod assets;
 mod call;
+mod changes;
 pub mod config;
 mod decide;
 mod edit;
@@ -124,6 +127,8 @@ pub(crate) struct Inbox {
     in_flight: Arc<Slots>,
     /// Decision links, and the people they are made for.
     links: link::LinkPages,
+    /// The pinned upstreams' changes, for admins (`changes`).
+    pins: crate::upstream::PinBook,
 }
 
 impl std::ops::Deref for InboxState {
@@ -144,6 +149,7 @@ pub(crate) fn router(
     gates: &Gates,
     links: Arc<crate::notify::Links>,
     people: Arc<crate::notify::People>,
+    pins: crate::upstream::PinBook,
 ) -> Router {
     let state = InboxState(Arc::new(Inbox {
         dispatcher,
@@ -152,6 +158,7 @@ pub(crate) fn router(
         limiter: limit::Limiter::default(),
         in_flight: gates.in_flight().clone(),
         links: link::LinkPages { links, people },
+        pins,
     }));
     Router::new()
         .route("/inbox", get(pages::queue))
@@ -165,6 +172,11 @@ pub(crate) fn router(
         .route("/inbox/calls/{call_id}/resolve", post(decide::resolve))
         .route("/inbox/standing", get(standing::list))
         .route("/inbox/standing/{id}/revoke", post(standing::revoke))
+        .route("/inbox/changes", get(changes::list))
+        .route(
+            "/inbox/changes/{upstream}/{tool}/accept",
+            post(changes::accept),
+        )
         .route("/inbox/link/{signed}", get(link::open))
         .route("/inbox/link/{signed}/approve", post(link::approve))
         .route("/inbox/link/{signed}/reject", post(link::reject))
