@@ -104,9 +104,17 @@ pub(crate) struct Registered {
     output: Option<jsonschema::Validator>,
     /// Where a `null` in an input means "absent"; `None` for most tools, where it never does.
     nulls: Option<NullPlan>,
+    /// Whether the tool is held (its pin says its definition changed): read once, here, so a
+    /// call pays a field read for it, not a call into the tool.
+    held: bool,
 }
 
 impl Registered {
+    /// Whether the tool is held: every call of it is refused (see `DynTool::pinned`).
+    pub(crate) fn held(&self) -> bool {
+        self.held
+    }
+
     /// Reads each `null` that stands for a property left out as left out (see
     /// [`super::nulls`]), checks `input` against the tool's input schema, then whatever the
     /// tool checks itself, and answers the idempotency key the tool declares for it, if any.
@@ -157,12 +165,14 @@ impl Registered {
             .transpose()
             .map_err(invalid)?;
         let nulls = NullPlan::for_schema(tool.input_schema());
+        let held = tool.pinned().is_some_and(super::erased::Pinned::is_held);
         Ok(Registered {
             tool,
             source,
             input,
             output,
             nulls,
+            held,
         })
     }
 }

@@ -134,7 +134,7 @@ impl Dispatcher {
             return Err(DispatchError::UnknownTool(tool.to_owned()));
         }
         let entry = self.entry(tool)?;
-        super::pinned::refuse_held(entry.registered.tool.as_ref())?;
+        super::pinned::refuse_held(&entry.registered)?;
         let required = &entry.policy.settings.required_scopes;
         if !required.is_empty() && !principal.missing_scopes(required).is_empty() {
             return Err(DispatchError::InsufficientScope {

@@ -10,26 +10,23 @@
 //! that error without its tool running.
 
 use super::{DispatchError, Dispatcher};
-use crate::contract::erased::{DynTool, Pinned};
+use crate::contract::erased::DynTool;
+use crate::contract::registry::Registered;
 use crate::store::{Approval, CallError, Outcome, Resolution, Resolved, Timestamp};
 
-/// Refuses a call of `tool` when it is held. With no pin (a native tool, or pins off), this is
-/// one call that answers `None`.
-pub(super) fn refuse_held(tool: &dyn DynTool) -> Result<(), DispatchError> {
-    match tool.pinned() {
-        Some(
-            pin @ Pinned {
-                changed_to: Some(current),
-                ..
-            },
-        ) => Err(DispatchError::ToolChanged {
-            tool: tool.name().to_owned(),
-            pinned: pin.hash.clone(),
-            current: Some(current.clone()),
-            call_id: None,
-        }),
-        _ => Ok(()),
+/// Refuses a call of `registered` when it is held: a field read for any tool that is not.
+pub(super) fn refuse_held(registered: &Registered) -> Result<(), DispatchError> {
+    if !registered.held() {
+        return Ok(());
     }
+    let tool = registered.tool.as_ref();
+    let pin = tool.pinned();
+    Err(DispatchError::ToolChanged {
+        tool: tool.name().to_owned(),
+        pinned: pin.map(|pin| pin.hash.clone()).unwrap_or_default(),
+        current: pin.and_then(|pin| pin.changed_to.clone()),
+        call_id: None,
+    })
 }
 
 /// Why an approval of a call of `tool` made at `made_at` must fail closed, if it must: the tool
