@@ -31,7 +31,8 @@
 //!   rules every door shares: who sees which call and which tools and approvals a principal
 //!   reaches, the bounds on what a client sends, what a person may write, how a request waits
 //!   for a change.
-//! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`.
+//! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`, its
+//!   definition pinned (a changed one held for an admin).
 //! - [`identity`]: identity providers' tokens as principals: verification, grants, the
 //!   resource's metadata (RFC 9728), a person's sign-in to the inbox.
 //!
