@@ -108,6 +108,7 @@ pub struct Accepted {
     request_body = AcceptRequest,
     responses(
         (status = 200, description = "Pinned: the tool is served with the definition accepted (at once by this replica; by the others at their next read of the upstream's tool list).", body = Accepted),
+        (status = 400, description = "`bad_request`: malformed JSON, a missing `hash`, an unknown field, or a malformed path.", body = ErrorEnvelope),
         (status = 404, description = "`unknown_upstream`: no upstream with pinned tools has this name. `no_change`: the upstream lists no change of this tool now.", body = ErrorEnvelope),
         (status = 409, description = "`tool_changed`: `hash` is not the hash of the definition listed now (it changed again); `details.current_hash` is. Nothing was accepted.", body = ErrorEnvelope),
         BodyRefused,

@@ -292,7 +292,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          DROP TABLE link_keys; \
          ALTER TABLE calls DROP COLUMN trace; \
          ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
-         DROP TABLE standing_approvals; \
+         DROP TABLE standing_approvals; DROP TABLE tool_pins; DROP TABLE pinned_upstreams; \
          PRAGMA user_version = 3;",
     )
     .unwrap();
