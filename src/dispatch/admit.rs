@@ -310,6 +310,8 @@ impl Dispatcher {
         let created_at = Timestamp::now();
         let call_id = ids::new_call_id(created_at.0);
         tracing::Span::current().record("call_id", call_id.as_str());
+        let attesting =
+            self.attest_first(&call_id, dyn_tool.name(), caller.as_deref(), &policy.settings);
         let call = NewCall {
             call_id: call_id.clone(),
             tool: dyn_tool.name().to_owned(),
@@ -329,6 +331,7 @@ impl Dispatcher {
             policy,
             call_id: &call_id,
             asked: asked.as_deref(),
+            attesting,
         };
         let ran = match plan {
             // Only a policy that offers standing approvals looks for one (see `standing`),
@@ -428,6 +431,8 @@ pub(super) struct NewRun<'a> {
     pub(super) call_id: &'a str,
     /// What the approval policy asks of this call, if anything.
     asked: Option<&'a Suspension>,
+    /// Its attestation's facts (a first run's), when the server signs.
+    pub(super) attesting: Option<crate::contract::attest::Attesting>,
 }
 
 impl NewRun<'_> {
@@ -525,8 +530,19 @@ impl NewRun<'_> {
     pub(super) async fn run(&self, key: Option<&str>, input: Value, keep: bool) -> Ran {
         let (registered, policy) = (self.registered, self.policy);
         let start = Start::of(None, self.asked.cloned().map(Box::new));
+        let attesting = self.attesting.clone();
         self.dispatcher
-            .attempts(registered, policy, self.call_id, key, start, 1, input, keep)
+            .attempts(
+                registered,
+                policy,
+                self.call_id,
+                key,
+                start,
+                1,
+                input,
+                keep,
+                attesting,
+            )
             .await
     }
 

@@ -38,6 +38,7 @@
 //! approvals: granted with an approval, spent by the calls a policy would suspend).
 
 mod admit;
+mod attest;
 mod attempt;
 pub mod condition;
 pub mod config;
@@ -100,6 +101,8 @@ pub struct Dispatcher {
     /// The calls whose claim (an approval, a re-run) may have committed unanswered.
     unsettled: unsettled::Unsettled,
     max_json_depth: usize,
+    /// Signs the calls' attestations, when the server has signing keys.
+    signer: Option<Arc<crate::signing::Signer>>,
 }
 
 impl Dispatcher {
@@ -127,6 +130,7 @@ impl Dispatcher {
             slots: Slots::new(config.max_running_calls),
             unsettled: unsettled::Unsettled::default(),
             max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+            signer: None,
         }
     }
 

@@ -29,6 +29,7 @@
 mod feed;
 mod leases;
 mod link_keys;
+mod signing_keys;
 mod migrations;
 mod quotas;
 mod reads;
@@ -435,6 +436,13 @@ impl Backend for PostgresStore {
         now: Timestamp,
     ) -> Result<Vec<crate::store::LinkKey>, StoreError> {
         self.read(async |c| link_keys::live(c, now.0).await).await
+    }
+
+    async fn read_signing_keys(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<crate::store::SigningKey>, StoreError> {
+        self.read(async |c| signing_keys::live(c, now.0).await).await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {
