@@ -44,7 +44,10 @@ fn stdio_upstream(log: &Path) -> String {
         "[[upstreams]]\nname = \"notes\"\ncommand = [{python:?}, {script:?}, \"--transport\", \
          \"stdio\", \"--log\", {log:?}]\n[upstreams.policies.note]\nrequire_approval = true\n",
         python = ci_python().to_str().unwrap(),
-        script = repo_root().join("tests/attest/upstream.py").to_str().unwrap(),
+        script = repo_root()
+            .join("tests/attest/upstream.py")
+            .to_str()
+            .unwrap(),
         log = log.to_str().unwrap(),
     )
 }
@@ -59,7 +62,12 @@ fn recorded(log: &Path) -> Vec<Value> {
 }
 
 /// PyJWT's verdict on `token` for `audience` (and `arguments`): the claims, or why refused.
-fn verify(base: &str, audience: &str, token: &str, arguments: Option<&Value>) -> Result<Value, String> {
+fn verify(
+    base: &str,
+    audience: &str,
+    token: &str,
+    arguments: Option<&Value>,
+) -> Result<Value, String> {
     let mut command = Command::new(ci_python());
     command
         .arg(repo_root().join("tests/attest/verify.py"))
@@ -74,7 +82,12 @@ fn verify(base: &str, audience: &str, token: &str, arguments: Option<&Value>) ->
     if out.status.success() {
         Ok(serde_json::from_str(&text).unwrap())
     } else {
-        assert_eq!(out.status.code(), Some(1), "{text} {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Err(text)
     }
 }
@@ -84,7 +97,7 @@ async fn call_as(api: &common::Api, token: &str, tool: &str, input: Value) -> (S
         .client
         .post(format!("{}/tools/{tool}/call", api.base))
         .bearer_auth(token)
-        .json(&input)
+        .json(&json!({ "input": input }))
         .send()
         .await
         .unwrap();
@@ -96,7 +109,7 @@ async fn approve_as(api: &common::Api, token: &str, approval: &str) -> (StatusCo
         .client
         .post(format!("{}/approvals/{approval}/approve", api.base))
         .bearer_auth(token)
-        .json(&json!({}))
+        .json(&json!({ "input": {} }))
         .send()
         .await
         .unwrap();
@@ -135,7 +148,9 @@ async fn an_upstream_verifies_each_attestation_across_a_rotation_and_it_names_th
     assert_eq!(seen.len(), 2, "{seen:?}");
     let mut kids = Vec::new();
     for (entry, call_id) in seen.iter().zip(&calls) {
-        let token = entry["meta"].as_str().expect("the _meta carries the attestation");
+        let token = entry["meta"]
+            .as_str()
+            .expect("the _meta carries the attestation");
         assert!(entry["header"].is_null(), "no HTTP header over stdio");
         let claims = verify(&api.base, "notes", token, Some(&entry["arguments"]))
             .expect("PyJWT verifies it against the published key set");
@@ -147,12 +162,17 @@ async fn an_upstream_verifies_each_attestation_across_a_rotation_and_it_names_th
         assert_eq!(claims["approval"], "approved");
         assert_eq!(claims["approvals"][0]["by"], "alice", "{claims}");
         assert!(claims["approvals"][0]["at"].as_i64().unwrap() <= claims["iat"].as_i64().unwrap());
-        assert_eq!(claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(), 60);
+        assert_eq!(
+            claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+            60
+        );
         // The key that signed it is named in its header.
         let header: Value = {
             use base64::Engine as _;
             let part = token.split('.').next().unwrap();
-            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).unwrap();
+            let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(part)
+                .unwrap();
             serde_json::from_slice(&bytes).unwrap()
         };
         assert_eq!(header["alg"], "EdDSA");
@@ -220,7 +240,11 @@ async fn an_http_upstream_gets_the_attestation_in_its_header_too_and_the_key_set
     let seen = recorded(&log);
     assert_eq!(seen.len(), 1, "{seen:?}");
     let token = seen[0]["meta"].as_str().unwrap();
-    assert_eq!(seen[0]["header"].as_str(), Some(token), "the header carries the same token");
+    assert_eq!(
+        seen[0]["header"].as_str(),
+        Some(token),
+        "the header carries the same token"
+    );
     let claims = verify(&api.base, "web", token, Some(&json!({"note": "hello"}))).unwrap();
     assert_eq!(claims["approval"], "not_required");
     assert_eq!(claims["policy"], "none");
@@ -235,7 +259,10 @@ async fn an_http_upstream_gets_the_attestation_in_its_header_too_and_the_key_set
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let cache = response.headers()["cache-control"].to_str().unwrap().to_owned();
+    let cache = response.headers()["cache-control"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert!(cache.starts_with("public, max-age="), "{cache}");
     let set: Value = response.json().await.unwrap();
     let key = &set["keys"][0];

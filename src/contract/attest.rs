@@ -125,7 +125,11 @@ impl Attesting {
         &self.facts
     }
 
-    pub(crate) async fn sign(&self, audience: &str, arguments: &Value) -> Result<String, AttestError> {
+    pub(crate) async fn sign(
+        &self,
+        audience: &str,
+        arguments: &Value,
+    ) -> Result<String, AttestError> {
         self.attester.attest(&self.facts, audience, arguments).await
     }
 }

@@ -310,8 +310,12 @@ impl Dispatcher {
         let created_at = Timestamp::now();
         let call_id = ids::new_call_id(created_at.0);
         tracing::Span::current().record("call_id", call_id.as_str());
-        let attesting =
-            self.attest_first(&call_id, dyn_tool.name(), caller.as_deref(), &policy.settings);
+        let attesting = self.attest_first(
+            &call_id,
+            dyn_tool.name(),
+            caller.as_deref(),
+            &policy.settings,
+        );
         let call = NewCall {
             call_id: call_id.clone(),
             tool: dyn_tool.name().to_owned(),

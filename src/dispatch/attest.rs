@@ -9,8 +9,8 @@ use crate::contract::attest::{Approver, Attesting, CallFacts, Decision};
 use crate::signing::Signer;
 use crate::store::{CallRecord, StandingUse, Timestamp};
 
-use super::settings::ToolSettings;
 use super::Dispatcher;
+use super::settings::ToolSettings;
 
 /// The policy that decides calls of `tool` configured as `settings`: its approval policy, or
 /// none (a person then approves only when the tool itself asks).

@@ -38,8 +38,8 @@
 //! approvals: granted with an approval, spent by the calls a policy would suspend).
 
 mod admit;
-mod attest;
 mod attempt;
+mod attest;
 pub mod condition;
 pub mod config;
 mod edit;

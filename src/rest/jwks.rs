@@ -46,7 +46,7 @@ pub(super) async fn jwks(State(app): State<RestState>) -> Result<Response, ApiEr
                     header::CACHE_CONTROL,
                     format!("public, max-age={MAX_AGE_S}"),
                 ),
-                (header::CONTENT_TYPE, "application/jwk-set+json".to_owned()),
+                (header::CONTENT_TYPE, "application/json".to_owned()),
             ],
             set.to_string(),
         )

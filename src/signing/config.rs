@@ -96,7 +96,11 @@ impl Signing {
     /// With the key of the PEM text `pem` (PKCS#8, Ed25519 or P-256).
     pub fn from_pem(pem: &str, ttl: Duration) -> Result<Self, String> {
         Ok(Signing {
-            on: Some((Some(super::keys::from_pem(pem)?), super::DEFAULT_ROTATION, ttl)),
+            on: Some((
+                Some(super::keys::from_pem(pem)?),
+                super::DEFAULT_ROTATION,
+                ttl,
+            )),
         })
     }
 

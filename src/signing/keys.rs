@@ -20,9 +20,24 @@ pub(super) struct Key {
     pub(super) public: Vec<u8>,
 }
 
+impl std::fmt::Debug for Key {
+    /// The id and algorithm: never the private half.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Key")
+            .field("kid", &self.kid)
+            .field("alg", &self.alg)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Key {
     /// The key from its stored parts.
-    pub(super) fn of(kid: &str, alg: &str, private_der: &[u8], public: &[u8]) -> Result<Key, String> {
+    pub(super) fn of(
+        kid: &str,
+        alg: &str,
+        private_der: &[u8],
+        public: &[u8],
+    ) -> Result<Key, String> {
         let alg = match alg {
             "EdDSA" => Algorithm::EdDSA,
             "ES256" => Algorithm::ES256,

@@ -150,7 +150,9 @@ impl Signer {
         for stored in &live {
             match Key::of(&stored.id, &stored.alg, &stored.private_der, &stored.public) {
                 Ok(key) => keys.push(key.jwk()),
-                Err(err) => tracing::warn!(kid = %stored.id, error = %err, "a stored signing key is left out of the key set"),
+                Err(err) => {
+                    tracing::warn!(kid = %stored.id, error = %err, "a stored signing key is left out of the key set")
+                }
             }
         }
         Ok(json!({ "keys": keys }))
@@ -206,7 +208,11 @@ fn random(n: usize) -> Result<Vec<u8>, String> {
 }
 
 /// The claims of a call's attestation for `audience`, over `arguments`.
-pub fn attestation_claims(facts: &CallFacts, audience: &str, arguments: &Value) -> Map<String, Value> {
+pub fn attestation_claims(
+    facts: &CallFacts,
+    audience: &str,
+    arguments: &Value,
+) -> Map<String, Value> {
     let approvals: Vec<Value> = facts
         .approvals
         .iter()

@@ -18,9 +18,9 @@ use super::standing::{NewStanding, StandingApproval, StandingOp, StandingStore, 
 use super::{
     Actor, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
     DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, FeedStore, InboxSession,
-    Inserted, LinkKey, LinkKeyStore, SigningKey, SigningKeyStore, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend,
-    Reconciled, Rerun, Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts,
-    StoreError, Timestamp,
+    Inserted, LinkKey, LinkKeyStore, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend,
+    Reconciled, Rerun, Resolution, Resolved, SessionStore, Settlement, SigningKey, SigningKeyStore,
+    Store, StoreCounts, StoreError, Timestamp,
 };
 
 /// What a backend brings to the Store traits: its writer's queue, its reads, and what it writes

@@ -158,10 +158,7 @@ impl DynTool for UpstreamTool {
         };
         // The call's attestation, for this upstream, over the arguments as sent: a call that
         // cannot carry one is not sent (nothing left, so it may be tried again).
-        let attestation = match ctx
-            .attestation(self.link.name(), &input)
-            .await
-        {
+        let attestation = match ctx.attestation(self.link.name(), &input).await {
             Ok(attestation) => attestation,
             Err(err) => {
                 tracing::warn!(tool = %self.name, error = %err, "a call to an upstream was not sent");

@@ -41,7 +41,11 @@ pub(crate) async fn a_periods_signing_key_is_made_once_and_retired(store: Arc<dy
     assert!(made.iter().all(|k| *k == first), "one key: {made:?}");
     let byte = first.private_der[0];
     assert_eq!(first.private_der, vec![byte; 48], "stored whole");
-    assert_eq!(first.public, vec![byte + 1; 32], "the public half of the same key");
+    assert_eq!(
+        first.public,
+        vec![byte + 1; 32],
+        "the public half of the same key"
+    );
     assert_eq!(first.alg, "EdDSA");
     // The next period has its own key; the old one is still published, listed after it.
     let next = store
@@ -61,7 +65,11 @@ pub(crate) async fn a_periods_signing_key_is_made_once_and_retired(store: Arc<dy
         "retired keys are never listed"
     );
     assert_eq!(live[1], first);
-    assert_eq!(store.prune_signing_keys(now).await.unwrap(), 1, "only the stale one");
+    assert_eq!(
+        store.prune_signing_keys(now).await.unwrap(),
+        1,
+        "only the stale one"
+    );
     assert_eq!(store.prune_signing_keys(now).await.unwrap(), 0);
     // Past its retirement, a key is no longer listed, and pruned.
     assert_eq!(store.signing_keys(later).await.unwrap().len(), 1);

@@ -29,12 +29,12 @@
 mod feed;
 mod leases;
 mod link_keys;
-mod signing_keys;
 mod migrations;
 mod quotas;
 mod reads;
 mod redact;
 mod sessions;
+mod signing_keys;
 mod webhooks;
 mod writer;
 
@@ -442,7 +442,8 @@ impl Backend for PostgresStore {
         &self,
         now: Timestamp,
     ) -> Result<Vec<crate::store::SigningKey>, StoreError> {
-        self.read(async |c| signing_keys::live(c, now.0).await).await
+        self.read(async |c| signing_keys::live(c, now.0).await)
+            .await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

@@ -14,11 +14,11 @@
 
 mod edits;
 mod link_keys;
-mod signing_keys;
 mod migrations;
 mod reads;
 mod recovery;
 mod sessions;
+mod signing_keys;
 mod standing;
 mod webhooks;
 mod writer;

@@ -40,9 +40,11 @@ pub(super) fn make(conn: &Connection, key: &SigningKey) -> Result<SigningKey, St
         ])
     })
     .map_err(backend)?;
-    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM signing_keys WHERE epoch = ?1"))
-        .and_then(|mut st| st.query_row([key.epoch], read))
-        .map_err(backend)
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM signing_keys WHERE epoch = ?1"
+    ))
+    .and_then(|mut st| st.query_row([key.epoch], read))
+    .map_err(backend)
 }
 
 /// The keys not retired by `now`, newest first.

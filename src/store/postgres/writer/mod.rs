@@ -416,9 +416,7 @@ async fn applied(
             WriteOp::SigningKey(key) => signing_keys::make(c, key)
                 .await
                 .map(|key| Reply::SigningKey(Box::new(key))),
-            WriteOp::PruneSigningKeys(now) => {
-                signing_keys::prune(c, *now).await.map(Reply::Pruned)
-            }
+            WriteOp::PruneSigningKeys(now) => signing_keys::prune(c, *now).await.map(Reply::Pruned),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.
