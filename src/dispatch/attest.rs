@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::contract::attest::{Approver, Attesting, CallFacts, Decision};
 use crate::signing::Signer;
-use crate::store::{CallRecord, StandingUse, Timestamp};
+use crate::store::{CallRecord, NewCall, StandingUse, Timestamp};
 
 use super::Dispatcher;
 use super::settings::ToolSettings;
@@ -43,15 +43,14 @@ impl Dispatcher {
     /// A new call's first run, which nobody had to approve.
     pub(super) fn attest_first(
         &self,
-        call_id: &str,
-        tool: &str,
-        caller: Option<&str>,
+        call: &NewCall,
         settings: &ToolSettings,
     ) -> Option<Attesting> {
+        let tool = call.tool.as_str();
         self.attesting(|| CallFacts {
-            call_id: call_id.to_owned(),
+            call_id: call.call_id.clone(),
             tool: tool.to_owned(),
-            caller: caller.map(str::to_owned),
+            caller: call.caller.clone(),
             approvals: Vec::new(),
             decision: Decision::NotRequired,
             policy: policy_of(tool, settings, false),
