@@ -26,6 +26,9 @@
 //!   share one database.
 //! - [`feed`]: what follows the store's change feed in this process: requests held until a
 //!   call changes, the event stream a principal may see, and the webhooks.
+//! - [`signing`]: toolgate's signing keys (from a PEM, or made and kept in the store, rotated),
+//!   a JWS over any claims, the key set at `/.well-known/jwks.json`, and the attestation a call
+//!   carries upstream.
 //! - [`dispatch`]: the call lifecycle, the only path by which a tool runs (validate the input,
 //!   record the intent, run, record the outcome; approvals re-enter the same path), and the
 //!   rules every door shares: who sees which call and which tools and approvals a principal
@@ -78,6 +81,7 @@ mod metrics;
 pub mod notify;
 pub mod rest;
 pub mod schema;
+pub mod signing;
 mod slots;
 pub mod store;
 pub mod telemetry;

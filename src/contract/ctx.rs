@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::attest::{AttestError, Attesting};
+
 /// What a handler knows about the attempt it is running.
 #[derive(Debug, Clone)]
 pub struct ToolCtx {
@@ -14,6 +16,7 @@ pub struct ToolCtx {
     attempt: u32,
     idempotency_key: Option<Arc<str>>,
     resume: Option<Arc<Value>>,
+    attesting: Option<Attesting>,
 }
 
 impl Default for ToolCtx {
@@ -31,6 +34,7 @@ impl ToolCtx {
             attempt: 1,
             idempotency_key: None,
             resume: None,
+            attesting: None,
         }
     }
 
@@ -50,6 +54,36 @@ impl ToolCtx {
     pub fn with_resume(mut self, resume: Value) -> Self {
         self.resume = Some(Arc::new(resume));
         self
+    }
+
+    /// Lets the attempt sign its call's attestation (the server sets it when it has signing
+    /// keys).
+    pub fn with_attesting(mut self, attesting: Option<Attesting>) -> Self {
+        self.attesting = attesting;
+        self
+    }
+
+    /// The call's attestation for `audience` (the service the tool calls next, which checks
+    /// it is the audience named), over `arguments` (what the tool sends it, hashed into
+    /// `args_sha256`): a compact JWS signed by toolgate's key, short-lived, naming the call,
+    /// the tool, the caller and who approved it (see `docs/attestations.md`). Signed when asked,
+    /// not before: a tool that never asks costs nothing. `Ok(None)` when the server signs
+    /// nothing (a context built by hand, in a tool's own tests).
+    pub async fn attestation(
+        &self,
+        audience: &str,
+        arguments: &Value,
+    ) -> Result<Option<String>, AttestError> {
+        match &self.attesting {
+            Some(attesting) => attesting.sign(audience, arguments).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// What the call's attestation says of it (all but its audience and arguments), when the
+    /// server signs attestations.
+    pub fn attested(&self) -> Option<&super::attest::CallFacts> {
+        self.attesting.as_ref().map(Attesting::facts)
     }
 
     /// The id of the call this attempt belongs to.

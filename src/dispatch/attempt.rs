@@ -53,7 +53,8 @@ impl Start {
 impl Dispatcher {
     /// Runs attempts, starting with attempt number `first`, until one succeeds, suspends, fails
     /// for good, or the retry policy says stop. Each attempt has the tool's timeout. With `keep`,
-    /// the input is handed back in [`Ran::input`].
+    /// the input is handed back in [`Ran::input`]. `attesting`: what each attempt's context
+    /// signs its call's attestation with, when the server signs.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn attempts(
         &self,
@@ -65,6 +66,7 @@ impl Dispatcher {
         first: u32,
         mut input: Value,
         keep: bool,
+        attesting: Option<crate::contract::attest::Attesting>,
     ) -> Ran {
         let tool = registered.tool.as_ref();
         let started = Instant::now();
@@ -87,7 +89,8 @@ impl Dispatcher {
             let made = attempt - first + 1;
             let mut ctx = ToolCtx::new(call_id)
                 .with_attempt(attempt)
-                .with_idempotency_key(key);
+                .with_idempotency_key(key)
+                .with_attesting(attesting.clone());
             if let Some(resume) = &resume {
                 ctx = ctx.with_resume(resume.clone());
             }

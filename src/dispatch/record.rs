@@ -166,6 +166,7 @@ impl Dispatcher {
         start: Start,
     ) -> Result<CallResult, DispatchError> {
         let edited = super::edit::edit_of(&call);
+        let attesting = self.attest_recorded(&call, &policy.settings);
         let ran = self
             .attempts(
                 registered,
@@ -176,6 +177,7 @@ impl Dispatcher {
                 call.attempts,
                 call.input,
                 false,
+                attesting,
             )
             .await;
         self.record(

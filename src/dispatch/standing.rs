@@ -322,6 +322,7 @@ impl NewRun<'_> {
                 1,
                 input,
                 false,
+                Dispatcher::attest_standing(self.attesting.clone(), &used),
             )
             .await;
         self.dispatcher

@@ -18,7 +18,8 @@ use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, EditedAnswer, SuspensionTicket};
 use super::{
-    approvals, calls, events, health, metrics, notifications, slack, standing, tools, webhooks,
+    approvals, calls, events, health, jwks, metrics, notifications, slack, standing, tools,
+    webhooks,
 };
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
@@ -48,6 +49,7 @@ use crate::store::{
         webhooks::list, webhooks::retry,
         notifications::list,
         health::healthz, health::readyz,
+        jwks::jwks,
         metrics::serve,
         slack::interactions,
         openapi_json,
@@ -72,6 +74,7 @@ use crate::store::{
         (name = "webhooks", description = "Deliveries of the change feed to webhooks (admin)."),
         (name = "integrations", description = "Platforms that decide approvals where people work (Slack's buttons), signed by the platform instead of a key."),
         (name = "notifications", description = "Messages of the notification channels, email and Slack (admin)."),
+        (name = "attestations", description = "The public keys that verify the attestations toolgate signs on every upstream call."),
         (name = "openapi", description = "This document."),
     )
 )]

@@ -103,6 +103,7 @@ mod queue;
 mod record;
 mod rows;
 mod sessions;
+mod signing_keys;
 mod sqlite;
 mod standing;
 mod suspensions;
@@ -121,6 +122,7 @@ pub use link_keys::{LinkKey, LinkKeyStore};
 pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDelivery};
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
+pub use signing_keys::{SigningKey, SigningKeyStore};
 pub use sqlite::SqliteStore;
 pub use standing::{
     NewStanding, STANDING_APPROVED, STANDING_GRANTED, StandingApproval, StandingStore, StandingUse,
@@ -152,6 +154,7 @@ pub trait Store:
     + SessionStore
     + StandingStore
     + LinkKeyStore
+    + SigningKeyStore
     + Send
     + Sync
     + 'static

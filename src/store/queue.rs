@@ -190,6 +190,10 @@ pub(crate) enum WriteOp {
     LinkKey(Box<super::LinkKey>),
     /// Drops the decision links' keys retired by this time (Unix ms).
     PruneLinkKeys(i64),
+    /// Stores an attestations' signing key for its period, unless the period has one.
+    SigningKey(Box<super::SigningKey>),
+    /// Drops the signing keys retired by this time (Unix ms).
+    PruneSigningKeys(i64),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -218,6 +222,8 @@ pub(crate) enum Reply {
     Standing(Box<super::standing::StandingReply>),
     /// The key of a period, as stored.
     LinkKey(Box<super::LinkKey>),
+    /// The signing key of a period, as stored.
+    SigningKey(Box<super::SigningKey>),
 }
 
 impl WriteOp {
@@ -241,6 +247,8 @@ impl WriteOp {
             WriteOp::Standing(_) => "standing",
             WriteOp::LinkKey(_) => "link_key",
             WriteOp::PruneLinkKeys(_) => "prune_link_keys",
+            WriteOp::SigningKey(_) => "signing_key",
+            WriteOp::PruneSigningKeys(_) => "prune_signing_keys",
             WriteOp::Ping => "ping",
         }
     }
@@ -270,6 +278,8 @@ impl WriteOp {
             | WriteOp::PruneSessions(_)
             | WriteOp::LinkKey(_)
             | WriteOp::PruneLinkKeys(_)
+            | WriteOp::SigningKey(_)
+            | WriteOp::PruneSigningKeys(_)
             | WriteOp::Ping => false,
         }
     }
@@ -378,6 +388,7 @@ answers! {
     delivery -> Option<Delivery> { Reply::Delivery(delivery) => delivery.map(|d| *d) }
     standing -> super::standing::StandingReply { Reply::Standing(reply) => *reply }
     link_key -> super::LinkKey { Reply::LinkKey(key) => *key }
+    signing_key -> super::SigningKey { Reply::SigningKey(key) => *key }
 }
 
 fn unexpected() -> StoreError {

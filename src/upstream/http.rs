@@ -1,7 +1,10 @@
 //! The HTTP client of an upstream reached over Streamable HTTP: reqwest, through rmcp's
 //! transport, and one thing more. A `tools/call`'s trace context, which the call's CLIENT span
 //! puts in its `_meta`, also goes in the request's `traceparent` and `tracestate` headers, for a
-//! server (or a proxy in front of it) that reads the context from HTTP.
+//! server (or a proxy in front of it) that reads the context from HTTP; and the call's
+//! attestation, which its `_meta` carries as `dev.toolgate/attestation`, also goes in the
+//! `Toolgate-Attestation` header, for a server (or a gateway in front of it) that checks it
+//! before it reads the body.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -52,8 +55,8 @@ impl Client {
     }
 }
 
-/// `headers` with the `traceparent` and `tracestate` of `message`'s `_meta`, if it is a
-/// `tools/call` that has them.
+/// `headers` with the `traceparent`, `tracestate` and attestation of `message`'s `_meta`, if it
+/// is a `tools/call` that has them.
 fn with_trace(
     message: &ClientJsonRpcMessage,
     mut headers: HashMap<HeaderName, HeaderValue>,
@@ -67,9 +70,13 @@ fn with_trace(
     let Some(meta) = &call.params.meta else {
         return headers;
     };
+    let attestation = (meta.0.0)
+        .get(super::tool::ATTESTATION_META)
+        .and_then(|value| value.as_str());
     let fields = [
         ("traceparent", meta.0.get_traceparent()),
         ("tracestate", meta.0.get_tracestate()),
+        ("toolgate-attestation", attestation),
     ];
     for (name, value) in fields {
         if let Some(value) = value.and_then(|value| HeaderValue::from_str(value).ok()) {

@@ -27,6 +27,10 @@ use crate::contract::meta::Effect;
 use crate::contract::outcome::ToolOutcome;
 use crate::telemetry::spans;
 
+/// Where a `tools/call` carries the call's attestation in its `_meta`; the HTTP client also
+/// sends it as the `Toolgate-Attestation` header.
+pub(crate) const ATTESTATION_META: &str = "dev.toolgate/attestation";
+
 /// When to try a tool whose server is down again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The most characters of an upstream's error text kept: it is recorded on the call, and shown
@@ -142,7 +146,7 @@ impl DynTool for UpstreamTool {
 
     async fn call_json(
         &self,
-        _ctx: &ToolCtx,
+        ctx: &ToolCtx,
         input: Value,
     ) -> Result<ToolOutcome<Value>, ToolError> {
         let Some((session, peer)) = self
@@ -151,6 +155,18 @@ impl DynTool for UpstreamTool {
             .filter(|(_, peer)| !peer.is_transport_closed())
         else {
             return Err(self.unavailable(self.down().message, false));
+        };
+        // The call's attestation, for this upstream, over the arguments as sent: a call that
+        // cannot carry one is not sent (nothing left, so it may be tried again).
+        let attestation = match ctx.attestation(self.link.name(), &input).await {
+            Ok(attestation) => attestation,
+            Err(err) => {
+                tracing::warn!(tool = %self.name, error = %err, "a call to an upstream was not sent");
+                return Err(self.unavailable(
+                    "toolgate could not sign the call's attestation now.".into(),
+                    false,
+                ));
+            }
         };
         let Value::Object(arguments) = input else {
             // The input schema's root is an object: the check before this lets nothing else in.
@@ -165,7 +181,12 @@ impl DynTool for UpstreamTool {
         let mut params =
             CallToolRequestParams::new(self.remote.to_string()).with_arguments(arguments);
         let span = spans::upstream_call(&self.remote, self.link.name());
-        if let Some(meta) = spans::meta_of(&span) {
+        let mut meta = spans::meta_of(&span);
+        if let Some(attestation) = attestation {
+            meta.get_or_insert_default()
+                .insert(ATTESTATION_META.into(), Value::String(attestation));
+        }
+        if let Some(meta) = meta {
             params.meta = Some(RequestMetaObject(MetaObject(meta)));
         }
         let failed = |message: String| ToolError::Handler {

@@ -22,6 +22,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0012_standing_approvals.sql"),
     include_str!("../migrations/postgres/0013_notifications.sql"),
     include_str!("../migrations/postgres/0014_link_keys.sql"),
+    // 0015 is branch `pins`' (tool_pins): until it is merged, this file is version 15.
+    include_str!("../migrations/postgres/0016_signing_keys.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

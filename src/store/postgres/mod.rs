@@ -34,6 +34,7 @@ mod quotas;
 mod reads;
 mod redact;
 mod sessions;
+mod signing_keys;
 mod webhooks;
 mod writer;
 
@@ -435,6 +436,14 @@ impl Backend for PostgresStore {
         now: Timestamp,
     ) -> Result<Vec<crate::store::LinkKey>, StoreError> {
         self.read(async |c| link_keys::live(c, now.0).await).await
+    }
+
+    async fn read_signing_keys(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<crate::store::SigningKey>, StoreError> {
+        self.read(async |c| signing_keys::live(c, now.0).await)
+            .await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

@@ -26,6 +26,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0013_standing_approvals.sql"),
     include_str!("../migrations/sqlite/0014_notifications.sql"),
     include_str!("../migrations/sqlite/0015_link_keys.sql"),
+    // 0016 is branch `pins`' (tool_pins): until it is merged, this file is version 16.
+    include_str!("../migrations/sqlite/0017_signing_keys.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive
