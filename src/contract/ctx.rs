@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::base::CallerToken;
+
 /// What a handler knows about the attempt it is running.
 #[derive(Debug, Clone)]
 pub struct ToolCtx {
@@ -14,6 +16,9 @@ pub struct ToolCtx {
     attempt: u32,
     idempotency_key: Option<Arc<str>>,
     resume: Option<Arc<Value>>,
+    /// The caller's access token, for an upstream that acts as the caller: the crate's alone
+    /// (a tool author's handler never reads it; its `Debug` is redacted).
+    caller: Option<CallerToken>,
 }
 
 impl Default for ToolCtx {
@@ -31,6 +36,7 @@ impl ToolCtx {
             attempt: 1,
             idempotency_key: None,
             resume: None,
+            caller: None,
         }
     }
 
@@ -71,5 +77,18 @@ impl ToolCtx {
     /// follows an approval; `None` on a first attempt.
     pub fn resume(&self) -> Option<&Value> {
         self.resume.as_deref()
+    }
+
+    /// Sets the caller's access token (kept by the lifecycle for an upstream that acts as the
+    /// caller).
+    pub(crate) fn with_caller(mut self, caller: Option<CallerToken>) -> Self {
+        self.caller = caller;
+        self
+    }
+
+    /// The caller's access token, when the caller was admitted with one and this attempt runs
+    /// on its request (not on an approver's).
+    pub(crate) fn caller(&self) -> Option<&CallerToken> {
+        self.caller.as_ref()
     }
 }

@@ -322,6 +322,7 @@ impl NewRun<'_> {
                 1,
                 input,
                 false,
+                self.caller,
             )
             .await;
         self.dispatcher

@@ -47,13 +47,7 @@ use crate::dispatch::who::Principal;
 /// The HTTP client every request to a provider goes through: bounded in time, and following
 /// no redirect (one could lead off https; the configured or discovered URL is the one).
 fn provider_client(timeout: std::time::Duration) -> Result<reqwest::Client, IssuerError> {
-    crate::base::install_crypto();
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|err| IssuerError(format!("cannot build an HTTP client: {err}")))
+    crate::base::bounded_client(timeout).map_err(IssuerError)
 }
 
 /// A form `body` POSTed to a provider's endpoint as its client `client_id`: HTTP Basic, the id

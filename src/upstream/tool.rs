@@ -19,6 +19,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::config::{KeyTemplate, SEPARATOR, UpstreamPolicy};
+use super::http::PASS_FIELD;
 use super::link::Link;
 use crate::contract::ctx::ToolCtx;
 use crate::contract::erased::DynTool;
@@ -140,9 +141,16 @@ impl DynTool for UpstreamTool {
         }
     }
 
+    async fn before_approval(&self, ctx: &ToolCtx) -> Result<(), ToolError> {
+        match &self.link.exchange {
+            Some(exchange) => exchange.hold(&self.name, ctx).await,
+            None => Ok(()),
+        }
+    }
+
     async fn call_json(
         &self,
-        _ctx: &ToolCtx,
+        ctx: &ToolCtx,
         input: Value,
     ) -> Result<ToolOutcome<Value>, ToolError> {
         let Some((session, peer)) = self
@@ -151,6 +159,15 @@ impl DynTool for UpstreamTool {
             .filter(|(_, peer)| !peer.is_transport_closed())
         else {
             return Err(self.unavailable(self.down().message, false));
+        };
+        // An upstream that acts as each caller: this call's bearer, held by a pass while the
+        // call runs (dropped with it).
+        let pass = match &self.link.exchange {
+            Some(exchange) => {
+                let bearer = exchange.bearer(&self.name, ctx).await?;
+                Some(self.link.passes.issue(bearer))
+            }
+            None => None,
         };
         let Value::Object(arguments) = input else {
             // The input schema's root is an object: the check before this lets nothing else in.
@@ -167,6 +184,10 @@ impl DynTool for UpstreamTool {
         let span = spans::upstream_call(&self.remote, self.link.name());
         if let Some(meta) = spans::meta_of(&span) {
             params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        }
+        if let Some(pass) = &pass {
+            let meta = params.meta.get_or_insert_with(Default::default);
+            meta.0.0.insert(PASS_FIELD.into(), pass.nonce().into());
         }
         let failed = |message: String| ToolError::Handler {
             tool: self.name.clone(),
