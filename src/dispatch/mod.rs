@@ -44,6 +44,7 @@ pub mod config;
 mod edit;
 mod escalate;
 mod events;
+mod keys;
 pub mod live;
 mod outcome;
 pub mod quota;
@@ -57,11 +58,11 @@ mod visible;
 pub mod wait;
 pub mod who;
 
-pub use admit::{check_idempotency_key, client_key_scope};
 pub use condition::Expression;
 pub use edit::ApproveExtras;
 pub(crate) use escalate::escalated;
 pub use events::{EventFilter, Resume};
+pub use keys::{check_idempotency_key, client_key_scope};
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
 pub use resolve::{
     ApprovalProgress, ApprovalRule, Approved, MAX_REASON_CHARS, ReasonRefused, Withheld, one_click,

@@ -25,8 +25,10 @@
 //! asked about at the introspection endpoint of each issuer that has one (`introspect`),
 //! whose answer is held to the same `iss`, `aud`, `exp`, `nbf` and grants.
 //!
-//! A token is never logged, and never passed on (upstream MCP servers keep their own
-//! credentials); of its claims only the principal's name appears anywhere.
+//! A token is never logged, and never passed on as it is: the principal keeps it as a secret
+//! (`crate::base::CallerToken`) only for an upstream that acts as its caller
+//! (`[upstreams.auth]`), which exchanges it at its issuer for a token of its own; of its claims
+//! only the principal's name appears anywhere.
 
 mod config;
 pub mod grants;
