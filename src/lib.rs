@@ -34,7 +34,8 @@
 //!   rules every door shares: who sees which call and which tools and approvals a principal
 //!   reaches, the bounds on what a client sends, what a person may write, how a request waits
 //!   for a change.
-//! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`.
+//! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`; an HTTP
+//!   one may act as each caller, with the caller's token exchanged at its issuer.
 //! - [`identity`]: identity providers' tokens as principals: verification, grants, the
 //!   resource's metadata (RFC 9728), a person's sign-in to the inbox.
 //!

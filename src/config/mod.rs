@@ -342,9 +342,19 @@ impl Config {
             .iter()
             .enumerate()
             .map(|(i, upstream)| {
-                upstream
+                let mut resolved = upstream
                     .resolve(|name| std::env::var(name).ok())
-                    .map_err(checks::in_upstream(i))
+                    .map_err(checks::in_upstream(i))?;
+                // The exchange's issuer, by name: its URL finds its token endpoint.
+                if let Some(auth) = &mut resolved.auth {
+                    auth.issuer_url = self
+                        .auth
+                        .issuers
+                        .iter()
+                        .find(|issuer| issuer.name == auth.issuer)
+                        .map(|issuer| issuer.issuer.clone());
+                }
+                Ok(resolved)
             })
             .collect()
     }

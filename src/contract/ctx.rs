@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::attest::{AttestError, Attesting};
+use crate::base::CallerToken;
 
 /// What a handler knows about the attempt it is running.
 #[derive(Debug, Clone)]
@@ -17,6 +18,9 @@ pub struct ToolCtx {
     idempotency_key: Option<Arc<str>>,
     resume: Option<Arc<Value>>,
     attesting: Option<Attesting>,
+    /// The caller's access token, for an upstream that acts as the caller: the crate's alone
+    /// (a tool author's handler never reads it; its `Debug` is redacted).
+    caller: Option<CallerToken>,
 }
 
 impl Default for ToolCtx {
@@ -35,6 +39,7 @@ impl ToolCtx {
             idempotency_key: None,
             resume: None,
             attesting: None,
+            caller: None,
         }
     }
 
@@ -105,5 +110,18 @@ impl ToolCtx {
     /// follows an approval; `None` on a first attempt.
     pub fn resume(&self) -> Option<&Value> {
         self.resume.as_deref()
+    }
+
+    /// Sets the caller's access token (kept by the lifecycle for an upstream that acts as the
+    /// caller).
+    pub(crate) fn with_caller(mut self, caller: Option<CallerToken>) -> Self {
+        self.caller = caller;
+        self
+    }
+
+    /// The caller's access token, when the caller was admitted with one and this attempt runs
+    /// on its request (not on an approver's).
+    pub(crate) fn caller(&self) -> Option<&CallerToken> {
+        self.caller.as_ref()
     }
 }

@@ -20,6 +20,7 @@ use super::live::{Entry, ToolPolicy};
 use super::record::Ran;
 use super::who::Principal;
 use super::{CallOptions, CallOutcome, CallResult, DispatchError, Dispatcher, detached};
+use crate::base::CallerToken;
 use crate::contract::meta::Effect;
 use crate::contract::outcome::Suspension;
 use crate::contract::registry::Registered;
@@ -168,7 +169,8 @@ impl Dispatcher {
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.
         if key.is_none() && effect == Effect::Read {
-            let run = self.run_call(&entry, plan, asked, input, principal.name, key);
+            let caller = (principal.name, principal.token);
+            let run = self.run_call(&entry, plan, asked, input, caller, key);
             let result = if spans::recording() {
                 under_call_span(tool, effect, run).await
             } else {
@@ -184,7 +186,8 @@ impl Dispatcher {
         let shared_key = declared_key;
         let this = self.clone();
         let result = detached(&self.running, async move {
-            let run = this.run_call(&entry, plan, asked, input, principal.name, key);
+            let caller = (principal.name, principal.token);
+            let run = this.run_call(&entry, plan, asked, input, caller, key);
             let result = if spans::recording() {
                 under_call_span(entry.registered.tool.name(), effect, run).await
             } else {
@@ -249,14 +252,15 @@ impl Dispatcher {
 
     /// The first run of a new call, whose input [`Dispatcher::call`] admitted, under the
     /// idempotency `key` it derived, recorded as `plan` says; `asked` is its approval policy's
-    /// question, when the policy asks one.
+    /// question, when the policy asks one; `caller` is who calls: its name (recorded) and its token
+    /// (kept for a tool that acts as the caller).
     async fn run_call(
         &self,
         entry: &Entry,
         plan: Plan,
         asked: Option<Box<Suspension>>,
         input: Value,
-        caller: Option<String>,
+        (caller, token): (Option<String>, Option<CallerToken>),
         key: Option<String>,
     ) -> Result<CallResult, DispatchError> {
         let registered = entry.registered.as_ref();
@@ -299,6 +303,7 @@ impl Dispatcher {
             call_id: &call_id,
             asked: asked.as_deref(),
             attesting: self.attest_first(&call, &policy.settings),
+            caller: token.as_ref(),
         };
         let ran = match plan {
             // Only a policy that offers standing approvals looks for one (see `standing`),
@@ -334,6 +339,7 @@ impl Dispatcher {
         registered: &Registered,
         policy: &ToolPolicy,
         asked: Option<&Suspension>,
+        caller: Option<&CallerToken>,
     ) -> Result<CallResult, DispatchError> {
         tracing::Span::current().record("call_id", existing.call_id.as_str());
         // The key's request is the one its caller made: an approver's edit (see `edit`) does
@@ -371,7 +377,7 @@ impl Dispatcher {
                 // An interrupted re-dispatch of an approval resumes with the approver's input:
                 // the person is not asked twice.
                 let start = Start::of(rerun.resume_input, asked.cloned().map(Box::new));
-                self.run_recorded(registered, policy, rerun.call, start)
+                self.run_recorded(registered, policy, rerun.call, start, caller)
                     .await
             }
             _ => match CallOutcome::from_record(&existing) {
@@ -399,6 +405,8 @@ pub(super) struct NewRun<'a> {
     /// What the approval policy asks of this call, if anything.
     asked: Option<&'a Suspension>,
     pub(super) attesting: Option<crate::contract::attest::Attesting>,
+    /// The caller's access token, for a tool that acts as the caller.
+    pub(super) caller: Option<&'a CallerToken>,
 }
 
 impl NewRun<'_> {
@@ -498,7 +506,18 @@ impl NewRun<'_> {
         let start = Start::of(None, self.asked.cloned().map(Box::new));
         let (id, at) = (self.call_id, self.attesting.clone());
         self.dispatcher
-            .attempts(registered, policy, id, key, start, 1, input, keep, at)
+            .attempts(
+                registered,
+                policy,
+                id,
+                key,
+                start,
+                1,
+                input,
+                keep,
+                at,
+                self.caller,
+            )
             .await
     }
 
@@ -510,7 +529,7 @@ impl NewRun<'_> {
     ) -> Result<Recorded, DispatchError> {
         let (registered, policy) = (self.registered, self.policy);
         self.dispatcher
-            .repeat(existing, input, registered, policy, self.asked)
+            .repeat(existing, input, registered, policy, self.asked, self.caller)
             .await
             .map(Recorded::Repeated)
     }

@@ -121,10 +121,17 @@ pub enum FailureKind {
     ReconciledAsFailed,
     /// The tool's backend (an upstream MCP server) could not be reached.
     Unavailable,
+    /// The tool acts as its caller upstream, and the caller has no token to act with.
+    CredentialsMissing,
+    /// The tool acts as its caller upstream, and the issuer refused to exchange its token.
+    ExchangeRefused,
+    /// The tool acts as its caller upstream, and the caller's credentials expired before it
+    /// ran (an approval later than they last).
+    CredentialsExpired,
 }
 
 impl FailureKind {
-    const ALL: [FailureKind; 11] = [
+    const ALL: [FailureKind; 14] = [
         FailureKind::ToolFailed,
         FailureKind::InputRejected,
         FailureKind::OutputUnserializable,
@@ -136,6 +143,9 @@ impl FailureKind {
         FailureKind::Expired,
         FailureKind::ReconciledAsFailed,
         FailureKind::Unavailable,
+        FailureKind::CredentialsMissing,
+        FailureKind::ExchangeRefused,
+        FailureKind::CredentialsExpired,
     ];
 
     /// The stable code recorded and answered.
@@ -152,6 +162,9 @@ impl FailureKind {
             FailureKind::Expired => "suspension_expired",
             FailureKind::ReconciledAsFailed => "reconciled_as_failed",
             FailureKind::Unavailable => "upstream_unavailable",
+            FailureKind::CredentialsMissing => "upstream_credentials_missing",
+            FailureKind::ExchangeRefused => "upstream_exchange_refused",
+            FailureKind::CredentialsExpired => "upstream_credentials_expired",
         }
     }
 

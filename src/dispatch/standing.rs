@@ -323,6 +323,7 @@ impl NewRun<'_> {
                 input,
                 false,
                 Dispatcher::attest_standing(self.attesting.clone(), &used),
+                self.caller,
             )
             .await;
         self.dispatcher

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use super::auth::{AuthMode, ClientAuth, ExchangeSettings, UpstreamAuthConfig};
 pub use crate::base::Invalid;
 use crate::base::{expand, invalid};
 use crate::contract::meta::Effect;
@@ -55,6 +56,9 @@ pub struct UpstreamConfig {
     /// Per upstream tool (by its upstream name): its policy.
     #[serde(default)]
     pub policies: BTreeMap<String, UpstreamPolicy>,
+    /// Streamable HTTP: each call acts as its caller upstream (`[upstreams.auth]`).
+    #[serde(default)]
+    pub auth: Option<UpstreamAuthConfig>,
 }
 
 fn every_tool() -> Vec<String> {
@@ -73,6 +77,7 @@ impl fmt::Debug for UpstreamConfig {
             .field("tools", &self.tools)
             .field("refresh_s", &self.refresh_s)
             .field("policies", &self.policies)
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -164,6 +169,8 @@ pub struct Upstream {
     pub refresh: Option<Duration>,
     /// Policies by upstream tool name.
     pub policies: BTreeMap<String, UpstreamPolicy>,
+    /// Each call acts as its caller: the exchange's settings.
+    pub auth: Option<ExchangeSettings>,
 }
 
 impl UpstreamConfig {
@@ -244,6 +251,9 @@ impl UpstreamConfig {
             if value.contains(['\r', '\n']) {
                 return Err(invalid(format!("headers.{key}"), "must be one line"));
             }
+        }
+        if let Some(auth) = &self.auth {
+            auth.check(self.url.is_some())?;
         }
         if self.tools.is_empty() {
             return Err(invalid(
@@ -332,6 +342,11 @@ impl UpstreamConfig {
             tools: self.tools.clone(),
             refresh: self.refresh_s.map(Duration::from_secs),
             policies: self.policies.clone(),
+            auth: self
+                .auth
+                .as_ref()
+                .map(|auth| auth.resolve(&env))
+                .transpose()?,
         })
     }
 }

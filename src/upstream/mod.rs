@@ -13,7 +13,9 @@
 //! it does). Then each has a supervisor task that keeps it connected, re-reads its tool list when
 //! it changes, and swaps the tools into the dispatcher's live set.
 
+mod auth;
 pub mod config;
+mod exchange;
 mod http;
 mod link;
 mod tool;
@@ -99,7 +101,11 @@ impl Upstreams {
         natives: &ToolSet,
     ) -> Result<Upstreams, UpstreamError> {
         let connecting = upstreams.into_iter().map(|config| async move {
-            let link = Link::new(config);
+            let name = config.name.clone();
+            let link = Link::new(config).map_err(|message| UpstreamError::Start {
+                upstream: name,
+                message,
+            })?;
             let reached = async {
                 let session = link.connect().await?;
                 let listed = Link::list(session.peer()).await?;

@@ -19,6 +19,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::config::{KeyTemplate, SEPARATOR, UpstreamPolicy};
+use super::http::PASS_FIELD;
 use super::link::Link;
 use crate::contract::ctx::ToolCtx;
 use crate::contract::erased::DynTool;
@@ -144,6 +145,13 @@ impl DynTool for UpstreamTool {
         }
     }
 
+    async fn before_approval(&self, ctx: &ToolCtx) -> Result<(), ToolError> {
+        match &self.link.exchange {
+            Some(exchange) => exchange.hold(&self.name, ctx).await,
+            None => Ok(()),
+        }
+    }
+
     async fn call_json(
         &self,
         ctx: &ToolCtx,
@@ -168,6 +176,15 @@ impl DynTool for UpstreamTool {
                 ));
             }
         };
+        // An upstream that acts as each caller: this call's bearer, held by a pass while the
+        // call runs (dropped with it).
+        let pass = match &self.link.exchange {
+            Some(exchange) => {
+                let bearer = exchange.bearer(&self.name, ctx).await?;
+                Some(self.link.passes.issue(bearer))
+            }
+            None => None,
+        };
         let Value::Object(arguments) = input else {
             // The input schema's root is an object: the check before this lets nothing else in.
             return Err(ToolError::InvalidInput {
@@ -188,6 +205,10 @@ impl DynTool for UpstreamTool {
         }
         if let Some(meta) = meta {
             params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        }
+        if let Some(pass) = &pass {
+            let meta = params.meta.get_or_insert_with(Default::default);
+            meta.0.0.insert(PASS_FIELD.into(), pass.nonce().into());
         }
         let failed = |message: String| ToolError::Handler {
             tool: self.name.clone(),
