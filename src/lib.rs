@@ -26,13 +26,17 @@
 //!   share one database.
 //! - [`feed`]: what follows the store's change feed in this process: requests held until a
 //!   call changes, the event stream a principal may see, and the webhooks.
+//! - [`signing`]: toolgate's signing keys (from a PEM, or made and kept in the store, rotated),
+//!   a JWS over any claims, the key set at `/.well-known/jwks.json`, and the attestation a call
+//!   carries upstream.
 //! - [`dispatch`]: the call lifecycle, the only path by which a tool runs (validate the input,
 //!   record the intent, run, record the outcome; approvals re-enter the same path), and the
 //!   rules every door shares: who sees which call and which tools and approvals a principal
 //!   reaches, the bounds on what a client sends, what a person may write, how a request waits
 //!   for a change.
 //! - [`upstream`]: MCP servers behind toolgate, each tool of theirs one more `DynTool`, its
-//!   definition pinned (a changed one held for an admin).
+//!   definition pinned (a changed one held for an admin); an HTTP one may act as each caller,
+//!   with the caller's token exchanged at its issuer.
 //! - [`identity`]: identity providers' tokens as principals: verification, grants, the
 //!   resource's metadata (RFC 9728), a person's sign-in to the inbox.
 //!
@@ -79,6 +83,7 @@ mod metrics;
 pub mod notify;
 pub mod rest;
 pub mod schema;
+pub mod signing;
 mod slots;
 pub mod store;
 pub mod telemetry;

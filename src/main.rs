@@ -170,6 +170,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .mcp(config.mcp.options(config.bind.ip()))
         .inbox(inbox)
         .upstreams(upstreams)
+        .signing(config.signing()?)
         .feed_retention(std::time::Duration::from_secs(config.feed.retention_s))
         .start()
         .await

@@ -62,6 +62,7 @@ pub struct ServerBuilder {
     inbox: crate::inbox::InboxOptions,
     people: crate::notify::People,
     upstreams: crate::upstream::Upstreams,
+    signing: crate::signing::Signing,
     slack: crate::rest::SlackInteractions,
     feed_retention: Duration,
     upkeep_interval: Duration,
@@ -95,6 +96,7 @@ impl ServerBuilder {
             inbox: crate::inbox::InboxOptions::default(),
             people: crate::notify::People::none(),
             upstreams: crate::upstream::Upstreams::none(),
+            signing: crate::signing::Signing::default(),
             slack: crate::rest::SlackInteractions::none(),
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
@@ -194,6 +196,13 @@ impl ServerBuilder {
         self
     }
 
+    /// How toolgate signs the attestations of upstream calls ([`crate::signing::Signing`]):
+    /// by default with keys it makes and keeps in the store.
+    pub fn signing(mut self, signing: crate::signing::Signing) -> Self {
+        self.signing = signing;
+        self
+    }
+
     /// Upstream MCP servers whose tools are served too ([`crate::upstream::Upstreams::connect`]);
     /// their supervisors start when the router is built, which must then happen inside a tokio
     /// runtime.
@@ -243,8 +252,19 @@ impl ServerBuilder {
     /// checks ([`ServerBuilder::start`] makes them first).
     pub fn serve(self) -> Serving {
         let grace = drain_grace(&self.dispatch);
-        let dispatcher = Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch)
-            .with_max_json_depth(self.max_json_depth);
+        let public_url = match (&self.inbox.public_url, self.listen) {
+            (url, _) if !url.is_empty() => url.clone(),
+            (_, Some(addr)) => format!("http://{addr}"),
+            (_, None) => "http://127.0.0.1:8080".to_owned(),
+        };
+        // Attestations are signed as the public URL: their `iss`.
+        let signer = self.signing.signer(self.store.clone(), &public_url);
+        let mut dispatcher =
+            Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch)
+                .with_max_json_depth(self.max_json_depth);
+        if let Some(signer) = signer {
+            dispatcher = dispatcher.with_signer(Arc::new(signer));
+        }
         let running = dispatcher.running().clone();
         let store = dispatcher.store().clone();
 
@@ -252,11 +272,6 @@ impl ServerBuilder {
         let pins = self.upstreams.book();
         self.upstreams.start(&dispatcher);
         // Decision links, in messages and on the inbox's link pages, under the public URL.
-        let public_url = match (&self.inbox.public_url, self.listen) {
-            (url, _) if !url.is_empty() => url.clone(),
-            (_, Some(addr)) => format!("http://{addr}"),
-            (_, None) => "http://127.0.0.1:8080".to_owned(),
-        };
         let plain = self.inbox.links == crate::inbox::config::LinkMode::SignIn;
         let links = crate::notify::Links::new(store.clone(), &public_url, self.inbox.link_ttl);
         let links = Arc::new(links.sign_in_only(plain));

@@ -2,18 +2,26 @@
 //!
 //! What lives here has no home in one subsystem because several need it, and putting it in any
 //! one of them would make the others import that wing for a helper (and so run an arrow upwards,
-//! or round in a circle): the process-wide TLS provider, a token's hash, `${NAME}` in a
+//! or round in a circle): the process-wide TLS provider and a provider's bounded HTTP client, a
+//! token's hash, `${NAME}` in a
 //! configured value, the error a config section reports a wrong key with, and a JSON Schema's
-//! local `$ref` found in its document (the contract and the provider formats both read them).
+//! local `$ref` found in its document (the contract and the provider formats both read them), and
+//! a caller's access token kept as a secret ([`CallerToken`]: the gate admits it, the lifecycle
+//! carries it, an upstream that acts as the caller exchanges it).
 //!
 //! Public are what an embedding app or a tool author meets ([`install_crypto`],
 //! [`token_sha256`], [`Invalid`]); the rest serves the crate only.
 
+mod caller_token;
 mod crypto;
 mod env;
 pub mod invalid;
 pub(crate) mod json_ref;
+mod secure_url;
 
+pub use caller_token::CallerToken;
+pub(crate) use crypto::bounded_client;
 pub use crypto::{install_crypto, token_sha256};
 pub(crate) use env::expand;
 pub use invalid::{Invalid, invalid};
+pub(crate) use secure_url::secure_url;

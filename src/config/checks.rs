@@ -155,6 +155,22 @@ impl Config {
         let mut names = std::collections::BTreeSet::new();
         for (i, upstream) in self.upstreams.iter().enumerate() {
             upstream.check().map_err(in_upstream(i))?;
+            if let Some(auth) = &upstream.auth
+                && !self
+                    .auth
+                    .issuers
+                    .iter()
+                    .any(|issuer| issuer.name == auth.issuer)
+            {
+                return Err(ConfigError::Invalid {
+                    key: format!("upstreams[{i}].auth.issuer"),
+                    message: format!(
+                        "`{}` is not the name of an [[auth.issuers]] entry: the callers' tokens \
+                         it exchanges come from one",
+                        auth.issuer
+                    ),
+                });
+            }
             if !names.insert(upstream.name.as_str()) {
                 return Err(ConfigError::Invalid {
                     key: format!("upstreams[{i}].name"),

@@ -11,8 +11,8 @@
 //! beside its code, with the translation into its runtime options, and they are re-exported
 //! here: `[tool_defaults]`, `[tools]` and `[retry]` in `dispatch/config.rs`, `[store]` in
 //! `store/config.rs`, `[[webhooks]]` and `[webhook_delivery]` in `feed/webhooks/config.rs`,
-//! `[mcp]`, `[inbox]`, `[examples]`, `[telemetry]` and `[[upstreams]]` in their modules'
-//! `config.rs`. The
+//! `[mcp]`, `[inbox]`, `[examples]`, `[telemetry]`, `[signing]` and `[[upstreams]]` in their
+//! modules' `config.rs`. The
 //! sections of the HTTP server as a whole (`[auth]`, `[feed]`) are in `server.rs` here; the
 //! checks across sections, run once the file is read, in `checks.rs`; opening the store it
 //! names and wording a refused start in its keys, in `start.rs`.
@@ -43,6 +43,7 @@ pub use crate::inbox::config::InboxConfig;
 pub use crate::mcp::config::McpConfig;
 use crate::notify::PersonConfig;
 pub use crate::notify::config::NotifyConfig;
+pub use crate::signing::SigningConfig;
 pub use crate::store::config::StoreConfig;
 pub use crate::telemetry::config::{LogFormat, TelemetryConfig};
 pub use server::{AuthConfig, FeedConfig, KeyConfig};
@@ -60,6 +61,7 @@ const STRING_KEYS: &[&str] = &[
     "webhook_delivery.proxy",
     "telemetry.otlp_endpoint",
     "telemetry.service_name",
+    "signing.key_file",
 ];
 
 /// Everything the binary is configured with.
@@ -116,6 +118,8 @@ pub struct Config {
     pub people: Vec<PersonConfig>,
     /// `[[notify]]`: the channels (email, Slack) that ask approvers where they work.
     pub notify: Vec<NotifyConfig>,
+    /// `[signing]`: the key that signs the attestations of upstream calls.
+    pub signing: SigningConfig,
 }
 
 impl Default for Config {
@@ -148,6 +152,7 @@ impl Default for Config {
             notify: Vec::new(),
             upstreams: Vec::new(),
             telemetry: TelemetryConfig::default(),
+            signing: SigningConfig::default(),
         }
     }
 }
@@ -337,9 +342,19 @@ impl Config {
             .iter()
             .enumerate()
             .map(|(i, upstream)| {
-                upstream
+                let mut resolved = upstream
                     .resolve(|name| std::env::var(name).ok())
-                    .map_err(checks::in_upstream(i))
+                    .map_err(checks::in_upstream(i))?;
+                // The exchange's issuer, by name: its URL finds its token endpoint.
+                if let Some(auth) = &mut resolved.auth {
+                    auth.issuer_url = self
+                        .auth
+                        .issuers
+                        .iter()
+                        .find(|issuer| issuer.name == auth.issuer)
+                        .map(|issuer| issuer.issuer.clone());
+                }
+                Ok(resolved)
             })
             .collect()
     }
@@ -404,6 +419,17 @@ impl Config {
         required.sort();
         required.dedup();
         self.auth.issuers(&required)
+    }
+
+    /// How attestations are signed: `[signing]`, its key file read and checked now. An error
+    /// names the key.
+    pub fn signing(&self) -> Result<crate::signing::Signing, ConfigError> {
+        crate::signing::Signing::from_config(&self.signing).map_err(|message| {
+            ConfigError::Invalid {
+                key: "signing.key_file".into(),
+                message,
+            }
+        })
     }
 
     /// The webhooks, checked: each URL, each secret (from the file or the environment), each

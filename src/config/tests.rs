@@ -331,3 +331,30 @@ fn an_issuer_needs_the_resource_url_and_leaves_key_names_alone() {
         .to_string();
     assert!(err.contains("resource_url"), "{err}");
 }
+
+#[test]
+fn an_upstream_acting_as_its_caller_names_a_configured_issuer_and_is_http() {
+    let auth = "[upstreams.auth]\nmode = \"token_exchange\"\nissuer = \"corp\"\n\
+                audience = \"https://files.test\"\nclient_id = \"toolgate\"\n\
+                client_secret_env = \"S\"\n";
+    let issuer = "[auth]\nresource_url = \"https://tools.test/mcp\"\n[[auth.issuers]]\n\
+                  name = \"corp\"\nissuer = \"https://id.test\"\naudiences = [\"https://tools.test/mcp\"]\n\
+                  [[auth.issuers.grants]]\nwhen = { scope = \"tools:call\" }\nrole = \"caller\"\n";
+    let http = format!(
+        "{issuer}[[upstreams]]\nname = \"files\"\nurl = \"http://127.0.0.1:9/mcp\"\n{auth}"
+    );
+    let config = Config::from_toml(&http).unwrap();
+    assert_eq!(config.upstreams[0].auth.as_ref().unwrap().issuer, "corp");
+
+    let stdio = format!("{issuer}[[upstreams]]\nname = \"files\"\ncommand = [\"x\"]\n{auth}");
+    let err = Config::from_toml(&stdio).unwrap_err();
+    assert!(err.to_string().contains("upstreams[0].auth.mode"), "{err}");
+
+    let stranger =
+        format!("[[upstreams]]\nname = \"files\"\nurl = \"http://127.0.0.1:9/mcp\"\n{auth}");
+    let err = Config::from_toml(&stranger).unwrap_err();
+    assert!(
+        err.to_string().contains("upstreams[0].auth.issuer"),
+        "{err}"
+    );
+}

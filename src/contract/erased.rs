@@ -61,6 +61,14 @@ pub trait DynTool: Send + Sync {
     async fn call_json(&self, ctx: &ToolCtx, input: Value)
     -> Result<ToolOutcome<Value>, ToolError>;
 
+    /// Called when a call waits for a person's approval before its first attempt (its approval
+    /// policy asked): a tool that needs something of the caller's that may not last until the
+    /// approval (an upstream's credentials, exchanged for the caller's token) takes it now. An
+    /// error ends the call at once, nobody asked. Nothing, by default.
+    async fn before_approval(&self, _ctx: &ToolCtx) -> Result<(), ToolError> {
+        Ok(())
+    }
+
     /// A plain description of the tool, as served at `GET /tools`.
     fn descriptor(&self) -> ToolDescriptor {
         ToolDescriptor {

@@ -121,6 +121,17 @@ pub enum ToolError {
         /// it provably never left, so nothing ran).
         may_have_run: bool,
     },
+    /// The tool acts as its caller at its backend (an upstream with `[upstreams.auth]`) and
+    /// cannot for this call: nothing was sent.
+    #[error("tool `{tool}` cannot act as its caller: {message}")]
+    Credentials {
+        /// The tool called.
+        tool: String,
+        /// What is wrong with the caller's credentials.
+        problem: CredentialProblem,
+        /// Why, for the caller (never a token).
+        message: String,
+    },
     /// The handler's output could not be serialized to JSON.
     #[error("output of tool `{tool}` could not be serialized: {source}")]
     OutputSerialization {
@@ -129,6 +140,20 @@ pub enum ToolError {
         /// The serializer's error.
         source: serde_json::Error,
     },
+}
+
+/// Why a tool that acts as its caller could not, told apart by variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CredentialProblem {
+    /// The caller has no token to act with (an API key, a signed-in person, auth off), or one
+    /// from another issuer than the backend's.
+    Missing,
+    /// The issuer refused to exchange the caller's token.
+    Refused,
+    /// The caller's credentials expired before the call could run (an approval later than
+    /// they last), and nothing that lasts was kept.
+    Expired,
 }
 
 /// Why a tool cannot run now: the server behind it does not answer.

@@ -4,7 +4,7 @@
 //!
 //! What a client sends is bounded here for every door: JSON nested at most `max_json_depth`
 //! deep ([`Dispatcher::check_depth`]), and an idempotency key of 1 to 255 visible ASCII
-//! characters ([`check_idempotency_key`]), whether it came as REST's `Idempotency-Key` header or
+//! characters ([`check_idempotency_key`](super::check_idempotency_key)), whether it came as REST's `Idempotency-Key` header or
 //! MCP's `_meta`.
 
 use std::future::Future;
@@ -15,34 +15,18 @@ use tracing::Instrument as _;
 
 use super::attempt::Start;
 use super::condition::Scope;
+use super::keys::client_key_scope;
 use super::live::{Entry, ToolPolicy};
 use super::record::Ran;
 use super::who::Principal;
 use super::{CallOptions, CallOutcome, CallResult, DispatchError, Dispatcher, detached};
+use crate::base::CallerToken;
 use crate::contract::meta::Effect;
 use crate::contract::outcome::Suspension;
 use crate::contract::registry::Registered;
 use crate::ids;
 use crate::store::{CallRecord, CallStatus, Inserted, NewCall, Outcome, StoreError, Timestamp};
 use crate::telemetry::spans;
-
-/// The longest idempotency key accepted.
-const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
-
-/// An idempotency key as a client sent it, trimmed: 1 to 255 visible ASCII characters; else
-/// what it must be.
-pub fn check_idempotency_key(key: &str) -> Result<String, String> {
-    let key = key.trim();
-    if key.is_empty()
-        || key.len() > MAX_IDEMPOTENCY_KEY_LEN
-        || !key.bytes().all(|b| b.is_ascii_graphic())
-    {
-        return Err(format!(
-            "must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters."
-        ));
-    }
-    Ok(key.to_owned())
-}
 
 /// How a new call is recorded: chosen once, up front, from its tool's settings, its effect
 /// and whether it has an idempotency key.
@@ -95,20 +79,6 @@ fn depth(value: &Value) -> usize {
         Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
         _ => 0,
     }
-}
-
-/// The idempotency key a client's `Idempotency-Key` header stands for: scoped to the caller (the
-/// tool scope comes from the store's unique index on (tool, key)), and hashed so that no choice
-/// of caller name and key collides with another and the handler, which may hand it to a
-/// provider, never sees the key name.
-pub fn client_key_scope(caller: Option<&str>, key: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let caller = caller.unwrap_or("");
-    let mut hash = Sha256::new();
-    hash.update((caller.len() as u64).to_be_bytes());
-    hash.update(caller.as_bytes());
-    hash.update(key.as_bytes());
-    format!("client:{}", hex::encode(hash.finalize()))
 }
 
 impl Dispatcher {
@@ -200,7 +170,8 @@ impl Dispatcher {
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.
         if key.is_none() && effect == Effect::Read {
-            let run = self.run_call(&entry, plan, asked, input, principal.name, key);
+            let caller = (principal.name, principal.token);
+            let run = self.run_call(&entry, plan, asked, input, caller, key);
             let result = if spans::recording() {
                 under_call_span(tool, effect, run).await
             } else {
@@ -216,7 +187,8 @@ impl Dispatcher {
         let shared_key = declared_key;
         let this = self.clone();
         let result = detached(&self.running, async move {
-            let run = this.run_call(&entry, plan, asked, input, principal.name, key);
+            let caller = (principal.name, principal.token);
+            let run = this.run_call(&entry, plan, asked, input, caller, key);
             let result = if spans::recording() {
                 under_call_span(entry.registered.tool.name(), effect, run).await
             } else {
@@ -281,14 +253,15 @@ impl Dispatcher {
 
     /// The first run of a new call, whose input [`Dispatcher::call`] admitted, under the
     /// idempotency `key` it derived, recorded as `plan` says; `asked` is its approval policy's
-    /// question, when the policy asks one.
+    /// question, when the policy asks one; `caller` is who calls: its name (recorded) and its token
+    /// (kept for a tool that acts as the caller).
     async fn run_call(
         &self,
         entry: &Entry,
         plan: Plan,
         asked: Option<Box<Suspension>>,
         input: Value,
-        caller: Option<String>,
+        (caller, token): (Option<String>, Option<CallerToken>),
         key: Option<String>,
     ) -> Result<CallResult, DispatchError> {
         let registered = entry.registered.as_ref();
@@ -330,6 +303,8 @@ impl Dispatcher {
             policy,
             call_id: &call_id,
             asked: asked.as_deref(),
+            attesting: self.attest_first(&call, &policy.settings),
+            caller: token.as_ref(),
         };
         let ran = match plan {
             // Only a policy that offers standing approvals looks for one (see `standing`),
@@ -365,6 +340,7 @@ impl Dispatcher {
         registered: &Registered,
         policy: &ToolPolicy,
         asked: Option<&Suspension>,
+        caller: Option<&CallerToken>,
     ) -> Result<CallResult, DispatchError> {
         tracing::Span::current().record("call_id", existing.call_id.as_str());
         // The key's request is the one its caller made: an approver's edit (see `edit`) does
@@ -402,7 +378,7 @@ impl Dispatcher {
                 // An interrupted re-dispatch of an approval resumes with the approver's input:
                 // the person is not asked twice.
                 let start = Start::of(rerun.resume_input, asked.cloned().map(Box::new));
-                self.run_recorded(registered, policy, rerun.call, start)
+                self.run_recorded(registered, policy, rerun.call, start, caller)
                     .await
             }
             _ => match CallOutcome::from_record(&existing) {
@@ -429,6 +405,9 @@ pub(super) struct NewRun<'a> {
     pub(super) call_id: &'a str,
     /// What the approval policy asks of this call, if anything.
     asked: Option<&'a Suspension>,
+    pub(super) attesting: Option<crate::contract::attest::Attesting>,
+    /// The caller's access token, for a tool that acts as the caller.
+    pub(super) caller: Option<&'a CallerToken>,
 }
 
 impl NewRun<'_> {
@@ -526,8 +505,20 @@ impl NewRun<'_> {
     pub(super) async fn run(&self, key: Option<&str>, input: Value, keep: bool) -> Ran {
         let (registered, policy) = (self.registered, self.policy);
         let start = Start::of(None, self.asked.cloned().map(Box::new));
+        let (id, at) = (self.call_id, self.attesting.clone());
         self.dispatcher
-            .attempts(registered, policy, self.call_id, key, start, 1, input, keep)
+            .attempts(
+                registered,
+                policy,
+                id,
+                key,
+                start,
+                1,
+                input,
+                keep,
+                at,
+                self.caller,
+            )
             .await
     }
 
@@ -539,7 +530,7 @@ impl NewRun<'_> {
     ) -> Result<Recorded, DispatchError> {
         let (registered, policy) = (self.registered, self.policy);
         self.dispatcher
-            .repeat(existing, input, registered, policy, self.asked)
+            .repeat(existing, input, registered, policy, self.asked, self.caller)
             .await
             .map(Recorded::Repeated)
     }

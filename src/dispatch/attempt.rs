@@ -15,9 +15,10 @@ use tracing::Instrument as _;
 use super::live::ToolPolicy;
 use super::record::Ran;
 use super::{CallOutcome, Dispatcher, Failure, FailureKind, MAX_REASON_CHARS};
+use crate::base::CallerToken;
 use crate::contract::ctx::ToolCtx;
 use crate::contract::erased::DynTool;
-use crate::contract::error::ToolError;
+use crate::contract::error::{CredentialProblem, ToolError};
 use crate::contract::meta::Effect;
 use crate::contract::outcome::{Suspension, ToolOutcome};
 use crate::contract::registry::{Registered, compile_schema};
@@ -53,7 +54,8 @@ impl Start {
 impl Dispatcher {
     /// Runs attempts, starting with attempt number `first`, until one succeeds, suspends, fails
     /// for good, or the retry policy says stop. Each attempt has the tool's timeout. With `keep`,
-    /// the input is handed back in [`Ran::input`].
+    /// the input is handed back in [`Ran::input`]. `attesting`: what each attempt's context
+    /// signs its call's attestation with, when the server signs.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn attempts(
         &self,
@@ -65,6 +67,8 @@ impl Dispatcher {
         first: u32,
         mut input: Value,
         keep: bool,
+        attesting: Option<crate::contract::attest::Attesting>,
+        caller: Option<&CallerToken>,
     ) -> Ran {
         let tool = registered.tool.as_ref();
         let started = Instant::now();
@@ -77,17 +81,19 @@ impl Dispatcher {
         let mut resent = 0;
         let outcome = loop {
             if let Some(asked) = asked.take() {
-                break self.settle(
-                    registered,
-                    policy,
-                    call_id,
-                    Ok(ToolOutcome::Suspend(*asked)),
-                );
+                // The tool takes what it needs of the caller before the wait (see
+                // `DynTool::before_approval`); what it cannot take ends the call now.
+                let ctx = ToolCtx::new(call_id).with_caller(caller.cloned());
+                let held = tool.before_approval(&ctx).await;
+                let result = held.map(|()| ToolOutcome::Suspend(*asked));
+                break self.settle(registered, policy, call_id, result);
             }
             let made = attempt - first + 1;
             let mut ctx = ToolCtx::new(call_id)
                 .with_attempt(attempt)
-                .with_idempotency_key(key);
+                .with_idempotency_key(key)
+                .with_attesting(attesting.clone())
+                .with_caller(caller.cloned());
             if let Some(resume) = &resume {
                 ctx = ctx.with_resume(resume.clone());
             }
@@ -276,6 +282,16 @@ impl Dispatcher {
                 may_have_run,
                 ..
             }) => unavailable_outcome(registered.tool.as_ref(), unavailable, may_have_run),
+            Err(ToolError::Credentials {
+                problem, message, ..
+            }) => {
+                let kind = match problem {
+                    CredentialProblem::Refused => FailureKind::ExchangeRefused,
+                    CredentialProblem::Expired => FailureKind::CredentialsExpired,
+                    _ => FailureKind::CredentialsMissing,
+                };
+                failed(Failure::new(kind, message))
+            }
             Err(ToolError::OutputSerialization { source, .. }) => {
                 tracing::error!(
                     tool = registered.tool.name(),

@@ -41,11 +41,13 @@
 
 mod admit;
 mod attempt;
+mod attest;
 pub mod condition;
 pub mod config;
 mod edit;
 mod escalate;
 mod events;
+mod keys;
 pub mod live;
 mod outcome;
 mod pinned;
@@ -60,11 +62,11 @@ mod visible;
 pub mod wait;
 pub mod who;
 
-pub use admit::{check_idempotency_key, client_key_scope};
 pub use condition::Expression;
 pub use edit::ApproveExtras;
 pub(crate) use escalate::escalated;
 pub use events::{EventFilter, Resume};
+pub use keys::{check_idempotency_key, client_key_scope};
 pub use outcome::{CallOutcome, CallResult, DispatchError, ErrorKind, Failure, FailureKind};
 pub use resolve::{
     ApprovalProgress, ApprovalRule, Approved, MAX_REASON_CHARS, ReasonRefused, Withheld, one_click,
@@ -103,6 +105,8 @@ pub struct Dispatcher {
     /// The calls whose claim (an approval, a re-run) may have committed unanswered.
     unsettled: unsettled::Unsettled,
     max_json_depth: usize,
+    /// Signs the calls' attestations, when the server has signing keys.
+    signer: Option<Arc<crate::signing::Signer>>,
 }
 
 impl Dispatcher {
@@ -130,6 +134,7 @@ impl Dispatcher {
             slots: Slots::new(config.max_running_calls),
             unsettled: unsettled::Unsettled::default(),
             max_json_depth: DEFAULT_MAX_JSON_DEPTH,
+            signer: None,
         }
     }
 

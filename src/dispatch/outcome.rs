@@ -124,10 +124,17 @@ pub enum FailureKind {
     /// The tool's definition changed upstream since the call was made: its approval failed
     /// closed, and nothing was sent.
     ToolChanged,
+    /// The tool acts as its caller upstream, and the caller has no token to act with.
+    CredentialsMissing,
+    /// The tool acts as its caller upstream, and the issuer refused to exchange its token.
+    ExchangeRefused,
+    /// The tool acts as its caller upstream, and the caller's credentials expired before it
+    /// ran (an approval later than they last).
+    CredentialsExpired,
 }
 
 impl FailureKind {
-    const ALL: [FailureKind; 12] = [
+    const ALL: [FailureKind; 15] = [
         FailureKind::ToolFailed,
         FailureKind::InputRejected,
         FailureKind::OutputUnserializable,
@@ -140,6 +147,9 @@ impl FailureKind {
         FailureKind::ReconciledAsFailed,
         FailureKind::Unavailable,
         FailureKind::ToolChanged,
+        FailureKind::CredentialsMissing,
+        FailureKind::ExchangeRefused,
+        FailureKind::CredentialsExpired,
     ];
 
     /// The stable code recorded and answered.
@@ -157,6 +167,9 @@ impl FailureKind {
             FailureKind::ReconciledAsFailed => "reconciled_as_failed",
             FailureKind::Unavailable => "upstream_unavailable",
             FailureKind::ToolChanged => "tool_changed",
+            FailureKind::CredentialsMissing => "upstream_credentials_missing",
+            FailureKind::ExchangeRefused => "upstream_exchange_refused",
+            FailureKind::CredentialsExpired => "upstream_credentials_expired",
         }
     }
 

@@ -157,15 +157,18 @@ impl Dispatcher {
     }
 
     /// Runs the recorded call `call` again (approved, or interrupted and claimed), as `start`
-    /// says, and records what it comes to.
+    /// says, and records what it comes to; `caller` is the caller's token when its own request
+    /// runs it (an approval runs it without: what the tool kept before the wait stands in).
     pub(super) async fn run_recorded(
         &self,
         registered: &Registered,
         policy: &ToolPolicy,
         call: CallRecord,
         start: Start,
+        caller: Option<&crate::base::CallerToken>,
     ) -> Result<CallResult, DispatchError> {
         let edited = super::edit::edit_of(&call);
+        let attesting = self.attest_recorded(&call, &policy.settings);
         let ran = self
             .attempts(
                 registered,
@@ -176,6 +179,8 @@ impl Dispatcher {
                 call.attempts,
                 call.input,
                 false,
+                attesting,
+                caller,
             )
             .await;
         self.record(

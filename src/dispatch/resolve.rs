@@ -419,7 +419,7 @@ impl Dispatcher {
             call.traceparent.as_deref(),
         );
         let result = self
-            .run_recorded(registered, policy, call, Start::Resume(resume_input))
+            .run_recorded(registered, policy, call, Start::Resume(resume_input), None)
             .instrument(span.clone())
             .await;
         super::admit::traced(&span, &result);
@@ -453,7 +453,7 @@ impl Dispatcher {
         };
         tracing::Span::current().record("call_id", rerun.call.call_id.as_str());
         let start = Start::of(rerun.resume_input, None);
-        self.run_recorded(registered, policy, rerun.call, start)
+        self.run_recorded(registered, policy, rerun.call, start, None)
             .await
     }
 }

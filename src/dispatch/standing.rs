@@ -322,6 +322,8 @@ impl NewRun<'_> {
                 1,
                 input,
                 false,
+                Dispatcher::attest_standing(self.attesting.clone(), &used),
+                self.caller,
             )
             .await;
         self.dispatcher

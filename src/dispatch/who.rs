@@ -149,6 +149,10 @@ pub struct Principal {
     /// A token's verified claims, which approval conditions may read (`principal.claims`);
     /// `None` for an API key or auth off.
     pub claims: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// The identity provider's access token it was admitted with, kept (as a secret) for an
+    /// upstream that acts as the caller (`[upstreams.auth]`); `None` for an API key, a signed-in
+    /// person or auth off.
+    pub token: Option<crate::base::CallerToken>,
 }
 
 impl Principal {
@@ -163,6 +167,7 @@ impl Principal {
             scopes: None,
             display: None,
             claims: None,
+            token: None,
         }
     }
 

@@ -25,8 +25,10 @@
 //! asked about at the introspection endpoint of each issuer that has one (`introspect`),
 //! whose answer is held to the same `iss`, `aud`, `exp`, `nbf` and grants.
 //!
-//! A token is never logged, and never passed on (upstream MCP servers keep their own
-//! credentials); of its claims only the principal's name appears anywhere.
+//! A token is never logged, and never passed on as it is: the principal keeps it as a secret
+//! (`crate::base::CallerToken`) only for an upstream that acts as its caller
+//! (`[upstreams.auth]`), which exchanges it at its issuer for a token of its own; of its claims
+//! only the principal's name appears anywhere.
 
 mod config;
 pub mod grants;
@@ -47,13 +49,7 @@ use crate::dispatch::who::Principal;
 /// The HTTP client every request to a provider goes through: bounded in time, and following
 /// no redirect (one could lead off https; the configured or discovered URL is the one).
 fn provider_client(timeout: std::time::Duration) -> Result<reqwest::Client, IssuerError> {
-    crate::base::install_crypto();
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|err| IssuerError(format!("cannot build an HTTP client: {err}")))
+    crate::base::bounded_client(timeout).map_err(IssuerError)
 }
 
 /// A form `body` POSTed to a provider's endpoint as its client `client_id`: HTTP Basic, the id

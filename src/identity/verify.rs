@@ -175,8 +175,25 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
         return refused(Refused::new("type", "an ID token is no access token"));
     }
     match principal(issuer, &claims) {
-        Ok(principal) => Verdict::Accepted(principal),
+        Ok(principal) => Verdict::Accepted(with_token(principal, issuer, token, &claims)),
         Err(why) => refused(why),
+    }
+}
+
+/// `principal` keeping the `token` it was admitted with (a secret, for an upstream that acts as
+/// the caller), with the expiry its `claims` say.
+fn with_token(
+    principal: Principal,
+    issuer: &Issuer,
+    token: &str,
+    claims: &Map<String, Value>,
+) -> Principal {
+    let expires_at = claims.get("exp").and_then(Value::as_u64);
+    let subject = principal.name.as_deref().unwrap_or_default();
+    let token = crate::base::CallerToken::new(token, issuer.name(), subject, expires_at);
+    Principal {
+        token: Some(token),
+        ..principal
     }
 }
 
@@ -244,6 +261,7 @@ pub(super) fn principal(
         scopes: Some(scopes.into()),
         display: None,
         claims: Some(Arc::new(claims.clone())),
+        token: None,
     })
 }
 
@@ -272,7 +290,7 @@ fn opaque_cached(issuers: &[Arc<Issuer>], token: &str) -> Verdict {
             continue;
         };
         match introspector.cached(&hash) {
-            Some(Some(claims)) => return decide_introspected(issuer, &claims),
+            Some(Some(claims)) => return decide_introspected(issuer, token, &claims),
             Some(None) => {}
             None => unknown = true,
         }
@@ -288,7 +306,7 @@ fn opaque_cached(issuers: &[Arc<Issuer>], token: &str) -> Verdict {
 }
 
 /// An active token's introspection answer, held to `issuer`'s `iss`, `aud`, `exp` and `nbf`.
-fn decide_introspected(issuer: &Issuer, claims: &Map<String, Value>) -> Verdict {
+fn decide_introspected(issuer: &Issuer, token: &str, claims: &Map<String, Value>) -> Verdict {
     let settings = &issuer.settings;
     let refused = |refused: Refused| {
         crate::metrics::token_verified(&settings.name, refused.result);
@@ -344,7 +362,7 @@ fn decide_introspected(issuer: &Issuer, claims: &Map<String, Value>) -> Verdict 
         return refused(Refused::new("not_yet_valid", "the token is not valid yet"));
     }
     match principal(issuer, claims) {
-        Ok(principal) => Verdict::Accepted(principal),
+        Ok(principal) => Verdict::Accepted(with_token(principal, issuer, token, claims)),
         Err(why) => refused(why),
     }
 }
@@ -377,7 +395,7 @@ async fn introspect(issuers: &[Arc<Issuer>], token: &str) -> Result<Principal, R
             crate::metrics::token_verified(&issuer.settings.name, "inactive");
             continue;
         };
-        return match decide_introspected(issuer, &claims) {
+        return match decide_introspected(issuer, token, &claims) {
             Verdict::Accepted(principal) => Ok(principal),
             Verdict::Refused(refused) => Err(refused),
             Verdict::Fetch => unreachable!("an answer is decided"),

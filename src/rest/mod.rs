@@ -1,6 +1,7 @@
 //! The REST door: one file per resource, each with its own `router()` beside its handlers
 //! (tools, calls, approvals, standing approvals, events, webhooks, notifications, health,
-//! metrics, openapi, upstreams' pinned tools), and Slack's interactions (`slack`), the one route signed by a platform
+//! metrics, openapi, upstreams' pinned tools, the signing keys' set: jwks), and Slack's
+//! interactions (`slack`), the one route signed by a platform
 //! rather than gated by a key. Handlers are thin: they translate HTTP into the call lifecycle
 //! (`crate::dispatch`) and its results back, and
 //! every error answer goes through the one envelope (`crate::http::error`). What changes only
@@ -13,6 +14,7 @@ mod catalog;
 mod error_responses;
 mod events;
 mod health;
+mod jwks;
 mod metrics;
 mod notifications;
 pub mod openapi;
@@ -97,6 +99,7 @@ pub(crate) fn router(
         .merge(openapi::router(gates))
         .merge(metrics::router(gates))
         .merge(health::router())
+        .merge(jwks::router(gates))
         .merge(slack)
         .with_state(state)
 }

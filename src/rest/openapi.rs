@@ -18,8 +18,8 @@ use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, EditedAnswer, SuspensionTicket};
 use super::{
-    approvals, calls, events, health, metrics, notifications, slack, standing, tools, upstreams,
-    webhooks,
+    approvals, calls, events, health, jwks, metrics, notifications, slack, standing, tools,
+    upstreams, webhooks,
 };
 use crate::contract::erased::ToolDescriptor;
 use crate::contract::meta::Effect;
@@ -50,6 +50,7 @@ use crate::store::{
         notifications::list,
         upstreams::changes, upstreams::accept,
         health::healthz, health::readyz,
+        jwks::jwks,
         metrics::serve,
         slack::interactions,
         openapi_json,
@@ -78,6 +79,7 @@ use crate::store::{
         (name = "integrations", description = "Platforms that decide approvals where people work (Slack's buttons), signed by the platform instead of a key."),
         (name = "notifications", description = "Messages of the notification channels, email and Slack (admin)."),
         (name = "upstreams", description = "Upstream MCP servers' tools held because their definition changed since it was pinned, and accepting a change (admin)."),
+        (name = "attestations", description = "The public keys that verify the attestations toolgate signs on every upstream call."),
         (name = "openapi", description = "This document."),
     )
 )]

@@ -118,6 +118,9 @@ fn failure_status(kind: FailureKind) -> StatusCode {
         FailureKind::Rejected | FailureKind::ToolChanged => StatusCode::CONFLICT,
         FailureKind::Expired => StatusCode::GONE,
         FailureKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        FailureKind::CredentialsMissing
+        | FailureKind::ExchangeRefused
+        | FailureKind::CredentialsExpired => StatusCode::FORBIDDEN,
         FailureKind::ToolFailed
         | FailureKind::OutputUnserializable
         | FailureKind::OutputSchemaViolation

@@ -19,8 +19,8 @@ use super::{
     Actor, ApprovalPage, ApprovalState, CallFilter, CallPage, CallRecord, CallStore, Delivery,
     DeliveryPage, DeliveryResult, DeliveryStatus, FeedCursor, FeedPage, FeedStore, InboxSession,
     Inserted, LinkKey, LinkKeyStore, NewCall, NewDelivery, OutboxStore, Outcome, QuotaSpend,
-    Reconciled, Rerun, Resolution, Resolved, SessionStore, Settlement, Store, StoreCounts,
-    StoreError, Timestamp,
+    Reconciled, Rerun, Resolution, Resolved, SessionStore, Settlement, SigningKey, SigningKeyStore,
+    Store, StoreCounts, StoreError, Timestamp,
 };
 
 /// What a backend brings to the Store traits: its writer's queue, its reads, and what it writes
@@ -142,6 +142,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         &self,
         now: Timestamp,
     ) -> impl Future<Output = Result<Vec<LinkKey>, StoreError>> + Send;
+
+    /// [`SigningKeyStore::signing_keys`].
+    fn read_signing_keys(
+        &self,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Vec<SigningKey>, StoreError>> + Send;
 
     /// One trivial read: the readers can reach the database.
     fn read_one(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
@@ -537,5 +543,22 @@ impl<B: Backend> LinkKeyStore for B {
 
     async fn prune_link_keys(&self, now: Timestamp) -> Result<u64, StoreError> {
         self.write(WriteOp::PruneLinkKeys(now.0)).await?.pruned()
+    }
+}
+
+#[async_trait]
+impl<B: Backend> SigningKeyStore for B {
+    async fn signing_key_for(&self, key: &SigningKey) -> Result<SigningKey, StoreError> {
+        self.write(WriteOp::SigningKey(Box::new(key.clone())))
+            .await?
+            .signing_key()
+    }
+
+    async fn signing_keys(&self, now: Timestamp) -> Result<Vec<SigningKey>, StoreError> {
+        self.read_signing_keys(now).await
+    }
+
+    async fn prune_signing_keys(&self, now: Timestamp) -> Result<u64, StoreError> {
+        self.write(WriteOp::PruneSigningKeys(now.0)).await?.pruned()
     }
 }

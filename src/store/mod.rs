@@ -108,6 +108,7 @@ mod queue;
 mod record;
 mod rows;
 mod sessions;
+mod signing_keys;
 mod sqlite;
 mod standing;
 mod suspensions;
@@ -127,6 +128,7 @@ pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDeli
 pub use pins::{NewTools, PinStore, ToolPin};
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
+pub use signing_keys::{SigningKey, SigningKeyStore};
 pub use sqlite::SqliteStore;
 pub use standing::{
     NewStanding, STANDING_APPROVED, STANDING_GRANTED, StandingApproval, StandingStore, StandingUse,
@@ -159,6 +161,7 @@ pub trait Store:
     + StandingStore
     + LinkKeyStore
     + PinStore
+    + SigningKeyStore
     + Send
     + Sync
     + 'static

@@ -192,6 +192,10 @@ pub(crate) enum WriteOp {
     PruneLinkKeys(i64),
     /// A pin of upstream tools' write or read (`pins.rs`).
     Pins(Box<super::pins::PinOp>),
+    /// Stores an attestations' signing key for its period, unless the period has one.
+    SigningKey(Box<super::SigningKey>),
+    /// Drops the signing keys retired by this time (Unix ms).
+    PruneSigningKeys(i64),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -222,6 +226,8 @@ pub(crate) enum Reply {
     LinkKey(Box<super::LinkKey>),
     /// An upstream's pins, as stored.
     Pins(Vec<super::ToolPin>),
+    /// The signing key of a period, as stored.
+    SigningKey(Box<super::SigningKey>),
 }
 
 impl WriteOp {
@@ -246,6 +252,8 @@ impl WriteOp {
             WriteOp::LinkKey(_) => "link_key",
             WriteOp::PruneLinkKeys(_) => "prune_link_keys",
             WriteOp::Pins(_) => "pins",
+            WriteOp::SigningKey(_) => "signing_key",
+            WriteOp::PruneSigningKeys(_) => "prune_signing_keys",
             WriteOp::Ping => "ping",
         }
     }
@@ -276,6 +284,8 @@ impl WriteOp {
             | WriteOp::LinkKey(_)
             | WriteOp::PruneLinkKeys(_)
             | WriteOp::Pins(_)
+            | WriteOp::SigningKey(_)
+            | WriteOp::PruneSigningKeys(_)
             | WriteOp::Ping => false,
         }
     }
@@ -385,6 +395,7 @@ answers! {
     standing -> super::standing::StandingReply { Reply::Standing(reply) => *reply }
     link_key -> super::LinkKey { Reply::LinkKey(key) => *key }
     pins -> Vec<super::ToolPin> { Reply::Pins(pins) => pins }
+    signing_key -> super::SigningKey { Reply::SigningKey(key) => *key }
 }
 
 fn unexpected() -> StoreError {

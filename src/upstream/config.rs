@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use super::auth::{AuthMode, ClientAuth, ExchangeSettings, UpstreamAuthConfig};
 pub use super::pins::{OnNewTool, PinMode};
 pub use crate::base::Invalid;
 use crate::base::{expand, invalid};
@@ -65,6 +66,9 @@ pub struct UpstreamConfig {
     /// connection, `hold` afterwards.
     #[serde(default)]
     pub on_new_tool: Option<OnNewTool>,
+    /// Streamable HTTP: each call acts as its caller upstream (`[upstreams.auth]`).
+    #[serde(default)]
+    pub auth: Option<UpstreamAuthConfig>,
 }
 
 fn every_tool() -> Vec<String> {
@@ -85,6 +89,7 @@ impl fmt::Debug for UpstreamConfig {
             .field("policies", &self.policies)
             .field("pins", &self.pins)
             .field("on_new_tool", &self.on_new_tool)
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -178,6 +183,8 @@ pub struct Upstream {
     pub policies: BTreeMap<String, UpstreamPolicy>,
     /// What a tool without a pin is; `None` when pins are off.
     pub pins: Option<crate::store::NewTools>,
+    /// Each call acts as its caller: the exchange's settings.
+    pub auth: Option<ExchangeSettings>,
 }
 
 impl UpstreamConfig {
@@ -258,6 +265,9 @@ impl UpstreamConfig {
             if value.contains(['\r', '\n']) {
                 return Err(invalid(format!("headers.{key}"), "must be one line"));
             }
+        }
+        if let Some(auth) = &self.auth {
+            auth.check(self.url.is_some())?;
         }
         if self.tools.is_empty() {
             return Err(invalid(
@@ -358,6 +368,11 @@ impl UpstreamConfig {
                 (PinMode::On, Some(OnNewTool::Pin)) => Some(crate::store::NewTools::Pin),
                 (PinMode::On, Some(OnNewTool::Hold)) => Some(crate::store::NewTools::Hold),
             },
+            auth: self
+                .auth
+                .as_ref()
+                .map(|auth| auth.resolve(&env))
+                .transpose()?,
         })
     }
 }

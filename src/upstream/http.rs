@@ -1,10 +1,19 @@
 //! The HTTP client of an upstream reached over Streamable HTTP: reqwest, through rmcp's
-//! transport, and one thing more. A `tools/call`'s trace context, which the call's CLIENT span
+//! transport, and three things more. A `tools/call`'s trace context, which the call's CLIENT span
 //! puts in its `_meta`, also goes in the request's `traceparent` and `tracestate` headers, for a
-//! server (or a proxy in front of it) that reads the context from HTTP.
+//! server (or a proxy in front of it) that reads the context from HTTP; and the call's
+//! attestation, which its `_meta` carries as `dev.toolgate/attestation`, also goes in the
+//! `Toolgate-Attestation` header, for a server (or a gateway in front of it) that checks it
+//! before it reads the body.
+//!
+//! And for an upstream that acts as each caller (`[upstreams.auth]`), a `tools/call` carries its
+//! caller's bearer in its `Authorization` header instead of the static one. The bearer never
+//! rides in the JSON: the call puts a random pass in `_meta` ([`PASS_FIELD`]), which this client
+//! takes out of the message and looks up in the upstream's [`Passes`], while the call holds it.
+//! A `tools/call` without a pass is not sent at all.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::http::{HeaderName, HeaderValue};
 use futures_util::stream::BoxStream;
@@ -20,11 +29,61 @@ const MAX_REDIRECTS: usize = 10;
 
 type Failure = StreamableHttpError<reqwest::Error>;
 
+/// Where a call's pass goes in its `_meta`: taken out before the request is sent.
+pub(super) const PASS_FIELD: &str = "dev.toolgate/pass";
+
+/// The bearers of the calls in flight on one upstream, by pass.
+#[derive(Default)]
+pub(super) struct Passes(Mutex<HashMap<String, String>>);
+
+impl Passes {
+    /// A pass for `bearer`, good while the returned [`Pass`] lives.
+    pub(super) fn issue(self: &Arc<Self>, bearer: String) -> Pass {
+        let nonce = crate::ids::new_suspension_token();
+        self.lock().insert(nonce.clone(), bearer);
+        Pass {
+            passes: self.clone(),
+            nonce,
+        }
+    }
+
+    fn bearer(&self, nonce: &str) -> Option<String> {
+        self.lock().get(nonce).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One call's pass: its bearer is forgotten when it is dropped.
+pub(super) struct Pass {
+    passes: Arc<Passes>,
+    nonce: String,
+}
+
+impl Pass {
+    /// What the call's `_meta` carries.
+    pub(super) fn nonce(&self) -> &str {
+        &self.nonce
+    }
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        self.passes.lock().remove(&self.nonce);
+    }
+}
+
 #[derive(Clone)]
-pub(super) struct Client(reqwest::Client);
+pub(super) struct Client {
+    http: reqwest::Client,
+    /// Set for an upstream that acts as each caller.
+    passes: Option<Arc<Passes>>,
+}
 
 impl Client {
-    pub(super) fn new() -> Result<Self, String> {
+    pub(super) fn new(passes: Option<Arc<Passes>>) -> Result<Self, String> {
         // A redirect is followed only where the request goes on whole: to the same origin (the
         // configured headers carry the upstream's credentials) and with its body (307 and 308).
         let redirects = reqwest::redirect::Policy::custom(|attempt| {
@@ -47,13 +106,63 @@ impl Client {
             .pool_max_idle_per_host(0)
             .redirect(redirects)
             .build()
-            .map(Self)
+            .map(|http| Client { http, passes })
             .map_err(|err| format!("cannot build an HTTP client: {err}"))
+    }
+
+    /// `message` as sent, with its headers and bearer: the trace context in headers too, and
+    /// for an upstream that acts as each caller, a `tools/call`'s pass taken out of it and its
+    /// caller's bearer in place of the static `Authorization`.
+    #[allow(clippy::type_complexity)]
+    fn prepare(
+        &self,
+        mut message: ClientJsonRpcMessage,
+        headers: HashMap<HeaderName, HeaderValue>,
+        auth: Option<String>,
+    ) -> Result<
+        (
+            ClientJsonRpcMessage,
+            HashMap<HeaderName, HeaderValue>,
+            Option<String>,
+        ),
+        Failure,
+    > {
+        let mut headers = with_trace(&message, headers);
+        let Some(passes) = &self.passes else {
+            return Ok((message, headers, auth));
+        };
+        let JsonRpcMessage::Request(request) = &mut message else {
+            return Ok((message, headers, auth));
+        };
+        let ClientRequest::CallToolRequest(call) = &mut request.request else {
+            return Ok((message, headers, auth));
+        };
+        let nonce = call.params.meta.as_mut().and_then(|meta| {
+            let taken = meta.0.0.remove(PASS_FIELD);
+            taken.and_then(|value| value.as_str().map(str::to_owned))
+        });
+        if call
+            .params
+            .meta
+            .as_ref()
+            .is_some_and(|meta| meta.0.0.is_empty())
+        {
+            call.params.meta = None;
+        }
+        let Some(bearer) = nonce.and_then(|nonce| passes.bearer(&nonce)) else {
+            return Err(StreamableHttpError::UnexpectedServerResponse(
+                "a call to an upstream that acts as its caller has no caller's credentials: not \
+                 sent"
+                    .into(),
+            ));
+        };
+        headers.remove(&axum::http::header::AUTHORIZATION);
+        Ok((message, headers, Some(bearer)))
     }
 }
 
-/// `headers` with the `traceparent` and `tracestate` of `message`'s `_meta`, if it is a
-/// `tools/call` that has them.
+/// `headers` with the `traceparent`, `tracestate` and attestation of `message`'s `_meta`, if it
+/// is a `tools/call` that has them.
 fn with_trace(
     message: &ClientJsonRpcMessage,
     mut headers: HashMap<HeaderName, HeaderValue>,
@@ -67,9 +176,13 @@ fn with_trace(
     let Some(meta) = &call.params.meta else {
         return headers;
     };
+    let attestation = (meta.0.0)
+        .get(super::tool::ATTESTATION_META)
+        .and_then(|value| value.as_str());
     let fields = [
         ("traceparent", meta.0.get_traceparent()),
         ("tracestate", meta.0.get_tracestate()),
+        ("toolgate-attestation", attestation),
     ];
     for (name, value) in fields {
         if let Some(value) = value.and_then(|value| HeaderValue::from_str(value).ok()) {
@@ -90,8 +203,8 @@ impl StreamableHttpClient for Client {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, Failure> {
-        let headers = with_trace(&message, custom_headers);
-        self.0
+        let (message, headers, auth_header) = self.prepare(message, custom_headers, auth_header)?;
+        self.http
             .post_message(uri, message, session_id, auth_header, headers)
             .await
     }
@@ -105,8 +218,8 @@ impl StreamableHttpClient for Client {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, Failure> {
-        let headers = with_trace(&message, custom_headers);
-        self.0
+        let (message, headers, auth_header) = self.prepare(message, custom_headers, auth_header)?;
+        self.http
             .post_message_with_max_sse_event_size(
                 uri,
                 message,
@@ -127,8 +240,8 @@ impl StreamableHttpClient for Client {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, Failure> {
-        let headers = with_trace(&message, custom_headers);
-        self.0
+        let (message, headers, auth_header) = self.prepare(message, custom_headers, auth_header)?;
+        self.http
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -147,7 +260,7 @@ impl StreamableHttpClient for Client {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), Failure> {
-        self.0
+        self.http
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
     }
@@ -160,7 +273,7 @@ impl StreamableHttpClient for Client {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failure> {
-        self.0
+        self.http
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await
     }
@@ -174,7 +287,7 @@ impl StreamableHttpClient for Client {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, Failure> {
-        self.0
+        self.http
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,

@@ -84,17 +84,29 @@ pub(crate) struct Link {
     changed: Arc<Notify>,
     /// A call found the server unreachable: the session is dropped and made again.
     broken: Notify,
+    /// For an upstream that acts as each caller (`[upstreams.auth]`): its exchanges.
+    pub(super) exchange: Option<super::exchange::Exchanger>,
+    /// The bearers of the calls in flight, by pass (see `super::http`).
+    pub(super) passes: Arc<super::http::Passes>,
 }
 
 impl Link {
-    pub(super) fn new(config: Upstream) -> Arc<Link> {
-        Arc::new(Link {
+    /// The link to `config`'s server (not connected yet); fails only when the HTTP client of
+    /// its exchanges cannot be built.
+    pub(super) fn new(config: Upstream) -> Result<Arc<Link>, String> {
+        let exchange = match &config.auth {
+            Some(auth) => Some(super::exchange::Exchanger::new(&config.name, auth.clone())?),
+            None => None,
+        };
+        Ok(Arc::new(Link {
+            exchange,
+            passes: Arc::default(),
             config,
             peer: RwLock::new(None),
             sessions: std::sync::atomic::AtomicU64::new(0),
             changed: Arc::new(Notify::new()),
             broken: Notify::new(),
-        })
+        }))
     }
 
     /// The upstream's name.
@@ -193,7 +205,9 @@ impl Link {
                         .max_json_response_size(MAX_RESPONSE_BYTES)
                         .reinit_on_expired_session(true);
                     let transport = StreamableHttpClientTransport::with_client(
-                        super::http::Client::new()?,
+                        super::http::Client::new(
+                            self.exchange.is_some().then(|| self.passes.clone()),
+                        )?,
                         config,
                     );
                     listener.serve(transport).await.map_err(|err| {

@@ -16,7 +16,9 @@
 //! Each tool list is compared with the tools' pins ([`pins`]) first, unless the upstream's
 //! `pins = "off"`: a tool whose definition changed since it was trusted is held for an admin.
 
+mod auth;
 pub mod config;
+mod exchange;
 mod http;
 mod link;
 pub mod pins;
@@ -110,7 +112,11 @@ impl Upstreams {
         natives: &ToolSet,
     ) -> Result<Upstreams, UpstreamError> {
         let connecting = upstreams.into_iter().map(|config| async move {
-            let link = Link::new(config);
+            let name = config.name.clone();
+            let link = Link::new(config).map_err(|message| UpstreamError::Start {
+                upstream: name,
+                message,
+            })?;
             let reached = async {
                 let session = link.connect().await?;
                 let listed = Link::list(session.peer()).await?;

@@ -19,6 +19,7 @@ use serde_json::Value;
 use tracing::Instrument as _;
 
 use super::config::{KeyTemplate, SEPARATOR, UpstreamPolicy};
+use super::http::PASS_FIELD;
 use super::link::Link;
 use crate::contract::ctx::ToolCtx;
 use crate::contract::erased::{DynTool, Pinned};
@@ -26,6 +27,10 @@ use crate::contract::error::{HandlerError, ToolError, Unavailable};
 use crate::contract::meta::Effect;
 use crate::contract::outcome::ToolOutcome;
 use crate::telemetry::spans;
+
+/// Where a `tools/call` carries the call's attestation in its `_meta`; the HTTP client also
+/// sends it as the `Toolgate-Attestation` header.
+pub(crate) const ATTESTATION_META: &str = "dev.toolgate/attestation";
 
 /// When to try a tool whose server is down again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -159,9 +164,16 @@ impl DynTool for UpstreamTool {
         }
     }
 
+    async fn before_approval(&self, ctx: &ToolCtx) -> Result<(), ToolError> {
+        match &self.link.exchange {
+            Some(exchange) => exchange.hold(&self.name, ctx).await,
+            None => Ok(()),
+        }
+    }
+
     async fn call_json(
         &self,
-        _ctx: &ToolCtx,
+        ctx: &ToolCtx,
         input: Value,
     ) -> Result<ToolOutcome<Value>, ToolError> {
         // The lifecycle refuses a held tool's calls before they run; a run that gets here
@@ -184,6 +196,27 @@ impl DynTool for UpstreamTool {
         else {
             return Err(self.unavailable(self.down().message, false));
         };
+        // The call's attestation, for this upstream, over the arguments as sent: a call that
+        // cannot carry one is not sent (nothing left, so it may be tried again).
+        let attestation = match ctx.attestation(self.link.name(), &input).await {
+            Ok(attestation) => attestation,
+            Err(err) => {
+                tracing::warn!(tool = %self.name, error = %err, "a call to an upstream was not sent");
+                return Err(self.unavailable(
+                    "toolgate could not sign the call's attestation now.".into(),
+                    false,
+                ));
+            }
+        };
+        // An upstream that acts as each caller: this call's bearer, held by a pass while the
+        // call runs (dropped with it).
+        let pass = match &self.link.exchange {
+            Some(exchange) => {
+                let bearer = exchange.bearer(&self.name, ctx).await?;
+                Some(self.link.passes.issue(bearer))
+            }
+            None => None,
+        };
         let Value::Object(arguments) = input else {
             // The input schema's root is an object: the check before this lets nothing else in.
             return Err(ToolError::InvalidInput {
@@ -197,8 +230,17 @@ impl DynTool for UpstreamTool {
         let mut params =
             CallToolRequestParams::new(self.remote.to_string()).with_arguments(arguments);
         let span = spans::upstream_call(&self.remote, self.link.name());
-        if let Some(meta) = spans::meta_of(&span) {
+        let mut meta = spans::meta_of(&span);
+        if let Some(attestation) = attestation {
+            meta.get_or_insert_default()
+                .insert(ATTESTATION_META.into(), Value::String(attestation));
+        }
+        if let Some(meta) = meta {
             params.meta = Some(RequestMetaObject(MetaObject(meta)));
+        }
+        if let Some(pass) = &pass {
+            let meta = params.meta.get_or_insert_with(Default::default);
+            meta.0.0.insert(PASS_FIELD.into(), pass.nonce().into());
         }
         let failed = |message: String| ToolError::Handler {
             tool: self.name.clone(),

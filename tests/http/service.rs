@@ -355,6 +355,30 @@ impl toolgate::store::SessionStore for BrokenStore {
 impl toolgate::store::StandingStore for BrokenStore {}
 impl toolgate::store::PinStore for BrokenStore {}
 #[toolgate::async_trait]
+impl toolgate::store::SigningKeyStore for BrokenStore {
+    async fn signing_key_for(
+        &self,
+        _key: &toolgate::store::SigningKey,
+    ) -> Result<toolgate::store::SigningKey, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn signing_keys(
+        &self,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<Vec<toolgate::store::SigningKey>, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn prune_signing_keys(
+        &self,
+        _now: toolgate::store::Timestamp,
+    ) -> Result<u64, toolgate::store::StoreError> {
+        broken()
+    }
+}
+
+#[toolgate::async_trait]
 impl toolgate::store::LinkKeyStore for BrokenStore {
     async fn link_key_for(
         &self,

@@ -15,6 +15,7 @@ import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import { parseArgs } from "node:util";
 
+import { Exchange, TOKEN_EXCHANGE } from "./exchange.mjs";
 import { ALGORITHMS, KeyRing, withoutNulls } from "./keys.mjs";
 import { escapeHtml, renderLogin } from "./login.mjs";
 import { Adapter } from "./store.mjs";
@@ -53,6 +54,11 @@ const DEFAULTS = {
   code_ttl: 60,
   // The JWKS response's Cache-Control max-age, in seconds.
   jwks_max_age: 300,
+  // Token exchange: the exchanged tokens' lifetime (default access_token_ttl), whether the
+  // answer carries a refresh_token, and audiences refused (`invalid_target`).
+  exchange_token_ttl: null,
+  exchange_refresh: true,
+  exchange_refused_audiences: [],
   // The resource servers' scopes (every resource accepts all of them).
   scopes: ["tools:call", "tools:approve", "refunds", "refunds:write"],
   clients: [
@@ -67,6 +73,23 @@ const DEFAULTS = {
       grant_types: ["authorization_code", "refresh_token"],
       response_types: ["code"],
       redirect_uris: ["http://127.0.0.1:9999/inbox/oidc/callback"],
+    },
+    // A gateway acting for its callers upstream: token exchange (RFC 8693), HTTP Basic or the
+    // secret in the form.
+    {
+      client_id: "toolgate-exchange",
+      client_secret: "toolgate-exchange-secret",
+      grant_types: [TOKEN_EXCHANGE],
+      redirect_uris: [],
+      response_types: [],
+    },
+    {
+      client_id: "toolgate-exchange-post",
+      client_secret: "toolgate-exchange-post-secret",
+      grant_types: [TOKEN_EXCHANGE],
+      redirect_uris: [],
+      response_types: [],
+      token_endpoint_auth_method: "client_secret_post",
     },
     // A resource server: no grants, it only authenticates to the introspection endpoint.
     {
@@ -112,6 +135,12 @@ function loadConfig() {
 
 const config = loadConfig();
 const keys = new KeyRing();
+const exchange = new Exchange({
+  keys,
+  issuer: () => issuer,
+  config: () => config,
+  errors,
+});
 const counts = new Map(); // request path -> requests, /_test/ routes excluded
 // One cookie key for every Provider built, so a person's session outlives a key rotation.
 const cookieKeys = [crypto.randomBytes(32).toString("base64url")];
@@ -267,6 +296,8 @@ function buildProvider(issuer) {
     },
   });
 
+  exchange.register(provider);
+
   // Verifiers cache the key set for its max-age; oidc-provider sends none.
   provider.use(async (ctx, next) => {
     await next();
@@ -343,6 +374,10 @@ const testRoutes = {
   "POST /_test/reset-counts": async (req, res) => {
     counts.clear();
     json(res, 200, {});
+  },
+  // Token exchanges granted and refresh tokens redeemed since start.
+  "GET /_test/exchanges": async (req, res) => {
+    json(res, 200, { exchanged: exchange.exchanged, refreshed: exchange.refreshed });
   },
   // Adds a static client, or changes one (fields merged over it), e.g. the inbox's redirect URI
   // once toolgate's port is known.
@@ -458,6 +493,13 @@ async function route(req, res) {
   }
   counts.set(url.pathname, (counts.get(url.pathname) ?? 0) + 1);
   if (url.pathname.startsWith("/interaction/")) return interaction(req, res, url);
+  // The token endpoint's form is read here, for the refresh of exchanged tokens; oidc-provider
+  // then reads it from req.body (its fallback for a body already parsed).
+  if (req.method === "POST" && url.pathname === "/token") {
+    const body = await readBody(req);
+    if (exchange.refresh(req, res, body, json)) return undefined;
+    req.body = body;
+  }
   // RFC 8414 metadata is the same document as OIDC discovery; oidc-provider serves only the latter.
   if (url.pathname === "/.well-known/oauth-authorization-server") {
     req.url = "/.well-known/openid-configuration";

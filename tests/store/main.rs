@@ -1,6 +1,6 @@
 //! The store conformance suite: what every `Store` backend must do, by concern (`calls.rs`,
 //! `suspensions.rs`, `feed.rs`, `outbox.rs`, `sessions.rs`, `standing.rs`, `link_keys.rs`,
-//! `pins.rs`).
+//! `pins.rs`, `signing_keys.rs`).
 //! Each backend runs every check through `suite!` below; a new backend adds one invocation. What
 //! only the embedded backend does (its file, across reopens and crashes) is checked at the end of
 //! this file; what only a shared database does is in `tests/store_postgres.rs`. One test binary,
@@ -16,6 +16,7 @@ mod link_keys;
 mod outbox;
 mod pins;
 mod sessions;
+mod signing_keys;
 mod standing;
 mod suspensions;
 
@@ -189,6 +190,13 @@ macro_rules! suite {
             async fn an_upstreams_first_connection_pins_once() {
                 super::pins::an_upstreams_first_connection_pins_once(store().await.0).await;
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_periods_signing_key_is_made_once_and_retired() {
+                super::signing_keys::a_periods_signing_key_is_made_once_and_retired(
+                    store().await.0,
+                )
+                .await;
+            }
         }
     };
 }
@@ -289,7 +297,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          ALTER TABLE suspensions DROP COLUMN escalated_at; \
          DROP TABLE feed; DROP TABLE feed_state; \
          DROP TABLE webhook_deliveries; DROP TABLE webhook_outbox; DROP TABLE inbox_sessions; \
-         DROP TABLE link_keys; \
+         DROP TABLE link_keys; DROP TABLE signing_keys; \
          ALTER TABLE calls DROP COLUMN trace; \
          ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
          DROP TABLE standing_approvals; DROP TABLE tool_pins; DROP TABLE pinned_upstreams; \

@@ -10,6 +10,7 @@ Usage:
                      DIR/starts-<transport>.log  one line `started <pid>` per start
                      DIR/runs.log                one line `<tool name>` per run of a tool
                      DIR/files/                  what write_file wrote
+                     DIR/authorization.log       one line per run of whoami: its Authorization
   --transport      stdio: protocol on stdin/stdout only, logs on stderr.
                    http: Streamable HTTP at http://127.0.0.1:<port>/mcp. The port is bound before
                    the pid file and the start line are written, so once `started <pid>` is in the
@@ -21,7 +22,8 @@ Usage:
                    POST's SSE stream over HTTP, stdout over stdio), `standalone` (the session's
                    GET stream over HTTP, dropped if the client has none open), or `both`.
 
-Tools: echo, write_file, slow_write, fail, plain, lookup, grow, rug (see each one's description).
+Tools: echo, write_file, slow_write, fail, plain, lookup, traced, whoami, grow, rug (see each
+one's description).
 Every run appends its line to runs.log before anything else (open, one write, close), so a
 reader counting the lines of one name sees exact counts even if the process is killed at once.
 Arguments that do not fit a tool's input schema are refused by the SDK before the tool runs:
@@ -121,6 +123,10 @@ class GrowOutput(BaseModel):
 class TracedOutput(BaseModel):
     traceparent: str
     header: str
+
+
+class WhoamiOutput(BaseModel):
+    authorized: bool
 
 
 def build_server(directory: Path, list_changed: str) -> MCPServer:
@@ -259,6 +265,18 @@ def build_server(directory: Path, list_changed: str) -> MCPServer:
             )
         await say_tools_changed(ctx, "write_file restored" if undo else "write_file changed")
         return PathOutput(path="write_file")
+    @server.tool(
+        description=(
+            "Records the Authorization header of its HTTP request (one line of authorization.log;"
+            " `-` for none, and over stdio) and answers whether there was one, never what it was."
+        ),
+        annotations=READ_ONLY,
+    )
+    async def whoami(ctx: Context) -> WhoamiOutput:
+        ran("whoami")
+        header = (ctx.headers or {}).get("authorization", "")
+        append_line(directory / "authorization.log", header or "-")
+        return WhoamiOutput(authorized=bool(header))
 
     @server.tool(description="Adds a tool called `name` that echoes, and says the tool list changed.")
     async def grow(name: str, ctx: Context) -> GrowOutput:

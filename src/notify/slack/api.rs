@@ -56,17 +56,11 @@ impl SlackApi {
         signing_secret: Option<String>,
         channel: Option<String>,
     ) -> Result<Self, String> {
-        crate::base::install_crypto();
         let parsed = url::Url::parse(api_url).map_err(|err| format!("`{api_url}`: {err}"))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(format!("`{api_url}` is not an http(s) URL"));
         }
-        let client = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .connect_timeout(TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|err| format!("cannot build an HTTP client: {err}"))?;
+        let client = crate::base::bounded_client(TIMEOUT)?;
         Ok(SlackApi {
             client,
             api_url: api_url.trim_end_matches('/').to_owned(),

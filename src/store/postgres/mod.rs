@@ -35,6 +35,7 @@ mod quotas;
 mod reads;
 mod redact;
 mod sessions;
+mod signing_keys;
 mod webhooks;
 mod writer;
 
@@ -436,6 +437,14 @@ impl Backend for PostgresStore {
         now: Timestamp,
     ) -> Result<Vec<crate::store::LinkKey>, StoreError> {
         self.read(async |c| link_keys::live(c, now.0).await).await
+    }
+
+    async fn read_signing_keys(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<crate::store::SigningKey>, StoreError> {
+        self.read(async |c| signing_keys::live(c, now.0).await)
+            .await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

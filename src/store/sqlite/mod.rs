@@ -19,6 +19,7 @@ mod pins;
 mod reads;
 mod recovery;
 mod sessions;
+mod signing_keys;
 mod standing;
 mod webhooks;
 mod writer;
@@ -320,6 +321,13 @@ impl Backend for SqliteStore {
         now: Timestamp,
     ) -> Result<Vec<crate::store::LinkKey>, StoreError> {
         self.read(move |conn| link_keys::live(conn, now.0)).await
+    }
+
+    async fn read_signing_keys(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<crate::store::SigningKey>, StoreError> {
+        self.read(move |conn| signing_keys::live(conn, now.0)).await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

@@ -16,7 +16,7 @@ use super::writes::{
     INSERT_CALL, escalate, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun,
     resolve,
 };
-use super::{backend, link_keys, sessions, webhooks};
+use super::{backend, link_keys, sessions, signing_keys, webhooks};
 use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
 use crate::store::{CallStatus, StoreError, Timestamp};
@@ -180,6 +180,10 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
         }
         WriteOp::PruneLinkKeys(now) => link_keys::prune(conn, now).map(Reply::Pruned),
         WriteOp::Pins(op) => super::pins::apply(conn, *op, now),
+        WriteOp::SigningKey(key) => {
+            signing_keys::make(conn, &key).map(|key| Reply::SigningKey(Box::new(key)))
+        }
+        WriteOp::PruneSigningKeys(now) => signing_keys::prune(conn, now).map(Reply::Pruned),
         WriteOp::Ping => Ok(Reply::Done),
     }
 }

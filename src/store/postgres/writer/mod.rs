@@ -40,7 +40,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::reads::Conn;
-use super::{link_keys, pg_error, pool_error, sessions, webhooks};
+use super::{link_keys, pg_error, pool_error, sessions, signing_keys, webhooks};
 use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteOp};
 use crate::store::record::{Prepared, PreparedCall};
 use crate::store::{Inserted, StoreError, Timestamp};
@@ -414,6 +414,10 @@ async fn applied(
                 .map(|key| Reply::LinkKey(Box::new(key))),
             WriteOp::PruneLinkKeys(now) => link_keys::prune(c, *now).await.map(Reply::Pruned),
             WriteOp::Pins(op) => super::pins::apply(c, op, now).await,
+            WriteOp::SigningKey(key) => signing_keys::make(c, key)
+                .await
+                .map(|key| Reply::SigningKey(Box::new(key))),
+            WriteOp::PruneSigningKeys(now) => signing_keys::prune(c, *now).await.map(Reply::Pruned),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.

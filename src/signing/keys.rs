@@ -1,0 +1,161 @@
+//! Key material: an Ed25519 key pair made from the OS's randomness, a PEM read (Ed25519 or
+//! P-256, PKCS#8), and each one's JWK (RFC 7517; RFC 8037 for Ed25519).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD as B64};
+use jsonwebtoken::{Algorithm, EncodingKey};
+use ring::rand::SystemRandom;
+use ring::signature::{
+    ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _,
+};
+use serde_json::{Value, json};
+
+/// A key that signs: its id, algorithm, signing half and public half.
+#[derive(Clone)]
+pub(super) struct Key {
+    pub(super) kid: String,
+    pub(super) alg: Algorithm,
+    pub(super) encoding: EncodingKey,
+    /// Ed25519: the 32 bytes of the public key. P-256: the uncompressed point (0x04, x, y).
+    pub(super) public: Vec<u8>,
+}
+
+impl std::fmt::Debug for Key {
+    /// The id and algorithm: never the private half.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Key")
+            .field("kid", &self.kid)
+            .field("alg", &self.alg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Key {
+    /// The key from its stored parts.
+    pub(super) fn of(
+        kid: &str,
+        alg: &str,
+        private_der: &[u8],
+        public: &[u8],
+    ) -> Result<Key, String> {
+        let alg = match alg {
+            "EdDSA" => Algorithm::EdDSA,
+            "ES256" => Algorithm::ES256,
+            other => return Err(format!("a signing key of an unknown algorithm `{other}`")),
+        };
+        let encoding = match alg {
+            Algorithm::ES256 => EncodingKey::from_ec_der(private_der),
+            _ => EncodingKey::from_ed_der(private_der),
+        };
+        Ok(Key {
+            kid: kid.to_owned(),
+            alg,
+            encoding,
+            public: public.to_vec(),
+        })
+    }
+
+    /// The public key as a JWK, for `/.well-known/jwks.json`.
+    pub(super) fn jwk(&self) -> Value {
+        match self.alg {
+            Algorithm::ES256 => {
+                let (x, y) = self.public[1..].split_at(32);
+                json!({
+                    "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256",
+                    "kid": self.kid, "x": B64.encode(x), "y": B64.encode(y),
+                })
+            }
+            _ => json!({
+                "kty": "OKP", "crv": "Ed25519", "use": "sig", "alg": "EdDSA",
+                "kid": self.kid, "x": B64.encode(&self.public),
+            }),
+        }
+    }
+}
+
+/// A fresh Ed25519 key pair: its PKCS#8 DER and its public key.
+pub(super) fn generate() -> Result<(Vec<u8>, Vec<u8>), String> {
+    let rng = SystemRandom::new();
+    let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)
+        .map_err(|_| "the OS gave no random bytes for a signing key".to_owned())?;
+    let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref())
+        .map_err(|_| "a signing key just made does not read back".to_owned())?;
+    Ok((pkcs8.as_ref().to_vec(), pair.public_key().as_ref().to_vec()))
+}
+
+/// The key of a PEM file (`-----BEGIN PRIVATE KEY-----`, PKCS#8): Ed25519 or P-256. Its `kid`
+/// is the JWK thumbprint of its public key (RFC 7638), so it stays the same across restarts
+/// and replicas that read the same file.
+pub(super) fn from_pem(pem: &str) -> Result<Key, String> {
+    const BEGIN: &str = "-----BEGIN PRIVATE KEY-----";
+    const END: &str = "-----END PRIVATE KEY-----";
+    let body = pem
+        .split_once(BEGIN)
+        .and_then(|(_, rest)| rest.split_once(END))
+        .map(|(body, _)| body)
+        .ok_or_else(|| {
+            "not a PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`); convert an `EC PRIVATE KEY` with \
+             `openssl pkcs8 -topk8 -nocrypt`"
+                .to_owned()
+        })?;
+    let text: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    let der = STANDARD
+        .decode(text)
+        .map_err(|_| "the PEM's body is not base64".to_owned())?;
+    let (alg, public) = if let Ok(pair) = Ed25519KeyPair::from_pkcs8_maybe_unchecked(&der) {
+        ("EdDSA", pair.public_key().as_ref().to_vec())
+    } else if let Ok(pair) =
+        EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &der, &SystemRandom::new())
+    {
+        ("ES256", pair.public_key().as_ref().to_vec())
+    } else {
+        return Err("the PEM holds neither an Ed25519 nor a P-256 private key".into());
+    };
+    let mut key = Key::of("", alg, &der, &public)?;
+    key.kid = thumbprint(&key.jwk());
+    Ok(key)
+}
+
+/// The RFC 7638 thumbprint of a public JWK: the SHA-256 of its required members, sorted.
+fn thumbprint(jwk: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let members: &[&str] = if jwk["kty"] == "EC" {
+        &["crv", "kty", "x", "y"]
+    } else {
+        &["crv", "kty", "x"]
+    };
+    let mut required = serde_json::Map::new();
+    for name in members {
+        required.insert((*name).to_owned(), jwk[*name].clone());
+    }
+    B64.encode(Sha256::digest(Value::Object(required).to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_made_key_reads_back_and_signs_what_its_jwk_verifies() {
+        let (der, public) = generate().unwrap();
+        let key = Key::of("k1", "EdDSA", &der, &public).unwrap();
+        let token = jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(Algorithm::EdDSA),
+            &json!({"a": 1}),
+            &key.encoding,
+        )
+        .unwrap();
+        let jwk: jsonwebtoken::jwk::Jwk = serde_json::from_value(key.jwk()).unwrap();
+        let decoding = jsonwebtoken::DecodingKey::from_jwk(&jwk).unwrap();
+        let mut validation = jsonwebtoken::Validation::new(Algorithm::EdDSA);
+        validation.required_spec_claims.clear();
+        jsonwebtoken::decode::<Value>(&token, &decoding, &validation).unwrap();
+    }
+
+    #[test]
+    fn a_pem_that_is_no_private_key_is_refused_saying_why() {
+        assert!(from_pem("hello").unwrap_err().contains("PKCS#8"));
+        let bad = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+        assert!(from_pem(bad).unwrap_err().contains("neither"));
+    }
+}
