@@ -151,7 +151,7 @@ async fn a_stdio_servers_tools_are_served_on_every_door() {
         .filter(|line| line.contains("the upstream MCP server is up"))
         .collect();
     assert_eq!(up.len(), 1, "{log:#?}");
-    assert!(up[0].contains("upstream=\"files\" tools=9"), "{up:?}");
+    assert!(up[0].contains("upstream=\"files\" tools=10"), "{up:?}");
     assert!(!log.iter().any(|line| line.contains("rmcp")), "{log:#?}");
 }
 

@@ -1,21 +1,29 @@
 //! Key material: an Ed25519 key pair made from the OS's randomness, a PEM read (Ed25519 or
 //! P-256, PKCS#8), and each one's JWK (RFC 7517; RFC 8037 for Ed25519).
 
+use std::sync::Arc;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD as B64};
-use jsonwebtoken::{Algorithm, EncodingKey};
 use ring::rand::SystemRandom;
 use ring::signature::{
     ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair as _,
 };
 use serde_json::{Value, json};
 
+/// The signing half, parsed once: reading a PKCS#8 key derives its public half (a scalar
+/// multiplication), which would otherwise cost as much as the signature on every token.
+#[derive(Clone)]
+enum Pair {
+    Ed25519(Arc<Ed25519KeyPair>),
+    P256(Arc<EcdsaKeyPair>),
+}
+
 /// A key that signs: its id, algorithm, signing half and public half.
 #[derive(Clone)]
 pub(super) struct Key {
     pub(super) kid: String,
-    pub(super) alg: Algorithm,
-    pub(super) encoding: EncodingKey,
+    pair: Pair,
     /// Ed25519: the 32 bytes of the public key. P-256: the uncompressed point (0x04, x, y).
     pub(super) public: Vec<u8>,
 }
@@ -25,7 +33,7 @@ impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Key")
             .field("kid", &self.kid)
-            .field("alg", &self.alg)
+            .field("alg", &self.alg())
             .finish_non_exhaustive()
     }
 }
@@ -38,34 +46,64 @@ impl Key {
         private_der: &[u8],
         public: &[u8],
     ) -> Result<Key, String> {
-        let alg = match alg {
-            "EdDSA" => Algorithm::EdDSA,
-            "ES256" => Algorithm::ES256,
+        let pair = match alg {
+            "EdDSA" => Ed25519KeyPair::from_pkcs8_maybe_unchecked(private_der)
+                .map(|pair| Pair::Ed25519(Arc::new(pair)))
+                .map_err(|_| "a stored Ed25519 signing key does not read".to_owned())?,
+            "ES256" => EcdsaKeyPair::from_pkcs8(
+                &ECDSA_P256_SHA256_FIXED_SIGNING,
+                private_der,
+                &SystemRandom::new(),
+            )
+            .map(|pair| Pair::P256(Arc::new(pair)))
+            .map_err(|_| "a stored P-256 signing key does not read".to_owned())?,
             other => return Err(format!("a signing key of an unknown algorithm `{other}`")),
-        };
-        let encoding = match alg {
-            Algorithm::ES256 => EncodingKey::from_ec_der(private_der),
-            _ => EncodingKey::from_ed_der(private_der),
         };
         Ok(Key {
             kid: kid.to_owned(),
-            alg,
-            encoding,
+            pair,
             public: public.to_vec(),
         })
     }
 
+    /// Its JWS algorithm: `EdDSA` or `ES256`.
+    pub(super) fn alg(&self) -> &'static str {
+        match self.pair {
+            Pair::Ed25519(_) => "EdDSA",
+            Pair::P256(_) => "ES256",
+        }
+    }
+
+    /// The compact JWS (RFC 7515) of `claims`, its header naming this key and `typ` `JWT`.
+    pub(super) fn sign(&self, claims: &Value) -> Result<String, String> {
+        let header = json!({ "alg": self.alg(), "kid": self.kid, "typ": "JWT" });
+        let mut token = B64.encode(header.to_string());
+        token.push('.');
+        B64.encode_string(claims.to_string(), &mut token);
+        let signature = match &self.pair {
+            Pair::Ed25519(pair) => pair.sign(token.as_bytes()).as_ref().to_vec(),
+            Pair::P256(pair) => pair
+                .sign(&SystemRandom::new(), token.as_bytes())
+                .map_err(|_| "the P-256 signature failed".to_owned())?
+                .as_ref()
+                .to_vec(),
+        };
+        token.push('.');
+        B64.encode_string(signature, &mut token);
+        Ok(token)
+    }
+
     /// The public key as a JWK, for `/.well-known/jwks.json`.
     pub(super) fn jwk(&self) -> Value {
-        match self.alg {
-            Algorithm::ES256 => {
+        match self.pair {
+            Pair::P256(_) => {
                 let (x, y) = self.public[1..].split_at(32);
                 json!({
                     "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256",
                     "kid": self.kid, "x": B64.encode(x), "y": B64.encode(y),
                 })
             }
-            _ => json!({
+            Pair::Ed25519(_) => json!({
                 "kty": "OKP", "crv": "Ed25519", "use": "sig", "alg": "EdDSA",
                 "kid": self.kid, "x": B64.encode(&self.public),
             }),
@@ -139,15 +177,10 @@ mod tests {
     fn a_made_key_reads_back_and_signs_what_its_jwk_verifies() {
         let (der, public) = generate().unwrap();
         let key = Key::of("k1", "EdDSA", &der, &public).unwrap();
-        let token = jsonwebtoken::encode(
-            &jsonwebtoken::Header::new(Algorithm::EdDSA),
-            &json!({"a": 1}),
-            &key.encoding,
-        )
-        .unwrap();
+        let token = key.sign(&json!({"a": 1})).unwrap();
         let jwk: jsonwebtoken::jwk::Jwk = serde_json::from_value(key.jwk()).unwrap();
         let decoding = jsonwebtoken::DecodingKey::from_jwk(&jwk).unwrap();
-        let mut validation = jsonwebtoken::Validation::new(Algorithm::EdDSA);
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
         validation.required_spec_claims.clear();
         jsonwebtoken::decode::<Value>(&token, &decoding, &validation).unwrap();
     }

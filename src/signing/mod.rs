@@ -129,10 +129,7 @@ impl Signer {
         ] {
             claims.entry(name).or_insert(value);
         }
-        let mut header = jsonwebtoken::Header::new(key.alg);
-        header.kid = Some(key.kid.clone());
-        header.typ = Some("JWT".into());
-        jsonwebtoken::encode(&header, &claims, &key.encoding)
+        key.sign(&Value::Object(claims))
             .map_err(|err| SignError::Key(format!("cannot sign: {err}")))
     }
 
