@@ -57,6 +57,12 @@ pub trait DynTool: Send + Sync {
     fn pinned(&self) -> Option<&Pinned> {
         None
     }
+    /// Whether the tool reads its call's attestation from its [`ToolCtx`] (an upstream's tool
+    /// sends one on every call; a typed tool says so with `ToolHandler::ATTESTED`). The
+    /// lifecycle gathers a call's facts only for such a tool. `false` by default.
+    fn attested(&self) -> bool {
+        false
+    }
     /// Runs one attempt with a JSON input.
     async fn call_json(&self, ctx: &ToolCtx, input: Value)
     -> Result<ToolOutcome<Value>, ToolError>;
@@ -173,6 +179,10 @@ impl<H: ToolHandler + 'static> DynTool for TypedTool<H> {
 
     fn admit(&self, input: &Value) -> Result<Option<String>, Vec<InputViolation>> {
         typed_input::<H::Input>(input).map(|typed| self.handler.idempotency_key(&typed))
+    }
+
+    fn attested(&self) -> bool {
+        H::ATTESTED
     }
 
     async fn call_json(

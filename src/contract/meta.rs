@@ -66,6 +66,10 @@ pub trait ToolHandler: ToolMeta + Send + Sync {
     /// The output of a successful attempt.
     type Output: Serialize;
 
+    /// Whether the handler reads its call's attestation ([`ToolCtx::attestation`]): only then
+    /// does the lifecycle gather the call's facts for it, so a tool that does not cost nothing.
+    const ATTESTED: bool = false;
+
     /// Runs one attempt of the tool.
     ///
     /// Return [`ToolOutcome::Output`] when done, [`ToolOutcome::Suspend`] to wait for a person

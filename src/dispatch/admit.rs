@@ -303,7 +303,11 @@ impl Dispatcher {
             policy,
             call_id: &call_id,
             asked: asked.as_deref(),
-            attesting: self.attest_first(&call, &policy.settings),
+            attesting: if registered.tool.attested() {
+                self.attest_first(&call, &policy.settings)
+            } else {
+                None
+            },
             caller: token.as_ref(),
         };
         let ran = match plan {

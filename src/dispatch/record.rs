@@ -168,7 +168,11 @@ impl Dispatcher {
         caller: Option<&crate::base::CallerToken>,
     ) -> Result<CallResult, DispatchError> {
         let edited = super::edit::edit_of(&call);
-        let attesting = self.attest_recorded(&call, &policy.settings);
+        let attesting = if registered.tool.attested() {
+            self.attest_recorded(&call, &policy.settings)
+        } else {
+            None
+        };
         let ran = self
             .attempts(
                 registered,

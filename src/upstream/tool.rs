@@ -171,6 +171,11 @@ impl DynTool for UpstreamTool {
         }
     }
 
+    fn attested(&self) -> bool {
+        // Every call to the upstream carries the call's attestation.
+        true
+    }
+
     async fn call_json(
         &self,
         ctx: &ToolCtx,
