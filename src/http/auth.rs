@@ -128,13 +128,13 @@ impl Keys {
     }
 }
 
-/// Routes anyone may reach, even without a key: liveness and readiness probes, and the doors a
-/// platform calls with a signature of its own instead of a key ([`Access::Signed`]). (Used to
-/// document the API.)
+/// Routes anyone may reach, even without a key: liveness and readiness probes, the public keys
+/// that verify attestations, and the doors a platform calls with a signature of its own instead
+/// of a key ([`Access::Signed`]). (Used to document the API.)
 pub(crate) fn is_open(route: &str) -> bool {
     matches!(
         route,
-        "/healthz" | "/readyz" | "/integrations/slack/interactions"
+        "/healthz" | "/readyz" | "/.well-known/jwks.json" | "/integrations/slack/interactions"
     )
 }
 

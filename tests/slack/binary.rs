@@ -37,10 +37,15 @@ async fn the_binary_takes_presses_signed_with_its_slack_channels_secret() {
     let asked = call_as(api, AGENT, "ask_human", json!({"question": "Ship?"})).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
     // The channel posted its message, which Slack's models take, its Reject naming the token.
-    let posted = super::common::eventually("a message posted", async || {
-        Some(slack.called("chat.postMessage")).filter(|posted| !posted.is_empty())
+    // Each recipient's message is sent on its own, in no set order: the one to U0OPS is read.
+    let posted: Vec<_> = super::common::eventually("a message posted to U0OPS", async || {
+        Some(slack.called("chat.postMessage"))
+            .filter(|posted| posted.iter().any(|message| message["channel"] == "U0OPS"))
     })
-    .await;
+    .await
+    .into_iter()
+    .filter(|message| message["channel"] == "U0OPS")
+    .collect();
     assert_eq!(posted[0]["channel"], "U0OPS", "{}", posted[0]);
     let judged = super::blocks::judged(&posted[..1]);
     let reject = judged[0]["buttons"]
