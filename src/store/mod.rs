@@ -1,12 +1,13 @@
 //! Durable state: calls and the suspensions that park them until a person decides, the change
-//! feed, the webhook outbox, the approval inbox's sessions, and the keys of decision links.
+//! feed, the webhook outbox, the approval inbox's sessions, standing approvals, the keys of
+//! decision links and of attestations, and upstream tools' pins.
 //!
-//! [`Store`] is the seam a backend implements, as five traits by concern under it:
-//! [`CallStore`] (calls, suspensions, idempotency, reconciliation), [`FeedStore`] (the change
-//! feed), [`OutboxStore`] (webhook deliveries), [`SessionStore`] (inbox sessions) and
-//! [`LinkKeyStore`] (the keys that sign decision links), and [`PinStore`] (upstream tools'
-//! pinned definitions); `Store`
-//! itself keeps what concerns the whole store (readiness, counts, shutdown). A caller holds an
+//! [`Store`] is the seam a backend implements, as traits by concern under it: [`CallStore`]
+//! (calls, suspensions, idempotency, reconciliation), [`FeedStore`] (the change feed),
+//! [`OutboxStore`] (webhook deliveries), [`SessionStore`] (inbox sessions), [`StandingStore`]
+//! (standing approvals), [`LinkKeyStore`] (the keys that sign decision links),
+//! [`SigningKeyStore`] (the keys that sign attestations) and [`PinStore`] (upstream tools'
+//! pinned definitions); `Store` itself keeps what concerns the whole store (readiness, counts, shutdown). A caller holds an
 //! `Arc<dyn Store>` (whose methods include every sub-trait's); code holding a concrete backend
 //! brings the sub-trait it calls into scope. [`SqliteStore`] is the
 //! embedded default; [`PostgresStore`] lets several replicas share one database.
@@ -14,7 +15,8 @@
 //! Several parts of the server write, not only the dispatcher (every change of a call, including
 //! those an approver or an admin asks of it): the webhook outbox (`crate::feed::webhooks`: its
 //! cursor, claims and settlements), the admin API (sending a failed delivery again), the inbox
-//! (its sessions) and the store's upkeep in `crate::app` (pruning the feed and expired sessions).
+//! (its sessions), the upstreams (their tools' pins), the signer of attestations (its keys) and
+//! the store's upkeep in `crate::app` (pruning the feed and expired sessions).
 //! Each of those writes is one write of the backend's one batching writer (`queue.rs` lists
 //! them); on PostgreSQL, only the heartbeat (its lease, and its sweep of dead replicas' calls)
 //! and the migrations write beside it. Every backend runs the same conformance suite

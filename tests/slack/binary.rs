@@ -37,16 +37,18 @@ async fn the_binary_takes_presses_signed_with_its_slack_channels_secret() {
     let asked = call_as(api, AGENT, "ask_human", json!({"question": "Ship?"})).await;
     let token = asked["suspension"]["token"].as_str().unwrap();
     // The channel posted its message, which Slack's models take, its Reject naming the token.
-    // Each recipient's message is sent on its own, in no set order: the one to U0OPS is read.
+    // Each recipient's message is sent on its own, in no set order: the one to U0OPS is read,
+    // and it is the only one to U0OPS.
     let posted: Vec<_> = super::common::eventually("a message posted to U0OPS", async || {
-        Some(slack.called("chat.postMessage"))
-            .filter(|posted| posted.iter().any(|message| message["channel"] == "U0OPS"))
+        let to_ops: Vec<_> = slack
+            .called("chat.postMessage")
+            .into_iter()
+            .filter(|message| message["channel"] == "U0OPS")
+            .collect();
+        Some(to_ops).filter(|to_ops| !to_ops.is_empty())
     })
-    .await
-    .into_iter()
-    .filter(|message| message["channel"] == "U0OPS")
-    .collect();
-    assert_eq!(posted[0]["channel"], "U0OPS", "{}", posted[0]);
+    .await;
+    assert_eq!(posted.len(), 1, "one message to U0OPS: {posted:?}");
     let judged = super::blocks::judged(&posted[..1]);
     let reject = judged[0]["buttons"]
         .as_array()
