@@ -303,11 +303,7 @@ impl Dispatcher {
             policy,
             call_id: &call_id,
             asked: asked.as_deref(),
-            attesting: if registered.tool.attested() {
-                self.attest_first(&call, &policy.settings)
-            } else {
-                None
-            },
+            attesting: self.attest_first(registered.tool.as_ref(), &call, &policy.settings),
             caller: token.as_ref(),
         };
         let ran = match plan {

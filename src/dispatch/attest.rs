@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use crate::contract::attest::{Approver, Attesting, CallFacts, Decision};
+use crate::contract::erased::DynTool;
 use crate::signing::Signer;
-use crate::store::{CallRecord, NewCall, StandingUse, Timestamp};
+use crate::store::{CallRecord, NewCall, STANDING_APPROVED, StandingUse, Timestamp};
 
 use super::Dispatcher;
 use super::settings::ToolSettings;
@@ -34,20 +35,27 @@ impl Dispatcher {
         self.signer.as_ref()
     }
 
-    /// The attesting of a call described by `facts` (made only when the server signs).
-    fn attesting(&self, facts: impl FnOnce() -> CallFacts) -> Option<Attesting> {
-        let signer = self.signer.as_ref()?;
+    /// The attesting of a call of `tool` described by `facts`: made only when the server signs
+    /// and the tool reads its attestation (`DynTool::attested`), so another tool's call
+    /// gathers nothing.
+    fn attesting(
+        &self,
+        tool: &dyn DynTool,
+        facts: impl FnOnce() -> CallFacts,
+    ) -> Option<Attesting> {
+        let signer = self.signer.as_ref().filter(|_| tool.attested())?;
         Some(Attesting::new(signer.clone(), facts()))
     }
 
     /// A new call's first run, which nobody had to approve.
     pub(super) fn attest_first(
         &self,
+        registered: &dyn DynTool,
         call: &NewCall,
         settings: &ToolSettings,
     ) -> Option<Attesting> {
         let tool = call.tool.as_str();
-        self.attesting(|| CallFacts {
+        self.attesting(registered, || CallFacts {
             call_id: call.call_id.clone(),
             tool: tool.to_owned(),
             caller: call.caller.clone(),
@@ -73,13 +81,15 @@ impl Dispatcher {
     }
 
     /// A recorded call run again: approved (its approvals since it last suspended), or
-    /// claimed after an interruption.
+    /// claimed after an interruption (a call a standing approval released is attested as
+    /// released by it, as on its first run).
     pub(super) fn attest_recorded(
         &self,
+        registered: &dyn DynTool,
         call: &CallRecord,
         settings: &ToolSettings,
     ) -> Option<Attesting> {
-        self.attesting(|| {
+        self.attesting(registered, || {
             let mut approvals: Vec<Approver> = Vec::new();
             for event in call.events_since_suspended() {
                 if !matches!(event.kind.as_str(), "approved" | "approval_recorded") {
@@ -93,16 +103,29 @@ impl Dispatcher {
                     at_ms: event.at.0,
                 });
             }
+            let mut decision = Decision::Approved;
+            if approvals.is_empty() {
+                decision = Decision::NotRequired;
+                if let Some(used) = &call.standing_approval {
+                    // Released by a standing approval (and run again since): as its first run.
+                    let at = call
+                        .events
+                        .iter()
+                        .rev()
+                        .find(|e| e.kind == STANDING_APPROVED);
+                    approvals.push(Approver {
+                        who: used.approver.clone(),
+                        at_ms: at.map_or(call.created_at.0, |event| event.at.0),
+                    });
+                    decision = Decision::Standing(used.id.clone());
+                }
+            }
             let approved = !approvals.is_empty();
             CallFacts {
                 call_id: call.call_id.clone(),
                 tool: call.tool.clone(),
                 caller: call.caller.clone(),
-                decision: if approved {
-                    Decision::Approved
-                } else {
-                    Decision::NotRequired
-                },
+                decision,
                 policy: policy_of(&call.tool, settings, approved),
                 approvals,
             }

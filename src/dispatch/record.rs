@@ -168,11 +168,7 @@ impl Dispatcher {
         caller: Option<&crate::base::CallerToken>,
     ) -> Result<CallResult, DispatchError> {
         let edited = super::edit::edit_of(&call);
-        let attesting = if registered.tool.attested() {
-            self.attest_recorded(&call, &policy.settings)
-        } else {
-            None
-        };
+        let attesting = self.attest_recorded(registered.tool.as_ref(), &call, &policy.settings);
         let ran = self
             .attempts(
                 registered,

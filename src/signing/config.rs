@@ -47,7 +47,7 @@ impl SigningConfig {
 #[derive(Clone)]
 pub struct Signing {
     /// `None`: nothing is signed (no attestation, no key set).
-    on: Option<(Option<super::keys::Key>, Duration, Duration)>,
+    on: Option<(Option<std::sync::Arc<super::keys::Key>>, Duration, Duration)>,
 }
 
 impl std::fmt::Debug for Signing {
@@ -84,7 +84,7 @@ impl Signing {
             Some(path) => {
                 let pem = std::fs::read_to_string(path)
                     .map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-                Some(super::keys::from_pem(&pem)?)
+                Some(std::sync::Arc::new(super::keys::from_pem(&pem)?))
             }
             None => None,
         };
@@ -97,7 +97,7 @@ impl Signing {
     pub fn from_pem(pem: &str, ttl: Duration) -> Result<Self, String> {
         Ok(Signing {
             on: Some((
-                Some(super::keys::from_pem(pem)?),
+                Some(std::sync::Arc::new(super::keys::from_pem(pem)?)),
                 super::DEFAULT_ROTATION,
                 ttl,
             )),

@@ -1,8 +1,6 @@
 //! Key material: an Ed25519 key pair made from the OS's randomness, a PEM read (Ed25519 or
 //! P-256, PKCS#8), and each one's JWK (RFC 7517; RFC 8037 for Ed25519).
 
-use std::sync::Arc;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD as B64};
 use ring::rand::SystemRandom;
@@ -13,19 +11,21 @@ use serde_json::{Value, json};
 
 /// The signing half, parsed once: reading a PKCS#8 key derives its public half (a scalar
 /// multiplication), which would otherwise cost as much as the signature on every token.
-#[derive(Clone)]
 enum Pair {
-    Ed25519(Arc<Ed25519KeyPair>),
-    P256(Arc<EcdsaKeyPair>),
+    Ed25519(Ed25519KeyPair),
+    P256(EcdsaKeyPair),
 }
 
-/// A key that signs: its id, algorithm, signing half and public half.
-#[derive(Clone)]
+/// A key that signs: its id, signing half, public half, and the JWS header it signs under.
 pub(super) struct Key {
     pub(super) kid: String,
     pair: Pair,
     /// Ed25519: the 32 bytes of the public key. P-256: the uncompressed point (0x04, x, y).
-    pub(super) public: Vec<u8>,
+    public: Vec<u8>,
+    /// The header every token of this key carries, base64url-encoded once.
+    header: String,
+    /// When the key leaves the key set (a stored key); no token of it may outlive that.
+    pub(super) retire_at: Option<i64>,
 }
 
 impl std::fmt::Debug for Key {
@@ -48,21 +48,24 @@ impl Key {
     ) -> Result<Key, String> {
         let pair = match alg {
             "EdDSA" => Ed25519KeyPair::from_pkcs8_maybe_unchecked(private_der)
-                .map(|pair| Pair::Ed25519(Arc::new(pair)))
+                .map(Pair::Ed25519)
                 .map_err(|_| "a stored Ed25519 signing key does not read".to_owned())?,
             "ES256" => EcdsaKeyPair::from_pkcs8(
                 &ECDSA_P256_SHA256_FIXED_SIGNING,
                 private_der,
                 &SystemRandom::new(),
             )
-            .map(|pair| Pair::P256(Arc::new(pair)))
+            .map(Pair::P256)
             .map_err(|_| "a stored P-256 signing key does not read".to_owned())?,
             other => return Err(format!("a signing key of an unknown algorithm `{other}`")),
         };
+        let header = B64.encode(json!({ "alg": alg, "kid": kid, "typ": "JWT" }).to_string());
         Ok(Key {
             kid: kid.to_owned(),
             pair,
             public: public.to_vec(),
+            header,
+            retire_at: None,
         })
     }
 
@@ -76,8 +79,7 @@ impl Key {
 
     /// The compact JWS (RFC 7515) of `claims`, its header naming this key and `typ` `JWT`.
     pub(super) fn sign(&self, claims: &Value) -> Result<String, String> {
-        let header = json!({ "alg": self.alg(), "kid": self.kid, "typ": "JWT" });
-        let mut token = B64.encode(header.to_string());
+        let mut token = self.header.clone();
         token.push('.');
         B64.encode_string(claims.to_string(), &mut token);
         let signature = match &self.pair {
@@ -95,19 +97,26 @@ impl Key {
 
     /// The public key as a JWK, for `/.well-known/jwks.json`.
     pub(super) fn jwk(&self) -> Value {
-        match self.pair {
-            Pair::P256(_) => {
-                let (x, y) = self.public[1..].split_at(32);
-                json!({
-                    "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256",
-                    "kid": self.kid, "x": B64.encode(x), "y": B64.encode(y),
-                })
-            }
-            Pair::Ed25519(_) => json!({
-                "kty": "OKP", "crv": "Ed25519", "use": "sig", "alg": "EdDSA",
-                "kid": self.kid, "x": B64.encode(&self.public),
-            }),
+        jwk(&self.kid, self.alg(), &self.public).unwrap_or(Value::Null)
+    }
+}
+
+/// The JWK of a public key of `alg` (`EdDSA`: its 32 bytes; `ES256`: the uncompressed point),
+/// from its stored parts alone; `None` for another algorithm or a point of the wrong length.
+pub(super) fn jwk(kid: &str, alg: &str, public: &[u8]) -> Option<Value> {
+    match alg {
+        "ES256" if public.len() == 65 => {
+            let (x, y) = public[1..].split_at(32);
+            Some(json!({
+                "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256",
+                "kid": kid, "x": B64.encode(x), "y": B64.encode(y),
+            }))
         }
+        "EdDSA" => Some(json!({
+            "kty": "OKP", "crv": "Ed25519", "use": "sig", "alg": "EdDSA",
+            "kid": kid, "x": B64.encode(public),
+        })),
+        _ => None,
     }
 }
 
@@ -149,9 +158,8 @@ pub(super) fn from_pem(pem: &str) -> Result<Key, String> {
     } else {
         return Err("the PEM holds neither an Ed25519 nor a P-256 private key".into());
     };
-    let mut key = Key::of("", alg, &der, &public)?;
-    key.kid = thumbprint(&key.jwk());
-    Ok(key)
+    let kid = thumbprint(&jwk("", alg, &public).ok_or("the PEM's public key is malformed")?);
+    Key::of(&kid, alg, &der, &public)
 }
 
 /// The RFC 7638 thumbprint of a public JWK: the SHA-256 of its required members, sorted.
@@ -183,6 +191,47 @@ mod tests {
         let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::EdDSA);
         validation.required_spec_claims.clear();
         jsonwebtoken::decode::<Value>(&token, &decoding, &validation).unwrap();
+    }
+
+    #[test]
+    fn a_p256_pem_signs_es256_that_its_jwk_verifies_under_its_thumbprint() {
+        let pkcs8 =
+            EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &SystemRandom::new())
+                .unwrap();
+        let pem = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+            STANDARD.encode(pkcs8.as_ref())
+        );
+        let key = from_pem(&pem).unwrap();
+        assert_eq!(key.alg(), "ES256");
+        let jwk = key.jwk();
+        assert_eq!(key.kid, thumbprint(&jwk));
+        assert_eq!(jwk["kid"], key.kid.as_str());
+        let token = key.sign(&json!({"a": 1})).unwrap();
+        let parsed: jsonwebtoken::jwk::Jwk = serde_json::from_value(jwk).unwrap();
+        let decoding = jsonwebtoken::DecodingKey::from_jwk(&parsed).unwrap();
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+        validation.required_spec_claims.clear();
+        let header = jsonwebtoken::decode_header(&token).unwrap();
+        assert_eq!(header.kid.as_deref(), Some(key.kid.as_str()));
+        jsonwebtoken::decode::<Value>(&token, &decoding, &validation).unwrap();
+        // Another key's signature does not verify under this JWK.
+        let other = from_pem(
+            &pem.replace(
+                &STANDARD.encode(pkcs8.as_ref()),
+                &STANDARD.encode(
+                    EcdsaKeyPair::generate_pkcs8(
+                        &ECDSA_P256_SHA256_FIXED_SIGNING,
+                        &SystemRandom::new(),
+                    )
+                    .unwrap()
+                    .as_ref(),
+                ),
+            ),
+        )
+        .unwrap();
+        let forged = other.sign(&json!({"a": 1})).unwrap();
+        assert!(jsonwebtoken::decode::<Value>(&forged, &decoding, &validation).is_err());
     }
 
     #[test]

@@ -71,11 +71,11 @@ pub struct Signer {
     /// `iss` of what it signs: the server's public URL, or `toolgate`.
     issuer: String,
     /// The key of `[signing] key_file`, when set: it alone signs; the store keeps none.
-    fixed: Option<Key>,
+    fixed: Option<Arc<Key>>,
     rotation: Duration,
     ttl: Duration,
-    /// The stored keys seen, not retired: (the key, its period, until when it is published).
-    keys: Mutex<Vec<(Key, i64, Timestamp)>>,
+    /// The stored key that signs in the current period, and that period.
+    current: Mutex<Option<(i64, Arc<Key>)>>,
 }
 
 impl std::fmt::Debug for Signer {
@@ -103,7 +103,7 @@ impl Signer {
             fixed: None,
             rotation: rotation.max(Duration::from_secs(1)),
             ttl: ttl.max(Duration::from_secs(1)),
-            keys: Mutex::new(Vec::new()),
+            current: Mutex::new(None),
         }
     }
 
@@ -119,7 +119,14 @@ impl Signer {
         let now = Timestamp::now();
         let key = self.signing_key(now).await?;
         let iat = now.0.div_euclid(1000);
-        let exp = now.0.saturating_add(millis(self.ttl)).div_euclid(1000);
+        // Never past the key's retirement, when it leaves the key set (a replica whose `ttl_s`
+        // is longer than the one that made the key would otherwise sign tokens nobody can
+        // verify before they expire).
+        let until = now.0.saturating_add(millis(self.ttl));
+        let exp = key
+            .retire_at
+            .map_or(until, |retire| until.min(retire))
+            .div_euclid(1000);
         let jti = B64.encode(random(16).map_err(SignError::Key)?);
         for (name, value) in [
             ("iss", json!(self.issuer)),
@@ -143,12 +150,13 @@ impl Signer {
         // A set always holds the key that signs now, made if this period has none yet.
         self.signing_key(now).await?;
         let live = self.store.signing_keys(now).await?;
+        // From the stored public halves: the private ones need not be read to publish a key.
         let mut keys = Vec::with_capacity(live.len());
         for stored in &live {
-            match Key::of(&stored.id, &stored.alg, &stored.private_der, &stored.public) {
-                Ok(key) => keys.push(key.jwk()),
-                Err(err) => {
-                    tracing::warn!(kid = %stored.id, error = %err, "a stored signing key is left out of the key set")
+            match keys::jwk(&stored.id, &stored.alg, &stored.public) {
+                Some(jwk) => keys.push(jwk),
+                None => {
+                    tracing::warn!(kid = %stored.id, alg = %stored.alg, "a stored signing key is left out of the key set")
                 }
             }
         }
@@ -157,17 +165,17 @@ impl Signer {
 
     /// The key that signs now: the file's, or this period's, made (once across replicas) if
     /// it has none yet.
-    async fn signing_key(&self, now: Timestamp) -> Result<Key, SignError> {
+    async fn signing_key(&self, now: Timestamp) -> Result<Arc<Key>, SignError> {
         if let Some(key) = &self.fixed {
             return Ok(key.clone());
         }
         let period = millis(self.rotation).max(1);
         let epoch = now.0.div_euclid(period);
+        if let Some((_, key)) = (self.current.lock().unwrap_or_else(|e| e.into_inner()))
+            .as_ref()
+            .filter(|(period, _)| *period == epoch)
         {
-            let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((key, _, _)) = keys.iter().find(|(_, e, _)| *e == epoch) {
-                return Ok(key.clone());
-            }
+            return Ok(key.clone());
         }
         let signs_until = epoch.saturating_add(1).saturating_mul(period);
         let (private_der, public) = keys::generate().map_err(SignError::Key)?;
@@ -181,18 +189,22 @@ impl Signer {
             created_at: now,
             signs_until: Timestamp(signs_until),
             // A second of slack: a token signed at the period's last instant expires after it.
-            retire_at: Timestamp(signs_until.saturating_add(millis(self.ttl) + 1_000)),
+            retire_at: Timestamp(
+                signs_until
+                    .saturating_add(millis(self.ttl))
+                    .saturating_add(1_000),
+            ),
         };
         let stored = self.store.signing_key_for(&fresh).await?;
         // A new period: the keys whose tokens have all expired go.
         if let Err(err) = self.store.prune_signing_keys(now).await {
             tracing::debug!(error = %err, "cannot prune signing keys now");
         }
-        let key = Key::of(&stored.id, &stored.alg, &stored.private_der, &stored.public)
+        let mut key = Key::of(&stored.id, &stored.alg, &stored.private_der, &stored.public)
             .map_err(SignError::Key)?;
-        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.retain(|(_, _, retire)| *retire > now);
-        keys.push((key.clone(), stored.epoch, stored.retire_at));
+        key.retire_at = Some(stored.retire_at.0);
+        let key = Arc::new(key);
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some((stored.epoch, key.clone()));
         Ok(key)
     }
 }
