@@ -320,6 +320,8 @@ async fn an_approval_after_the_callers_token_expired_runs_on_the_refresh_token(b
     assert_eq!(claims["sub"], "machine-rs256", "{claims}");
     assert_eq!(claims["aud"], AUDIENCE, "{claims}");
     assert!(claims["iat"].as_u64().unwrap() >= started + 3, "{claims}");
+    // The refreshed token, sent at the approval, is in no log line either.
+    never_logged(&setup.server.log(), &[&seen[0]["Bearer ".len()..]]);
 }
 
 async fn an_approval_after_the_callers_token_expired_without_a_refresh_token_sends_nothing(

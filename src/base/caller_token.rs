@@ -16,18 +16,15 @@ struct Inner {
     token: Box<str>,
     issuer: Box<str>,
     subject: Box<str>,
-    expires_at: Option<u64>,
 }
 
 impl CallerToken {
-    /// `token`, issued by the `[[auth.issuers]]` entry `issuer` to the principal `subject`,
-    /// valid until `expires_at` (seconds since the Unix epoch), if it says.
-    pub(crate) fn new(token: &str, issuer: &str, subject: &str, expires_at: Option<u64>) -> Self {
+    /// `token`, issued by the `[[auth.issuers]]` entry `issuer` to the principal `subject`.
+    pub(crate) fn new(token: &str, issuer: &str, subject: &str) -> Self {
         CallerToken(Arc::new(Inner {
             token: token.into(),
             issuer: issuer.into(),
             subject: subject.into(),
-            expires_at,
         }))
     }
 
@@ -45,11 +42,6 @@ impl CallerToken {
     pub fn subject(&self) -> &str {
         &self.0.subject
     }
-
-    /// When it expires, in seconds since the Unix epoch, when it says.
-    pub fn expires_at(&self) -> Option<u64> {
-        self.0.expires_at
-    }
 }
 
 impl fmt::Debug for CallerToken {
@@ -57,7 +49,6 @@ impl fmt::Debug for CallerToken {
         f.debug_struct("CallerToken")
             .field("issuer", &self.issuer())
             .field("subject", &self.subject())
-            .field("expires_at", &self.expires_at())
             .field("token", &"<redacted>")
             .finish()
     }
@@ -67,7 +58,7 @@ impl fmt::Debug for CallerToken {
 mod tests {
     #[test]
     fn its_debug_never_shows_the_token() {
-        let token = super::CallerToken::new("eyJ.secret.sig", "corp", "corp:dana", Some(9));
+        let token = super::CallerToken::new("eyJ.secret.sig", "corp", "corp:dana");
         let shown = format!("{token:?}");
         assert!(!shown.contains("secret"), "{shown}");
         assert!(shown.contains("corp:dana"), "{shown}");

@@ -19,16 +19,3 @@ pub fn install_crypto() {
 pub fn token_sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
-
-/// An HTTP client for a provider's endpoints (an identity provider's, Slack's): every request
-/// bounded by `timeout`, connecting included, and following no redirect (one could lead off
-/// https, or somewhere the configured URL is not).
-pub(crate) fn bounded_client(timeout: std::time::Duration) -> Result<reqwest::Client, String> {
-    install_crypto();
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|err| format!("cannot build an HTTP client: {err}"))
-}

@@ -2,7 +2,8 @@
 //!
 //! What lives here has no home in one subsystem because several need it, and putting it in any
 //! one of them would make the others import that wing for a helper (and so run an arrow upwards,
-//! or round in a circle): the process-wide TLS provider and a provider's bounded HTTP client, a
+//! or round in a circle): the process-wide TLS provider; what a request to a provider shares (a
+//! bounded HTTP client, a bounded answer, a client's form POST, an issuer's discovery document); a
 //! token's hash, `${NAME}` in a
 //! configured value, the error a config section reports a wrong key with, and a JSON Schema's
 //! local `$ref` found in its document (the contract and the provider formats both read them), and
@@ -17,11 +18,12 @@ mod crypto;
 mod env;
 pub mod invalid;
 pub(crate) mod json_ref;
+mod provider;
 mod secure_url;
 
 pub use caller_token::CallerToken;
-pub(crate) use crypto::bounded_client;
 pub use crypto::{install_crypto, token_sha256};
 pub(crate) use env::expand;
 pub use invalid::{Invalid, invalid};
+pub(crate) use provider::{bounded_client, discovery_document, form_post, read_bounded};
 pub(crate) use secure_url::secure_url;

@@ -378,6 +378,10 @@ impl Dispatcher {
                 // An interrupted re-dispatch of an approval resumes with the approver's input:
                 // the person is not asked twice.
                 let start = Start::of(rerun.resume_input, asked.cloned().map(Box::new));
+                // Only the call's own caller's token acts for it upstream: another caller whose
+                // key names the same call re-runs it on what the call kept, or not at all.
+                let caller =
+                    caller.filter(|token| rerun.call.caller.as_deref() == Some(token.subject()));
                 self.run_recorded(registered, policy, rerun.call, start, caller)
                     .await
             }

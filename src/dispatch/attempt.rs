@@ -288,7 +288,7 @@ impl Dispatcher {
                 let kind = match problem {
                     CredentialProblem::Refused => FailureKind::ExchangeRefused,
                     CredentialProblem::Expired => FailureKind::CredentialsExpired,
-                    _ => FailureKind::CredentialsMissing,
+                    CredentialProblem::Missing => FailureKind::CredentialsMissing,
                 };
                 failed(Failure::new(kind, message))
             }

@@ -91,7 +91,6 @@ const MAX_INTROSPECTION_CACHE_S: u64 = 3600;
 pub(super) struct Settings {
     pub(super) name: String,
     pub(super) issuer: String,
-    pub(super) issuer_url: Url,
     pub(super) audiences: Vec<String>,
     pub(super) jwks_url: Option<Url>,
     pub(super) leeway: Duration,
@@ -127,7 +126,8 @@ impl IssuerConfig {
                 self.name
             )));
         }
-        let issuer_url = secure_url(&self.issuer).map_err(|why| at(&format!("issuer {why}")))?;
+        // The issuer must be https (or http to a loopback address): its documents are read there.
+        secure_url(&self.issuer).map_err(|why| at(&format!("issuer {why}")))?;
         if self.audiences.is_empty() || self.audiences.iter().any(|a| a.trim().is_empty()) {
             return Err(at(
                 "`audiences` is required and may not hold an empty entry: a token must be \
@@ -206,7 +206,6 @@ impl IssuerConfig {
             validations,
             name: name.to_owned(),
             issuer: self.issuer.clone(),
-            issuer_url,
             audiences: self.audiences.clone(),
             jwks_url,
             leeway: Duration::from_secs(self.leeway_s),

@@ -99,20 +99,15 @@ impl Introspector {
             .append_pair("token_type_hint", "access_token")
             .finish();
         let url = self.settings.url.clone();
-        let response = super::client_post(
-            &self.client,
-            url,
-            &self.settings.client_id,
-            &self.secret,
-            body,
-        )
-        .send()
-        .await
-        .map_err(|err| format!("introspection: {err}"))?;
+        let basic = Some((self.settings.client_id.as_str(), self.secret.as_str()));
+        let response = crate::base::form_post(&self.client, url, basic, body)
+            .send()
+            .await
+            .map_err(|err| format!("introspection: {err}"))?;
         if !response.status().is_success() {
             return Err(format!("introspection: {}", response.status()));
         }
-        let bytes = super::keys::read_bounded(response, MAX_BYTES).await?;
+        let bytes = crate::base::read_bounded(response, MAX_BYTES).await?;
         let answer: Map<String, Value> = serde_json::from_slice(&bytes)
             .map_err(|err| format!("introspection answer is not a JSON object: {err}"))?;
         let active = answer.get("active").and_then(Value::as_bool) == Some(true);

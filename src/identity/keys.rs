@@ -17,6 +17,7 @@ use url::Url;
 
 use super::IssuerError;
 use super::config::{Settings, asymmetric, secure_url};
+use crate::base::{discovery_document, read_bounded};
 
 /// The fewest seconds between two fetches of one issuer's key set.
 pub(super) const REFETCH_EVERY: Duration = Duration::from_secs(30);
@@ -107,7 +108,6 @@ struct Fetching {
 pub(super) struct KeySet {
     name: String,
     issuer: String,
-    issuer_url: Url,
     configured: Option<Url>,
     client: reqwest::Client,
     cached: RwLock<Arc<Cached>>,
@@ -120,7 +120,6 @@ impl KeySet {
         Ok(KeySet {
             name: settings.name.clone(),
             issuer: settings.issuer.clone(),
-            issuer_url: settings.issuer_url.clone(),
             configured: settings.jwks_url.clone(),
             client,
             cached: RwLock::new(Arc::new(Cached::default())),
@@ -193,41 +192,13 @@ impl KeySet {
         })
     }
 
-    /// The key set's URL from the issuer's discovery document: OpenID Connect's, else RFC
-    /// 8414's. The document must name this issuer (a document of another cannot point here).
+    /// The key set's URL from the issuer's discovery document (which must name this issuer).
     async fn discover(&self) -> Result<Url, String> {
-        let base = self.issuer.trim_end_matches('/');
-        let oidc = format!("{base}/.well-known/openid-configuration");
-        let mut oauth = self.issuer_url.clone();
-        let path = oauth.path().trim_end_matches('/').to_owned();
-        oauth.set_path(&format!("/.well-known/oauth-authorization-server{path}"));
-        let mut last_error = String::new();
-        // Each well-known place in turn: one that is missing, unreadable or about another
-        // issuer leaves the next to try.
-        for candidate in [oidc, oauth.to_string()] {
-            let Ok(url) = Url::parse(&candidate) else {
-                continue;
-            };
-            match self.discovered(url).await {
-                Ok(jwks) => return Ok(jwks),
-                Err(why) => last_error = format!("{candidate}: {why}"),
-            }
-        }
-        Err(format!("no discovery document: {last_error}"))
-    }
-
-    /// The key set's URL in the discovery document at `url`.
-    async fn discovered(&self, url: Url) -> Result<Url, String> {
-        let document = read_bounded(self.get(url).await?, MAX_BYTES).await?;
-        let document: Value =
-            serde_json::from_slice(&document).map_err(|err| format!("not JSON: {err}"))?;
-        if document.get("issuer").and_then(Value::as_str) != Some(self.issuer.as_str()) {
-            return Err("it names another issuer".into());
-        }
+        let document = discovery_document(&self.client, &self.issuer, MAX_BYTES).await?;
         let jwks = document
             .get("jwks_uri")
             .and_then(Value::as_str)
-            .ok_or("it has no jwks_uri")?;
+            .ok_or("the discovery document has no jwks_uri")?;
         secure_url(jwks)
     }
 
@@ -261,27 +232,6 @@ fn max_age(headers: &reqwest::header::HeaderMap) -> Duration {
                 .flatten()
         })
         .map_or(MIN_AGE, Duration::from_secs)
-}
-
-/// The body of `response`, refused past `max_bytes`.
-pub(super) async fn read_bounded(
-    mut response: reqwest::Response,
-    max_bytes: usize,
-) -> Result<Vec<u8>, String> {
-    if response
-        .content_length()
-        .is_some_and(|length| length > max_bytes as u64)
-    {
-        return Err(format!("an answer larger than {max_bytes} bytes"));
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|err| err.to_string())? {
-        if body.len() + chunk.len() > max_bytes {
-            return Err(format!("an answer larger than {max_bytes} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 /// The verification keys of a JWKS document: its signing keys of a family we verify with; a

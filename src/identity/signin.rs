@@ -24,9 +24,9 @@ use tokio::sync::OnceCell;
 use url::Url;
 
 use super::config::secure_url;
-use super::keys::read_bounded;
 use super::verify::{self, Refused};
 use super::{Issuer, IssuerError, Issuers};
+use crate::base::{discovery_document, read_bounded};
 use crate::dispatch::who::Principal;
 
 /// How long one request to the issuer may take.
@@ -182,7 +182,8 @@ impl SignIn {
             .append_pair("code_verifier", verifier)
             .finish();
         let secret = &self.client_secret;
-        let response = super::client_post(&self.client, token_url, &self.client_id, secret, body)
+        let basic = Some((self.client_id.as_str(), secret.as_str()));
+        let response = crate::base::form_post(&self.client, token_url, basic, body)
             .send()
             .await
             .map_err(|err| SignInError::Provider(format!("the token endpoint: {err}")))?;
@@ -312,31 +313,13 @@ impl SignIn {
     async fn endpoints(&self) -> Result<&Endpoints, SignInError> {
         self.endpoints
             .get_or_try_init(|| async {
-                let base = self.issuer.settings.issuer.trim_end_matches('/');
-                let url = format!("{base}/.well-known/openid-configuration");
-                let response = self
-                    .client
-                    .get(&url)
-                    .header(reqwest::header::ACCEPT, "application/json")
-                    .send()
-                    .await
-                    .map_err(|err| format!("GET {url}: {err}"))?;
-                if !response.status().is_success() {
-                    return Err(format!("GET {url}: {}", response.status()));
-                }
-                let document: Value =
-                    serde_json::from_slice(&read_bounded(response, MAX_BYTES).await?)
-                        .map_err(|err| format!("{url} is not JSON: {err}"))?;
-                if document.get("issuer").and_then(Value::as_str)
-                    != Some(self.issuer.settings.issuer.as_str())
-                {
-                    return Err(format!("{url} names another issuer"));
-                }
+                let issuer = self.issuer.settings.issuer.as_str();
+                let document = discovery_document(&self.client, issuer, MAX_BYTES).await?;
                 let endpoint = |field: &str| {
                     document
                         .get(field)
                         .and_then(Value::as_str)
-                        .ok_or_else(|| format!("{url} has no {field}"))
+                        .ok_or_else(|| format!("the discovery document has no {field}"))
                         .and_then(secure_url)
                 };
                 Ok(Endpoints {

@@ -175,22 +175,16 @@ pub(super) fn check(issuers: &[Arc<Issuer>], token: &str, fetched: bool) -> Verd
         return refused(Refused::new("type", "an ID token is no access token"));
     }
     match principal(issuer, &claims) {
-        Ok(principal) => Verdict::Accepted(with_token(principal, issuer, token, &claims)),
+        Ok(principal) => Verdict::Accepted(with_token(principal, issuer, token)),
         Err(why) => refused(why),
     }
 }
 
 /// `principal` keeping the `token` it was admitted with (a secret, for an upstream that acts as
-/// the caller), with the expiry its `claims` say.
-fn with_token(
-    principal: Principal,
-    issuer: &Issuer,
-    token: &str,
-    claims: &Map<String, Value>,
-) -> Principal {
-    let expires_at = claims.get("exp").and_then(Value::as_u64);
+/// the caller).
+fn with_token(principal: Principal, issuer: &Issuer, token: &str) -> Principal {
     let subject = principal.name.as_deref().unwrap_or_default();
-    let token = crate::base::CallerToken::new(token, issuer.name(), subject, expires_at);
+    let token = crate::base::CallerToken::new(token, issuer.name(), subject);
     Principal {
         token: Some(token),
         ..principal
@@ -362,7 +356,7 @@ fn decide_introspected(issuer: &Issuer, token: &str, claims: &Map<String, Value>
         return refused(Refused::new("not_yet_valid", "the token is not valid yet"));
     }
     match principal(issuer, claims) {
-        Ok(principal) => Verdict::Accepted(with_token(principal, issuer, token, claims)),
+        Ok(principal) => Verdict::Accepted(with_token(principal, issuer, token)),
         Err(why) => refused(why),
     }
 }

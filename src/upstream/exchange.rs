@@ -8,7 +8,8 @@
 //!   is valid ([`Exchanger::hold`]); what came back is kept in this process's memory (never in
 //!   the store), by call, and at the approval the token is used if still valid, else its
 //!   `refresh_token` is redeemed. Nothing of the kind: `upstream_credentials_expired`, nothing
-//!   sent, never the static header or another caller's token.
+//!   sent, never the static header or another caller's token. What was held is forgotten once
+//!   the upstream answered the call (or its caller's own request runs it).
 //! - Every request to the issuer is bounded in time ([`TIMEOUT`]) and size ([`MAX_ANSWER_BYTES`]),
 //!   follows no redirect, and no token is logged: only the issuer's error code and description.
 
@@ -105,6 +106,8 @@ impl Exchanger {
         let now = Instant::now();
         if let Some(caller) = ctx.caller() {
             self.check_issuer(tool, caller)?;
+            // The caller's own request runs the call: nothing held for it is needed any more.
+            self.release(ctx.call_id());
             let cached = lock(&self.cache).get(caller.subject()).cloned();
             if let Some(cached) = cached.filter(|cached| cached.fresh(now)) {
                 return Ok(cached.access);
@@ -119,7 +122,9 @@ impl Exchanger {
                 return Ok(held.access);
             }
             if let Some(refresh) = &held.refresh {
-                let refreshed = self.refresh(tool, refresh).await?;
+                let mut refreshed = self.refresh(tool, refresh).await?;
+                // An issuer that does not rotate refresh tokens answers none: the held one stays.
+                refreshed.refresh = refreshed.refresh.or_else(|| held.refresh.clone());
                 let access = refreshed.access.clone();
                 lock(&self.held).insert(ctx.call_id().to_owned(), (refreshed, kept));
                 return Ok(access);
@@ -175,6 +180,11 @@ impl Exchanger {
         }
         held.insert(ctx.call_id().to_owned(), (exchanged, now));
         Ok(())
+    }
+
+    /// Forgets what was held for `call_id` (the upstream answered it, or its caller runs it).
+    pub(super) fn release(&self, call_id: &str) {
+        lock(&self.held).remove(call_id);
     }
 
     fn check_issuer(&self, tool: &str, caller: &CallerToken) -> Result<(), ToolError> {
@@ -256,34 +266,26 @@ impl Exchanger {
     ) -> Result<Exchanged, ToolError> {
         let url = self.token_url(tool).await?;
         let settings = &self.settings;
-        let mut request = self
-            .client
-            .post(url.clone())
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                "application/x-www-form-urlencoded",
-            )
-            .header(reqwest::header::ACCEPT, "application/json");
-        match settings.client_auth {
+        let basic = match settings.client_auth {
             ClientAuth::ClientSecretBasic => {
-                request = request.basic_auth(
-                    form_encoded(&settings.client_id),
-                    Some(form_encoded(&settings.client_secret)),
-                );
+                Some((settings.client_id.as_str(), settings.client_secret.as_str()))
             }
             ClientAuth::ClientSecretPost => {
                 form.push(("client_id", &settings.client_id));
                 form.push(("client_secret", &settings.client_secret));
+                None
             }
-        }
+        };
         let body = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(form)
             .finish();
-        let sent = request.body(body).send().await;
+        let sent = crate::base::form_post(&self.client, url.clone(), basic, body)
+            .send()
+            .await;
         let (status, body) = match sent {
             Ok(response) => {
                 let status = response.status();
-                match read_bounded(response).await {
+                match crate::base::read_bounded(response, MAX_ANSWER_BYTES).await {
                     Ok(body) => (status, body),
                     Err(why) => return Err(self.unreachable(tool, &why)),
                 }
@@ -360,42 +362,21 @@ impl Exchanger {
             .map_err(|why| self.unreachable(tool, &why))
     }
 
+    /// The token endpoint of the issuer's discovery document (which must name the issuer).
     async fn discover(&self) -> Result<url::Url, String> {
         let issuer = self
             .settings
             .issuer_url
             .as_deref()
             .ok_or("its issuer's URL is not known")?;
-        let base = issuer.trim_end_matches('/');
-        let mut last = String::new();
-        for path in [
-            "/.well-known/openid-configuration",
-            "/.well-known/oauth-authorization-server",
-        ] {
-            let response = match self.client.get(format!("{base}{path}")).send().await {
-                Ok(response) if response.status().is_success() => response,
-                Ok(response) => {
-                    last = format!("its discovery document answered {}", response.status());
-                    continue;
-                }
-                Err(err) => {
-                    last = format!("its discovery document: {}", without_url(&err));
-                    continue;
-                }
-            };
-            let body = read_bounded(response).await?;
-            #[derive(Deserialize)]
-            struct Discovery {
-                token_endpoint: Option<String>,
-            }
-            let endpoint = serde_json::from_slice::<Discovery>(&body)
-                .ok()
-                .and_then(|found| found.token_endpoint)
-                .ok_or("its discovery document names no token_endpoint")?;
-            return crate::base::secure_url(&endpoint)
-                .map_err(|why| format!("its discovery document's token_endpoint {why}"));
-        }
-        Err(last)
+        let document =
+            crate::base::discovery_document(&self.client, issuer, MAX_ANSWER_BYTES).await?;
+        let endpoint = document
+            .get("token_endpoint")
+            .and_then(serde_json::Value::as_str)
+            .ok_or("its discovery document names no token_endpoint")?;
+        crate::base::secure_url(endpoint)
+            .map_err(|why| format!("its discovery document's token_endpoint {why}"))
     }
 
     fn unreachable(&self, tool: &str, why: &str) -> ToolError {
@@ -433,11 +414,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// `value` as `application/x-www-form-urlencoded` writes it (Basic credentials, RFC 6749 2.3.1).
-fn form_encoded(value: &str) -> String {
-    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
-}
-
 /// An issuer's text as it may be repeated: at most `max` characters, no control characters.
 fn shown(text: &str, max: usize) -> String {
     text.chars().filter(|c| !c.is_control()).take(max).collect()
@@ -451,22 +427,5 @@ fn without_url(err: &reqwest::Error) -> String {
         "it cannot be reached".into()
     } else {
         "the request failed".into()
-    }
-}
-
-/// The body of `response`, at most [`MAX_ANSWER_BYTES`].
-async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                    return Err(format!("its answer is over {MAX_ANSWER_BYTES} bytes"));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => return Ok(body),
-            Err(_) => return Err("its answer could not be read".into()),
-        }
     }
 }

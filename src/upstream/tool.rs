@@ -252,6 +252,12 @@ impl DynTool for UpstreamTool {
             source: HandlerError::message(bounded(message)).permanent(),
         };
         let answer = peer.call_tool(params).instrument(span.clone()).await;
+        if let (Some(exchange), Ok(_) | Err(ServiceError::McpError(_))) =
+            (&self.link.exchange, &answer)
+        {
+            // The upstream answered: what was held for the call's approval is spent.
+            exchange.release(ctx.call_id());
+        }
         if !span.is_none() {
             match &answer {
                 Ok(result) if result.is_error == Some(true) => spans::failed(&span, "tool_error"),
