@@ -76,6 +76,10 @@ async fn a_changed_tool_is_held_on_every_door_until_an_admin_accepts_it(backend:
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let pending = body["suspension"]["token"].as_str().unwrap().to_owned();
     let pending_call = body["call_id"].as_str().unwrap().to_owned();
+    // And another, approved only after the change is accepted.
+    let (status, body) = api.call("files__write_file", input.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let pending_after_accept = body["suspension"]["token"].as_str().unwrap().to_owned();
 
     rug(api, false).await;
     // Still listed, with its pinned definition: the schema has no `cc`, on REST and on /mcp.
@@ -202,6 +206,12 @@ async fn a_changed_tool_is_held_on_every_door_until_an_admin_accepts_it(backend:
     assert!(changes(api).await.is_empty());
     let listed = descriptor(api, "files__write_file").await;
     assert_eq!(listed["input_schema"]["properties"]["cc"]["type"], "string");
+    // A call made before the accept is of the definition replaced: its approval fails closed
+    // though the tool is no longer held.
+    let (status, body) = api.approve(&pending_after_accept, json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_error(&body, "tool_changed");
+    assert_eq!(runs(upstream.path(), "write_file"), 0);
     let changed_input = json!({"path": "notes.txt", "content": "hello", "cc": "-"});
     let (status, body) = api.call("files__write_file", changed_input).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -447,6 +457,33 @@ async fn only_an_admin_reviews_and_accepts_changes() {
         assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
         assert_error(&body, "forbidden");
     }
+    // The inbox's door as well: an approver signed in neither sees the changes nor accepts one.
+    let hash = {
+        let (_, body) = as_key(ROOT, false, "/upstreams/files/changes").await;
+        body["changes"][0]["upstream"]["hash"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let mut alice = Browser::at(&api.base);
+    let signed_in = alice.sign_in(ALICE).await;
+    assert!(signed_in.status.is_redirection(), "{}", signed_in.body);
+    let page = alice.get("/inbox/changes").await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    let csrf = alice.get("/inbox").await.csrf();
+    let page = alice
+        .post(
+            "/inbox/changes/files/write_file/accept",
+            &[("csrf", csrf.as_str()), ("hash", hash.as_str())],
+        )
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
+    let (_, body) = as_key(ROOT, false, "/upstreams/files/changes").await;
+    assert_eq!(
+        body["changes"].as_array().unwrap().len(),
+        1,
+        "still held: {body}"
+    );
     let metrics = api.metrics(ROOT).await;
     assert!(
         metrics.contains("toolgate_upstream_tools_held{upstream=\"files\"} 1"),

@@ -14,19 +14,26 @@ use crate::contract::erased::DynTool;
 use crate::contract::registry::Registered;
 use crate::store::{Approval, CallError, Outcome, Resolution, Resolved, Timestamp};
 
+/// The refusal of a call of `tool` under `pin`: what it was trusted as, what it lists now.
+fn tool_changed(tool: &dyn DynTool, pin: &crate::contract::erased::Pinned) -> DispatchError {
+    DispatchError::ToolChanged {
+        tool: tool.name().to_owned(),
+        pinned: pin.hash.clone(),
+        current: pin.changed_to.clone(),
+        call_id: None,
+    }
+}
+
 /// Refuses a call of `registered` when it is held: a field read for any tool that is not.
 pub(super) fn refuse_held(registered: &Registered) -> Result<(), DispatchError> {
     if !registered.held() {
         return Ok(());
     }
     let tool = registered.tool.as_ref();
-    let pin = tool.pinned();
-    Err(DispatchError::ToolChanged {
-        tool: tool.name().to_owned(),
-        pinned: pin.map(|pin| pin.hash.clone()).unwrap_or_default(),
-        current: pin.and_then(|pin| pin.changed_to.clone()),
-        call_id: None,
-    })
+    match tool.pinned() {
+        Some(pin) => Err(tool_changed(tool, pin)),
+        None => Ok(()),
+    }
 }
 
 /// Why an approval of a call of `tool` made at `made_at` must fail closed, if it must: the tool
@@ -36,12 +43,7 @@ pub(super) fn changed_since(tool: &dyn DynTool, made_at: Timestamp) -> Option<Di
     if pin.changed_to.is_none() && pin.since_ms <= made_at.0 {
         return None;
     }
-    Some(DispatchError::ToolChanged {
-        tool: tool.name().to_owned(),
-        pinned: pin.hash.clone(),
-        current: pin.changed_to.clone(),
-        call_id: None,
-    })
+    Some(tool_changed(tool, pin))
 }
 
 /// The message a call that ended so records: what changed, and what to do.
@@ -96,19 +98,10 @@ impl Dispatcher {
         self.record(&call.call_id, Some(call.attempts), call.attempts, &outcome)
             .await?;
         self.counted(&call.tool, crate::store::CallStatus::Failed);
-        Err(match why {
-            DispatchError::ToolChanged {
-                tool,
-                pinned,
-                current,
-                ..
-            } => DispatchError::ToolChanged {
-                tool,
-                pinned,
-                current,
-                call_id: Some(call.call_id),
-            },
-            other => other,
-        })
+        let mut why = why;
+        if let DispatchError::ToolChanged { call_id, .. } = &mut why {
+            *call_id = Some(call.call_id);
+        }
+        Err(why)
     }
 }

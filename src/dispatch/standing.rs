@@ -289,7 +289,18 @@ impl NewRun<'_> {
             ..call
         };
         let store = &self.dispatcher.store;
-        let (inserted, used) = match store.insert_standing_call(intent, asked.recorded()).await {
+        // A standing approval granted before the tool's definition was last accepted is of
+        // another definition: it releases nothing (the call waits for a person).
+        let since = self
+            .registered
+            .tool
+            .pinned()
+            .map_or(i64::MIN, |pin| pin.since_ms);
+        let granted_since = crate::store::Timestamp(since);
+        let (inserted, used) = match store
+            .insert_standing_call(intent, asked.recorded(), granted_since)
+            .await
+        {
             Ok(answered) => answered,
             // As for an intent (`intent_first`): the call may have been committed `running`
             // though the answer was lost; the tool will not run, so once the store answers the

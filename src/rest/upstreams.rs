@@ -129,7 +129,7 @@ pub(super) async fn accept(
             &app.dispatcher,
             &name,
             &tool,
-            request.hash.trim(),
+            &request.hash,
             principal.name.as_deref(),
         )
         .await;

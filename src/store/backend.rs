@@ -481,11 +481,12 @@ impl<B: Backend> StandingStore for B {
         &self,
         call: NewCall,
         suspended: Outcome,
+        granted_since: Timestamp,
     ) -> Result<(Inserted, Option<StandingUse>), StoreError> {
         let WriteOp::Insert(call, Some(suspended)) = WriteOp::insert(call, Some(suspended))? else {
             unreachable!("an insert with an outcome");
         };
-        let op = StandingOp::InsertCall(call, suspended);
+        let op = StandingOp::InsertCall(call, suspended, granted_since.0);
         self.write(WriteOp::Standing(Box::new(op)))
             .await?
             .standing()?

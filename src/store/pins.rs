@@ -32,6 +32,22 @@ pub struct ToolPin {
     pub pinned_at: Timestamp,
     /// Who pinned it: the admin who accepted a change; `None` when a connection pinned it.
     pub pinned_by: Option<String>,
+    /// Whether an admin accepted it; `false` when a connection pinned it as it was listed.
+    pub accepted: bool,
+}
+
+impl ToolPin {
+    /// Since when a call's approval is of this definition: an accepted pin's time (a call made
+    /// before an admin accepted it was made against another definition); a pin a connection
+    /// made holds for every call before it (the tool was not served otherwise, or served as it
+    /// is now, as when pins are first turned on).
+    pub fn since_ms(&self) -> i64 {
+        if self.accepted {
+            self.pinned_at.0
+        } else {
+            i64::MIN
+        }
+    }
 }
 
 /// What a connection does with a tool that has no pin yet (`on_new_tool`).
@@ -63,11 +79,6 @@ pub trait PinStore: Send + Sync {
         Err(no_pins())
     }
 
-    /// Every pin of `upstream`, by tool name.
-    async fn tool_pins(&self, _upstream: &str) -> Result<Vec<ToolPin>, StoreError> {
-        Err(no_pins())
-    }
-
     /// Pins `pin`, in place of the tool's pin if it has one (an admin accepted a change).
     async fn accept_pin(&self, _pin: &ToolPin) -> Result<(), StoreError> {
         Err(no_pins())
@@ -86,8 +97,6 @@ pub(crate) enum PinOp {
         listed: Vec<ToolPin>,
         new_tools: NewTools,
     },
-    /// [`PinStore::tool_pins`].
-    List(String),
     /// [`PinStore::accept_pin`].
     Accept(ToolPin),
 }
@@ -105,7 +114,8 @@ impl PinOp {
 }
 
 /// The columns of `tool_pins`, in [`ToolPin`]'s order.
-pub(crate) const PIN_COLUMNS: &str = "upstream, tool, hash, definition, pinned_at, pinned_by";
+pub(crate) const PIN_COLUMNS: &str =
+    "upstream, tool, hash, definition, pinned_at, pinned_by, accepted";
 
 #[async_trait]
 impl<B: Backend> PinStore for B {
@@ -120,11 +130,6 @@ impl<B: Backend> PinStore for B {
             listed,
             new_tools,
         };
-        self.write(WriteOp::Pins(Box::new(op))).await?.pins()
-    }
-
-    async fn tool_pins(&self, upstream: &str) -> Result<Vec<ToolPin>, StoreError> {
-        let op = PinOp::List(upstream.to_owned());
         self.write(WriteOp::Pins(Box::new(op))).await?.pins()
     }
 

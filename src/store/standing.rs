@@ -163,12 +163,15 @@ pub trait StandingStore: super::CallStore + Send + Sync {
     /// when a standing approval of its tool and caller holds (one of its calls is taken, in the
     /// same transaction); else as [`CallStore::insert_call`](super::CallStore::insert_call)
     /// with `suspended`. A call with the same (tool, idempotency key) is answered as there,
-    /// and takes nothing.
+    /// and takes nothing. Only a standing approval granted at or after `granted_since` is
+    /// taken (one granted before is of a definition of the tool no longer trusted).
     async fn insert_standing_call(
         &self,
         call: NewCall,
         suspended: Outcome,
+        granted_since: Timestamp,
     ) -> Result<(Inserted, Option<StandingUse>), StoreError> {
+        let _ = granted_since;
         let inserted = self.insert_call(call, Some(suspended)).await?;
         Ok((inserted, None))
     }
@@ -208,8 +211,9 @@ pub(crate) enum StandingOp {
         actor: Actor,
         standing: NewStanding,
     },
-    /// [`StandingStore::insert_standing_call`]: the call, and its suspended outcome.
-    InsertCall(super::record::PreparedCall, super::record::Prepared),
+    /// [`StandingStore::insert_standing_call`]: the call, its suspended outcome, and the
+    /// earliest grant (Unix ms) a standing approval it takes may have.
+    InsertCall(super::record::PreparedCall, super::record::Prepared, i64),
     /// [`StandingStore::standing_approvals`] at this time (Unix ms). A read, through the writer
     /// so that it sees every call it released: it is rare (a person's listing).
     List(i64),

@@ -225,11 +225,6 @@ impl PinBook {
         self.read().keys().cloned().collect()
     }
 
-    /// Whether `upstream` is pinned here.
-    pub fn knows(&self, upstream: &str) -> bool {
-        self.read().contains_key(upstream)
-    }
-
     /// The changes of `upstream` waiting for an admin, by tool name; `None` when no pinned
     /// upstream has that name.
     pub fn changes(&self, upstream: &str) -> Option<Vec<ToolChange>> {
@@ -280,7 +275,8 @@ impl PinBook {
                 pinned,
             )
         };
-        if definition.hash != hash {
+        // The hash as a person copied it: surrounding white space is not part of it.
+        if definition.hash != hash.trim() {
             return Err(AcceptError::HashMismatch {
                 pinned: pinned.unwrap_or_default(),
                 current: definition.hash,
@@ -293,6 +289,7 @@ impl PinBook {
             definition: definition.canonical,
             pinned_at: Timestamp::now(),
             pinned_by: by.map(str::to_owned),
+            accepted: true,
         };
         dispatcher.store().accept_pin(&pin).await?;
         tracing::info!(
@@ -330,7 +327,15 @@ impl PinBook {
     ) -> Vec<Arc<dyn DynTool>> {
         let upstream = link.name();
         let new_tools = link.config.pins.unwrap_or(NewTools::PinFirst);
-        let chosen = super::selected(link, listed);
+        // A tool whose served name would not be valid is never served: nor pinned, nor held.
+        let chosen: Vec<&McpTool> = super::selected(link, listed)
+            .into_iter()
+            .filter(|tool| {
+                crate::contract::registry::is_valid_tool_name(&super::tool::prefixed(
+                    upstream, &tool.name,
+                ))
+            })
+            .collect();
         let definitions: BTreeMap<String, Definition> = chosen
             .iter()
             .map(|tool| (tool.name.to_string(), Definition::of(tool)))
@@ -345,6 +350,7 @@ impl PinBook {
                 definition: definition.canonical.clone(),
                 pinned_at: now,
                 pinned_by: None,
+                accepted: false,
             })
             .collect();
         let pins = match store.pins_on_connect(upstream, candidates, new_tools).await {
@@ -374,7 +380,7 @@ impl PinBook {
                 Some(pin) if pin.hash == definition.hash => {
                     let pinned = Pinned {
                         hash: pin.hash.clone(),
-                        since_ms: pin.pinned_at.0,
+                        since_ms: pin.since_ms(),
                         changed_to: None,
                     };
                     tools.push(Arc::new(
@@ -389,7 +395,7 @@ impl PinBook {
                     };
                     let pinned = Pinned {
                         hash: pin.hash.clone(),
-                        since_ms: pin.pinned_at.0,
+                        since_ms: pin.since_ms(),
                         changed_to: Some(definition.hash.clone()),
                     };
                     let tool = UpstreamTool::new(link.clone(), &trusted, policy)

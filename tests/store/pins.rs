@@ -14,6 +14,7 @@ fn pin(tool: &str, hash: &str) -> ToolPin {
         definition: format!("{{\"name\":\"{tool}\"}}"),
         pinned_at: Timestamp::now(),
         pinned_by: None,
+        accepted: false,
     }
 }
 
@@ -23,9 +24,18 @@ fn hashes(pins: &[ToolPin]) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// Every pin of `upstream`, as a connection that lists nothing and pins nothing reads them.
+async fn all_pins(store: &dyn Store, upstream: &str) -> Vec<ToolPin> {
+    store
+        .pins_on_connect(upstream, Vec::new(), NewTools::Hold)
+        .await
+        .unwrap()
+}
+
 pub(crate) async fn an_upstreams_first_connection_pins_once(store: Arc<dyn Store>) {
-    // Eight processes connect at once, each listing its own hash of `echo`: one of them is the
-    // first, and every one reads its pin back.
+    // Eight connections at once through one store (tasks, not processes: its writer orders
+    // them), each listing its own hash of `echo`: one of them is the first, and every one reads
+    // its pin back.
     let connecting = (0..8).map(|i| {
         let store = store.clone();
         tokio::spawn(async move {
@@ -76,10 +86,11 @@ pub(crate) async fn an_upstreams_first_connection_pins_once(store: Arc<dyn Store
     // An accept replaces the pin, with who accepted it.
     let accepted = ToolPin {
         pinned_by: Some("admin".to_owned()),
+        accepted: true,
         ..pin("echo", "changed")
     };
     store.accept_pin(&accepted).await.unwrap();
-    let pins = store.tool_pins("files").await.unwrap();
+    let pins = all_pins(&*store, "files").await;
     assert_eq!(hashes(&pins), [("echo", "changed"), ("extra", "x1")]);
     assert_eq!(pins[0], accepted);
 
@@ -93,5 +104,5 @@ pub(crate) async fn an_upstreams_first_connection_pins_once(store: Arc<dyn Store
         .await
         .unwrap();
     assert!(pins.is_empty(), "{pins:?}");
-    assert!(store.tool_pins("nowhere").await.unwrap().is_empty());
+    assert!(all_pins(&*store, "nowhere").await.is_empty());
 }

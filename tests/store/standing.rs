@@ -57,16 +57,30 @@ async fn granted(store: &Arc<dyn Store>, id: &str, tool: &str, grant: NewStandin
     assert_eq!(event.actor.as_deref(), Some("ops"));
 }
 
+/// Any standing approval may be taken, whenever it was granted.
+const ANY_GRANT: Timestamp = Timestamp(i64::MIN);
+
 /// A new call `id` of `tool` by `caller` that its policy would suspend: whether a standing
 /// approval released it, and the call as recorded.
 async fn asked(store: &Arc<dyn Store>, id: &str, tool: &str, caller: &str) -> Option<StandingUse> {
+    asked_since(store, id, tool, caller, ANY_GRANT).await
+}
+
+/// [`asked`], taking only a standing approval granted at or after `since`.
+async fn asked_since(
+    store: &Arc<dyn Store>,
+    id: &str,
+    tool: &str,
+    caller: &str,
+    since: Timestamp,
+) -> Option<StandingUse> {
     let call = NewCall {
         tool: tool.to_owned(),
         caller: Some(caller.to_owned()),
         ..new_call(id)
     };
     let (inserted, used) = store
-        .insert_standing_call(call, suspended(&format!("tok-{id}")))
+        .insert_standing_call(call, suspended(&format!("tok-{id}")), since)
         .await
         .unwrap();
     assert_eq!(inserted, Inserted::New);
@@ -99,6 +113,13 @@ pub(crate) async fn standing_approvals_release_calls_up_to_their_limit(store: Ar
     // Another caller and another tool are not released.
     assert_eq!(asked(&store, "x1", "tool", "other").await, None);
     assert_eq!(asked(&store, "x2", "other_tool", "agent").await, None);
+    // Nor a call that takes only a standing approval granted later (after the tool's
+    // definition was accepted anew): it is suspended, and takes nothing.
+    let later = Timestamp(Timestamp::now().0 + 60_000);
+    assert_eq!(
+        asked_since(&store, "x3", "tool", "agent", later).await,
+        None
+    );
     // Three calls, then none.
     let used = Some(StandingUse {
         id: "sa_1".into(),
@@ -107,12 +128,20 @@ pub(crate) async fn standing_approvals_release_calls_up_to_their_limit(store: Ar
     assert_eq!(asked(&store, "c1", "tool", "agent").await, used);
     // A key already held answers its call and takes nothing (what it took is given back).
     let (inserted, taken) = store
-        .insert_standing_call(keyed("c1b", "k", Effect::Write), suspended("tok-c1b"))
+        .insert_standing_call(
+            keyed("c1b", "k", Effect::Write),
+            suspended("tok-c1b"),
+            ANY_GRANT,
+        )
         .await
         .unwrap();
     assert_eq!((inserted, taken.is_some()), (Inserted::New, true));
     let (inserted, taken) = store
-        .insert_standing_call(keyed("c1c", "k", Effect::Write), suspended("tok-c1c"))
+        .insert_standing_call(
+            keyed("c1c", "k", Effect::Write),
+            suspended("tok-c1c"),
+            ANY_GRANT,
+        )
         .await
         .unwrap();
     assert!(matches!(inserted, Inserted::Existing(_)), "{inserted:?}");
@@ -181,7 +210,7 @@ pub(crate) async fn concurrent_calls_never_exceed_the_limit(store: Arc<dyn Store
             let call = new_call(&format!("r{n}"));
             let token = format!("tok-r{n}");
             store
-                .insert_standing_call(call, suspended(&token))
+                .insert_standing_call(call, suspended(&token), ANY_GRANT)
                 .await
                 .unwrap()
                 .1

@@ -20,6 +20,7 @@ fn read(row: &Row) -> Result<ToolPin, tokio_postgres::Error> {
         definition: row.try_get(3)?,
         pinned_at: Timestamp(row.try_get(4)?),
         pinned_by: row.try_get(5)?,
+        accepted: row.try_get(6)?,
     })
 }
 
@@ -47,7 +48,6 @@ pub(super) async fn apply(c: &Conn<'_>, op: &PinOp, now: i64) -> Result<Reply, S
             }
             list(c, upstream).await.map(Reply::Pins)
         }
-        PinOp::List(upstream) => list(c, upstream).await.map(Reply::Pins),
         PinOp::Accept(pin) => insert(c, pin, true).await.map(|()| Reply::Done),
     }
 }
@@ -56,13 +56,14 @@ pub(super) async fn apply(c: &Conn<'_>, op: &PinOp, now: i64) -> Result<Reply, S
 async fn insert(c: &Conn<'_>, pin: &ToolPin, replace: bool) -> Result<(), StoreError> {
     let conflict = if replace {
         "DO UPDATE SET hash = excluded.hash, definition = excluded.definition, \
-         pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by"
+         pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by, \
+         accepted = excluded.accepted"
     } else {
         "DO NOTHING"
     };
     c.execute(
         &format!(
-            "INSERT INTO tool_pins ({PIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6) \
+            "INSERT INTO tool_pins ({PIN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (upstream, tool) {conflict}"
         ),
         &[
@@ -72,6 +73,7 @@ async fn insert(c: &Conn<'_>, pin: &ToolPin, replace: bool) -> Result<(), StoreE
             &pin.definition,
             &pin.pinned_at.0,
             &pin.pinned_by,
+            &pin.accepted,
         ],
     )
     .await

@@ -16,6 +16,7 @@ fn read(row: &Row<'_>) -> rusqlite::Result<ToolPin> {
         definition: row.get(3)?,
         pinned_at: Timestamp(row.get(4)?),
         pinned_by: row.get(5)?,
+        accepted: row.get(6)?,
     })
 }
 
@@ -42,7 +43,6 @@ pub(super) fn apply(conn: &Connection, op: PinOp, now: i64) -> Result<Reply, Sto
             }
             list(conn, &upstream).map(Reply::Pins)
         }
-        PinOp::List(upstream) => list(conn, &upstream).map(Reply::Pins),
         PinOp::Accept(pin) => insert(conn, &pin, true).map(|()| Reply::Done),
     }
 }
@@ -51,12 +51,13 @@ pub(super) fn apply(conn: &Connection, op: PinOp, now: i64) -> Result<Reply, Sto
 fn insert(conn: &Connection, pin: &ToolPin, replace: bool) -> Result<(), StoreError> {
     let conflict = if replace {
         "DO UPDATE SET hash = excluded.hash, definition = excluded.definition, \
-         pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by"
+         pinned_at = excluded.pinned_at, pinned_by = excluded.pinned_by, \
+         accepted = excluded.accepted"
     } else {
         "DO NOTHING"
     };
     conn.prepare_cached(&format!(
-        "INSERT INTO tool_pins ({PIN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+        "INSERT INTO tool_pins ({PIN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
          ON CONFLICT (upstream, tool) {conflict}"
     ))
     .and_then(|mut st| {
@@ -66,7 +67,8 @@ fn insert(conn: &Connection, pin: &ToolPin, replace: bool) -> Result<(), StoreEr
             pin.hash,
             pin.definition,
             pin.pinned_at.0,
-            pin.pinned_by
+            pin.pinned_by,
+            pin.accepted
         ])
     })
     .map_err(backend)

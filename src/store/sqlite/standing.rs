@@ -64,8 +64,10 @@ pub(super) fn apply(
             }
             Ok(StandingReply::Resolved(Box::new(resolved)))
         }
-        StandingOp::InsertCall(call, suspended) => insert_call(conn, call, suspended, now)
-            .map(|(inserted, used)| StandingReply::Inserted(inserted, used)),
+        StandingOp::InsertCall(call, suspended, since) => {
+            insert_call(conn, call, suspended, since, now)
+                .map(|(inserted, used)| StandingReply::Inserted(inserted, used))
+        }
         StandingOp::List(at) => {
             let sql = format!(
                 "SELECT {STANDING_COLUMNS} FROM standing_approvals WHERE revoked_at IS NULL \
@@ -110,17 +112,18 @@ fn take_one(
     conn: &Connection,
     tool: &str,
     caller: &str,
+    since: i64,
     now: i64,
 ) -> Result<Option<Taken>, StoreError> {
     conn.prepare_cached(
         "UPDATE standing_approvals SET calls_left = calls_left - 1 WHERE id = ( \
            SELECT id FROM standing_approvals WHERE tool = ?1 AND caller = ?2 \
-           AND revoked_at IS NULL AND calls_left > 0 AND expires_at > ?3 \
+           AND revoked_at IS NULL AND calls_left > 0 AND expires_at > ?3 AND created_at >= ?4 \
            ORDER BY expires_at, id LIMIT 1 \
          ) AND calls_left > 0 RETURNING id, approver, approver_name",
     )
     .and_then(|mut st| {
-        st.query_row(params![tool, caller, now], |row| {
+        st.query_row(params![tool, caller, now, since], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
         .optional()
@@ -133,10 +136,11 @@ fn insert_call(
     conn: &Connection,
     call: PreparedCall,
     suspended: Prepared,
+    since: i64,
     now: i64,
 ) -> Result<(Inserted, Option<StandingUse>), StoreError> {
     let taken = match call.caller.as_deref() {
-        Some(caller) => take_one(conn, &call.tool, caller, now)?,
+        Some(caller) => take_one(conn, &call.tool, caller, since, now)?,
         None => None,
     };
     let Some((id, approver, approver_name)) = taken else {

@@ -11,8 +11,10 @@ CREATE TABLE tool_pins (
     definition  text NOT NULL,
     -- Unix ms
     pinned_at   bigint NOT NULL,
-    -- the admin who accepted it; NULL when a connection pinned it
+    -- the admin who accepted it; NULL when a connection pinned it (or auth is off)
     pinned_by   text,
+    -- an admin accepted it (a change, or a new tool), rather than a connection pinning it
+    accepted    boolean NOT NULL DEFAULT false,
     PRIMARY KEY (upstream, tool)
 );
 

@@ -12,8 +12,10 @@ CREATE TABLE tool_pins (
     definition  TEXT NOT NULL,
     -- Unix ms
     pinned_at   INTEGER NOT NULL,
-    -- the admin who accepted it; NULL when a connection pinned it
+    -- the admin who accepted it; NULL when a connection pinned it (or auth is off)
     pinned_by   TEXT,
+    -- 1: an admin accepted it (a change, or a new tool); 0: a connection pinned it
+    accepted    INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (upstream, tool)
 ) STRICT, WITHOUT ROWID;
 

@@ -66,8 +66,8 @@ pub(super) async fn apply(
             }
             Ok(StandingReply::Resolved(Box::new(resolved)))
         }
-        StandingOp::InsertCall(call, suspended) => {
-            insert_call(c, replica, call, suspended, feed, now)
+        StandingOp::InsertCall(call, suspended, since) => {
+            insert_call(c, replica, call, suspended, *since, feed, now)
                 .await
                 .map(|(inserted, used)| StandingReply::Inserted(inserted, used))
         }
@@ -116,6 +116,7 @@ async fn take_one(
     c: &Conn<'_>,
     tool: &str,
     caller: &str,
+    since: i64,
     now: i64,
 ) -> Result<Option<Taken>, StoreError> {
     let row = c
@@ -123,10 +124,11 @@ async fn take_one(
             "UPDATE standing_approvals SET calls_left = calls_left - 1 WHERE id = ( \
                SELECT id FROM standing_approvals WHERE tool = $1 AND caller = $2 \
                AND revoked_at IS NULL AND calls_left > 0 AND expires_at > $3 \
+               AND created_at >= $4 \
                ORDER BY expires_at, id LIMIT 1 FOR UPDATE \
              ) AND calls_left > 0 AND revoked_at IS NULL AND expires_at > $3 \
              RETURNING id, approver, approver_name",
-            &[&tool, &caller, &now],
+            &[&tool, &caller, &now, &since],
         )
         .await
         .map_err(pg_error)?;
@@ -141,11 +143,12 @@ async fn insert_call(
     replica: &str,
     call: &PreparedCall,
     suspended: &Prepared,
+    since: i64,
     feed: &mut FeedRows,
     now: i64,
 ) -> Result<(Inserted, Option<StandingUse>), StoreError> {
     let taken = match call.caller.as_deref() {
-        Some(caller) => take_one(c, &call.tool, caller, now).await?,
+        Some(caller) => take_one(c, &call.tool, caller, since, now).await?,
         None => None,
     };
     let mut rows = CallRows::default();
