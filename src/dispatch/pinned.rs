@@ -92,16 +92,29 @@ impl Dispatcher {
             Resolved::Approved(call) => call,
             other => return Err(super::resolve::unexpected_resolution(other)),
         };
+        Err(self.record_changed(&call, why).await)
+    }
+
+    /// Records `call`, whose tool changed since it was made (`why`), failed with
+    /// `tool_changed`, its tool never run: `why`, naming the call (or the store's failure).
+    pub(super) async fn record_changed(
+        &self,
+        call: &crate::store::CallRecord,
+        mut why: DispatchError,
+    ) -> DispatchError {
         let outcome = Outcome::Failed {
             error: CallError::new("tool_changed", ended_message(&call.tool)),
         };
-        self.record(&call.call_id, Some(call.attempts), call.attempts, &outcome)
-            .await?;
-        self.counted(&call.tool, crate::store::CallStatus::Failed);
-        let mut why = why;
-        if let DispatchError::ToolChanged { call_id, .. } = &mut why {
-            *call_id = Some(call.call_id);
+        if let Err(err) = self
+            .record(&call.call_id, Some(call.attempts), call.attempts, &outcome)
+            .await
+        {
+            return err;
         }
-        Err(why)
+        self.counted(&call.tool, crate::store::CallStatus::Failed);
+        if let DispatchError::ToolChanged { call_id, .. } = &mut why {
+            *call_id = Some(call.call_id.clone());
+        }
+        why
     }
 }

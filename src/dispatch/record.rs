@@ -167,6 +167,11 @@ impl Dispatcher {
         start: Start,
         caller: Option<&crate::base::CallerToken>,
     ) -> Result<CallResult, DispatchError> {
+        // Every recorded run (an approval's, a re-run of an interrupted call) is of the
+        // definition the call was made against, or fails closed without running.
+        if let Some(why) = super::pinned::changed_since(registered.tool.as_ref(), call.created_at) {
+            return Err(self.record_changed(&call, why).await);
+        }
         let edited = super::edit::edit_of(&call);
         let attesting = self.attest_recorded(registered.tool.as_ref(), &call, &policy.settings);
         let ran = self

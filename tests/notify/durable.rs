@@ -19,13 +19,14 @@ fn file(port: u16) -> String {
 async fn a_kill_9_before_the_mail_still_mails_each_recipient_once() {
     for backend in [Backend::Sqlite, Backend::Postgres] {
         let location = Location::new(backend).await;
-        let port = free_port();
+        let sink = Sink::down(&location.data_dir().join("mail"), 0);
+        let port = sink.port;
         let first = binary(&location, &file(port));
         // Committed, answered; the SMTP server is down: the mail cannot have gone.
         let asked = ask_echo(&first.api, AGENT, "survive").await;
         first.kill();
 
-        let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+        let sink = sink.open();
         let second = binary(&location, &file(port));
         let mails = sink.exactly(3).await;
         assert_eq!(
@@ -45,9 +46,9 @@ async fn a_kill_9_before_the_mail_still_mails_each_recipient_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_mail_each_recipient_once() {
     let db = TestDb::create().await;
-    let port = free_port();
     let dirs = [common::temp_dir(), common::temp_dir()];
-    let sink = Sink::start(port, &dirs[0].path().join("mail"), 0);
+    let sink = Sink::start(&dirs[0].path().join("mail"), 0);
+    let port = sink.port;
     let replicas: Vec<Binary> = dirs
         .iter()
         .map(|dir| {

@@ -8,26 +8,27 @@
 use super::*;
 use crate::common::{Backend, Location, TestServer};
 
-/// A server on `backend` with the keys, the people, the policy and a mail channel to a port
-/// (the channel named after it, so each test counts its own metrics): nothing listens there yet.
-async fn with_mail_channel(backend: Backend) -> (Location, u16, String, TestServer) {
+/// A server on `backend` with the keys, the people, the policy and a mail channel to a sink
+/// that is down (the channel named after its port, so each test counts its own metrics); the
+/// location keeps the server's and the sink's files while it lives.
+async fn with_mail_channel(backend: Backend, defer: u32) -> (Location, Sink, String, TestServer) {
     let location = Location::new(backend).await;
-    let port = free_port();
-    let channel = format!("mail-{port}");
+    let sink = Sink::down(&location.data_dir().join("mail"), defer);
+    let channel = format!("mail-{}", sink.port);
     let file = format!(
         "{}{POLICY}{}",
         keys_and_people(),
-        mail_channel(&channel, port)
+        mail_channel(&channel, sink.port)
     );
     let server = serve(&location, &file).await;
-    (location, port, channel, server)
+    (location, sink, channel, server)
 }
 
 const HOSTILE: &str = "<script>alert(1)</script> & more";
 
 async fn each_person_who_may_decide_gets_one_mail_saying_what_is_asked(backend: Backend) {
-    let (location, port, channel, server) = with_mail_channel(backend).await;
-    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    let (_location, sink, channel, server) = with_mail_channel(backend, 0).await;
+    let sink = sink.open();
 
     // bob (an admin) asks: under four eyes he is not told of his own call.
     let asked = ask_echo(&server.api, BOB, HOSTILE).await;
@@ -120,7 +121,7 @@ async fn each_person_who_may_decide_gets_one_mail_saying_what_is_asked(backend: 
 }
 
 async fn a_deferred_mail_is_retried_and_an_unreachable_server_waits(backend: Backend) {
-    let (location, port, channel, server) = with_mail_channel(backend).await;
+    let (_location, sink, channel, server) = with_mail_channel(backend, 1).await;
 
     // No SMTP server yet: pending, retried, with why.
     let asked = ask_echo(&server.api, AGENT, "while down").await;
@@ -144,7 +145,7 @@ async fn a_deferred_mail_is_retried_and_an_unreachable_server_waits(backend: Bac
     assert!(pending.iter().all(|d| d["call_id"] == asked["call_id"]));
 
     // Up, deferring the first message once (451): each recipient gets one mail.
-    let sink = Sink::start(port, &location.data_dir().join("mail"), 1);
+    let sink = sink.open();
     let mails = sink.exactly(3).await;
     assert_eq!(
         recipients(&mails),
@@ -160,8 +161,8 @@ async fn a_deferred_mail_is_retried_and_an_unreachable_server_waits(backend: Bac
 
 async fn an_escalation_mails_the_people_it_reaches(backend: Backend) {
     let location = Location::new(backend).await;
-    let port = free_port();
-    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    let sink = Sink::start(&location.data_dir().join("mail"), 0);
+    let port = sink.port;
     let file = format!(
         "{}[tools.echo.approval]\nescalate_after_s = 1\nescalate_to = [\"escalations\"]\n\
          [webhook_delivery]\ninitial_backoff_ms = 100\n{}",
@@ -223,8 +224,8 @@ async fn an_escalation_mails_the_people_it_reaches(backend: Backend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starttls_required_sends_nothing_to_a_server_without_it() {
     let location = Location::new(Backend::Sqlite).await;
-    let port = free_port();
-    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    let sink = Sink::start(&location.data_dir().join("mail"), 0);
+    let port = sink.port;
     // The default: STARTTLS required; aiosmtpd offers none.
     let channel = mail_channel("tls", port).replace("starttls = \"off\"\n", "");
     let file = format!("{}{POLICY}{channel}", keys_and_people());
@@ -247,8 +248,8 @@ async fn starttls_required_sends_nothing_to_a_server_without_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mailbox_refused_for_good_is_not_tried_again() {
     let location = Location::new(Backend::Sqlite).await;
-    let port = free_port();
-    let sink = Sink::start(port, &location.data_dir().join("mail"), 0);
+    let sink = Sink::start(&location.data_dir().join("mail"), 0);
+    let port = sink.port;
     let channel =
         mail_channel("bounce", port).replace("\"ops@example.com\"", "\"bounce@example.com\"");
     let file = format!("{}{POLICY}{channel}", keys_and_people());

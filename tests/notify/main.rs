@@ -113,41 +113,58 @@ pub fn mail_channel(name: &str, port: u16) -> String {
     )
 }
 
-/// A port nothing listens on now.
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-/// The SMTP server of `smtp_sink.py`, writing each message it accepts as a JSON file.
+/// The SMTP server of `smtp_sink.py`, writing each message it accepts as a JSON file. It binds
+/// its own port, so no other test can take the port between a choice and a bind.
 pub struct Sink {
     child: Child,
+    lines: std::io::BufReader<std::process::ChildStdout>,
     dir: PathBuf,
+    /// The port it holds: refusing connections until [`Sink::open`], then listening.
+    pub port: u16,
 }
 
 impl Sink {
-    /// Listens on `port`, writing to `dir`; answers the first `defer` messages 451.
-    pub fn start(port: u16, dir: &Path, defer: u32) -> Sink {
+    /// Listens on a port of its own, writing to `dir`; answers the first `defer` messages 451.
+    pub fn start(dir: &Path, defer: u32) -> Sink {
+        let sink = Sink::down(dir, defer);
+        sink.open()
+    }
+
+    /// Holds a port of its own but refuses connections there, as a server that is down, until
+    /// [`Sink::open`].
+    pub fn down(dir: &Path, defer: u32) -> Sink {
         std::fs::create_dir_all(dir).unwrap();
         let script = common::repo_root().join("tests/notify/smtp_sink.py");
         let mut child = Command::new(common::ci_python())
             .arg(script)
-            .arg(port.to_string())
             .arg(dir)
             .arg(defer.to_string())
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("the SMTP sink starts");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "the SMTP sink listens");
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap());
+        let line = read_line(&mut lines);
+        let port = line
+            .strip_prefix("port ")
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("the SMTP sink names its port: {line:?}"));
         Sink {
             child,
+            lines,
             dir: dir.to_owned(),
+            port,
         }
+    }
+
+    /// Starts listening on the port held.
+    pub fn open(mut self) -> Sink {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        std::io::Write::write_all(stdin, b"open\n").unwrap();
+        std::io::Write::flush(stdin).unwrap();
+        assert_eq!(read_line(&mut self.lines), "ready", "the SMTP sink listens");
+        self
     }
 
     /// Every message accepted so far, oldest first.
@@ -167,6 +184,12 @@ impl Sink {
         assert_eq!(got.len(), count, "no more mail than that: {got:#?}");
         got
     }
+}
+
+fn read_line(lines: &mut impl std::io::BufRead) -> String {
+    let mut line = String::new();
+    lines.read_line(&mut line).unwrap();
+    line.trim().to_owned()
 }
 
 impl Drop for Sink {

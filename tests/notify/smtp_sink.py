@@ -2,19 +2,24 @@
 Python's own `email` package and written to OUT_DIR as one JSON file (envelope recipients,
 headers, the content type of each part, the text and the HTML), renamed into place once whole.
 
-    python smtp_sink.py PORT OUT_DIR [DEFER]
+    python smtp_sink.py OUT_DIR [DEFER]
 
+It binds a port of its own (so no other test can take it between a choice and a bind), prints
+`port N`, and listens once it reads a line on stdin: until then the port is held but refuses
+connections, as a server that is down. Prints `ready` once it listens; runs until killed.
 DEFER: answer the first DEFER messages `451` (a transient refusal), then accept. A recipient
-`bounce@...` is refused `550` (for good). Prints `ready` once it listens; runs until killed.
+`bounce@...` is refused `550` (for good).
 """
 
+import asyncio
 import json
 import os
+import socket
 import sys
 import time
 from email import message_from_bytes, policy
 
-from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP
 
 
 class Sink:
@@ -57,17 +62,22 @@ class Sink:
         return "250 OK"
 
 
-def main():
-    port, out = int(sys.argv[1]), sys.argv[2]
-    defer = int(sys.argv[3]) if len(sys.argv) > 3 else 0
-    controller = Controller(Sink(out, defer), hostname="127.0.0.1", port=port)
-    controller.start()
+async def serve(sock, handler):
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: SMTP(handler, hostname="localhost"), sock=sock)
     print("ready", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    finally:
-        controller.stop()
+    await server.serve_forever()
+
+
+def main():
+    out = sys.argv[1]
+    defer = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    print("port", sock.getsockname()[1], flush=True)
+    if not sys.stdin.readline():
+        return
+    asyncio.run(serve(sock, Sink(out, defer)))
 
 
 if __name__ == "__main__":
