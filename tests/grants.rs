@@ -11,6 +11,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::events::{events_until, open_events};
 use common::oidc::{Provider, RESOURCE};
 use common::{Api, Backend, Location, Site, TestServer, assert_error};
 use reqwest::{Method, StatusCode};
@@ -244,50 +245,6 @@ async fn a_tool_outside_a_principals_tools_does_not_exist_for_it_on_any_door() {
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["output"]["text"], "hi");
-}
-
-/// The next events of an open `/events` stream, until one about `last_call` (included).
-async fn events_until(response: &mut reqwest::Response, last_call: &str) -> Vec<Value> {
-    let mut buffer = String::new();
-    let mut events = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            while let Some(end) = buffer.find("\n\n") {
-                let block: String = buffer.drain(..end + 2).collect();
-                let data: String = block
-                    .lines()
-                    .filter_map(|line| line.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                if data.is_empty() {
-                    continue;
-                }
-                let event: Value = serde_json::from_str(&data).unwrap();
-                let done = event["call"]["call_id"] == last_call;
-                events.push(event);
-                if done {
-                    return;
-                }
-            }
-            let chunk = response.chunk().await.unwrap().expect("the stream goes on");
-            buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-    })
-    .await
-    .expect("the events came");
-    events
-}
-
-async fn open_events(api: &Api, token: &str) -> reqwest::Response {
-    let response = api
-        .client
-        .get(format!("{}/events", api.base))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    response
 }
 
 /// Calls `tool` with `input` as `token`, expecting it to suspend: its call id and token.

@@ -12,6 +12,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use common::browser::Browser;
+use common::receiver::Receiver;
 use common::upstream::{descriptor, mcp_tools, runs, server_script, tool_names};
 use common::{
     Api, Backend, Binary, Location, Site, assert_error, ci_python, eventually, mcp_request_as,
@@ -404,11 +405,13 @@ async fn the_inbox_refuses_a_changed_tools_approval_and_shows_the_diff_to_accept
     assert!(page.body.contains("id=\"changes-empty\""), "{}", page.body);
 }
 
-#[tokio::test]
-async fn only_an_admin_reviews_and_accepts_changes() {
-    const ROOT: &str = "tg_root_0123456789abcdef";
-    const ALICE: &str = "tg_alice_0123456789abcdef";
-    let keys: String = [("root", "admin", ROOT), ("alice", "approver", ALICE)]
+/// An admin's key and an approver's.
+const ROOT: &str = "tg_root_0123456789abcdef";
+const ALICE: &str = "tg_alice_0123456789abcdef";
+
+/// `[[auth.keys]]`: `root`, an admin (`ROOT`), and `alice`, an approver (`ALICE`).
+fn keys() -> String {
+    [("root", "admin", ROOT), ("alice", "approver", ALICE)]
         .into_iter()
         .map(|(name, role, token)| {
             let hash = hex::encode(toolgate::http::auth::token_sha256(token));
@@ -416,7 +419,12 @@ async fn only_an_admin_reviews_and_accepts_changes() {
                 "[[auth.keys]]\nname = \"{name}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\n"
             )
         })
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn only_an_admin_reviews_and_accepts_changes() {
+    let keys = keys();
     let data = temp_dir();
     let upstream = temp_dir();
     let server = serve(data.path(), upstream.path(), &keys);
@@ -493,6 +501,162 @@ async fn only_an_admin_reviews_and_accepts_changes() {
         metrics.contains("toolgate_upstream_tool_changes_total{upstream=\"files\"} 1"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn the_feed_tells_admins_of_a_change_once_and_of_its_accept() {
+    let keys = keys();
+    // One webhook names the upstream types; one takes the default (every call's type).
+    let (named, named_hook) =
+        Receiver::start("events = [\"upstream.tool_changed\", \"upstream.change_accepted\"]\n")
+            .await;
+    let (default, default_hook) = Receiver::start("").await;
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let extra =
+        format!("{keys}{named_hook}{default_hook}[webhook_delivery]\ninitial_backoff_ms = 100\n");
+    let server = serve(data.path(), upstream.path(), &extra);
+    let api = &server.api;
+    let post = |token: &'static str, path: String, body: Value| {
+        let request = api.client.post(format!("{}{path}", api.base));
+        async move {
+            let response = request.bearer_auth(token).json(&body).send().await.unwrap();
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let get_changes = async || {
+        let response = api
+            .client
+            .get(format!("{}/upstreams/files/changes", api.base))
+            .bearer_auth(ROOT)
+            .send()
+            .await
+            .unwrap();
+        response.json::<Value>().await.unwrap()["changes"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let mut roots = common::events::open_events(api, ROOT).await;
+    let mut alices = common::events::open_events(api, ALICE).await;
+
+    // Changed, put back, changed again: one definition, told once.
+    for undo in [false, true, false] {
+        let (status, body) = post(
+            ROOT,
+            "/tools/files__rug/call".into(),
+            json!({"input": {"undo": undo}}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        eventually("the upstream's change is read", async || {
+            (get_changes().await.is_empty() == undo).then_some(())
+        })
+        .await;
+    }
+    let hash = get_changes().await[0]["upstream"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, body) = post(
+        ROOT,
+        "/upstreams/files/changes/write_file/accept".into(),
+        json!({"hash": hash}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // A call after the accept: an entry both keys see, which ends their reading.
+    let input = json!({"path": "notes.txt", "content": "hi", "cc": "-"});
+    let (status, body) = post(
+        ROOT,
+        "/tools/files__write_file/call".into(),
+        json!({"input": input}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let call_id = body["call_id"].as_str().unwrap().to_owned();
+
+    let seen = common::events::events_until(&mut roots, &call_id).await;
+    let upstream_entries: Vec<&Value> = seen
+        .iter()
+        .filter(|event| event["type"].as_str().unwrap().starts_with("upstream."))
+        .collect();
+    assert_eq!(upstream_entries.len(), 2, "{seen:#?}");
+    let (changed, accepted) = (upstream_entries[0], upstream_entries[1]);
+    assert_eq!(changed["type"], "upstream.tool_changed");
+    assert!(changed.get("call").is_none(), "{changed}");
+    let change = &changed["change"];
+    assert_eq!(change["upstream"], "files");
+    assert_eq!(change["tool"], "write_file");
+    assert_eq!(change["served_as"], "files__write_file");
+    assert_eq!(change["kind"], "changed");
+    assert_eq!(change["differs"], json!(["description", "inputSchema"]));
+    assert_eq!(change["hash"], hash.as_str());
+    let pinned = change["pinned_hash"].as_str().unwrap();
+    assert_ne!(pinned, hash);
+    assert_eq!(accepted["type"], "upstream.change_accepted");
+    assert_eq!(
+        accepted["change"],
+        json!({"upstream": "files", "tool": "write_file", "served_as": "files__write_file",
+               "hash": hash, "pinned_hash": pinned, "accepted_by": "root"})
+    );
+    // An approver sees the call, never a change of a tool.
+    let alice_saw = common::events::events_until(&mut alices, &call_id).await;
+    assert!(
+        alice_saw.iter().all(|event| event.get("call").is_some()),
+        "{alice_saw:#?}"
+    );
+    let status_of = |path: &str| {
+        let request = api
+            .client
+            .get(format!("{}{path}", api.base))
+            .bearer_auth(ALICE);
+        async move { request.send().await.unwrap().status() }
+    };
+    assert_eq!(
+        status_of("/events?types=upstream.tool_changed").await,
+        StatusCode::OK,
+        "a known type, though alice receives none of it"
+    );
+
+    // The webhook that names the types receives both; the default one, only the call's.
+    let both = eventually("both upstream entries delivered", async || {
+        let got = named.got();
+        (got.len() >= 2).then_some(got)
+    })
+    .await;
+    let kinds: Vec<&str> = both.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["upstream.tool_changed", "upstream.change_accepted"]);
+    assert_eq!(both[1]["data"]["change"]["accepted_by"], "root");
+    let calls = eventually("the call's entry delivered", async || {
+        let got = default.got();
+        got.iter()
+            .any(|m| m["data"]["call"]["call_id"] == call_id.as_str())
+            .then_some(got)
+    })
+    .await;
+    assert!(
+        calls.iter().all(|m| m["data"].get("call").is_some()),
+        "{calls:#?}"
+    );
+    let (_, deliveries) = {
+        let response = api
+            .client
+            .get(format!("{}/webhooks/deliveries?status=delivered", api.base))
+            .bearer_auth(ROOT)
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json::<Value>().await.unwrap())
+    };
+    let told = deliveries["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["type"] == "upstream.tool_changed")
+        .expect("listed");
+    assert!(told.get("call_id").is_none(), "{told}");
 }
 
 on_each_backend! {

@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use common::receiver::Receiver;
 use common::{Backend, Binary, Location, Site, temp_dir};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -178,46 +179,6 @@ fn a_field_the_input_cannot_have_stops_the_start_naming_it() {
     assert!(log.contains("`input.amount`"), "{log}");
 }
 
-/// A webhook receiver on 127.0.0.1: the JSON bodies it got.
-#[derive(Clone, Default)]
-struct Receiver(std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>);
-
-impl Receiver {
-    /// A receiver listening, and the `[[webhooks]]` table of a server that sends to it.
-    async fn start() -> (Receiver, String) {
-        let receiver = Receiver::default();
-        let got = receiver.0.clone();
-        let app = axum::Router::new().route(
-            "/hook",
-            axum::routing::post(move |body: String| {
-                let got = got.clone();
-                async move {
-                    got.lock()
-                        .unwrap()
-                        .push(serde_json::from_str(&body).unwrap());
-                    axum::http::StatusCode::OK
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let webhook = format!(
-            "[[webhooks]]\nurl = \"{url}\"\n\
-             secret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\nallow_private = true\n"
-        );
-        (receiver, webhook)
-    }
-
-    async fn of_type(&self, kind: &str) -> serde_json::Value {
-        common::eventually(&format!("a {kind} webhook"), async || {
-            let got = self.0.lock().unwrap().clone();
-            got.into_iter().find(|message| message["type"] == kind)
-        })
-        .await
-    }
-}
-
 /// One stateless JSON-RPC `tools/call` over `/mcp`; its `result`.
 async fn mcp_call(
     api: &common::Api,
@@ -236,7 +197,7 @@ const OPTIONS: &str = "reject_options = [\n\
 
 async fn a_rejection_option_reaches_the_caller_on_every_door(backend: Backend) {
     let location = Location::new(backend).await;
-    let (receiver, webhook) = Receiver::start().await;
+    let (receiver, webhook) = Receiver::start("").await;
     let server = serve(
         &location,
         &format!(
@@ -400,7 +361,7 @@ async fn suspended_email(api: &common::Api, to: &str) -> (String, String) {
 
 async fn two_distinct_approvers_release_a_call(backend: Backend) {
     let location = Location::new(backend).await;
-    let (receiver, webhook) = Receiver::start().await;
+    let (receiver, webhook) = Receiver::start("").await;
     let server = serve(
         &location,
         &format!(
@@ -572,7 +533,7 @@ const MANAGER: &str = "tg_manager_0123456789abcdef";
 /// may not.
 async fn an_escalation_fires_once_across_a_restart_and_widens_who_decides(backend: Backend) {
     let location = Location::new(backend).await;
-    let (receiver, webhook) = Receiver::start().await;
+    let (receiver, webhook) = Receiver::start("").await;
     let hash = |token: &str| hex::encode(toolgate::http::auth::token_sha256(token));
     let config = format!(
         "{}[[auth.keys]]\nname = \"desk\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n\

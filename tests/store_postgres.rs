@@ -397,7 +397,11 @@ async fn the_feed_loses_and_repeats_nothing_while_three_replicas_write_at_once()
         assert!(Instant::now() < deadline, "saw {} of {total}", seen.len());
         let page = reader.feed(Some(&after), 5).await.unwrap();
         after = page.cursor;
-        seen.extend(page.entries.into_iter().map(|e| e.call.call_id));
+        seen.extend(
+            page.entries
+                .into_iter()
+                .map(|e| e.call().unwrap().call_id.clone()),
+        );
     }
     for task in tasks {
         task.await.unwrap();

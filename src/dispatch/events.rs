@@ -4,7 +4,7 @@
 //! The feed itself is followed by `crate::feed::stream`, which knows nothing of principals; the
 //! lifecycle keeps of it the entries of the calls the principal may see, by the rule every read
 //! applies ([`Dispatcher::may_see`]), so a principal an escalation reached streams the call it
-//! reads. Each entry carries what the rule needs (the call's caller, tool, and whether it was
+//! reads; the changes of upstreams' tools are shown to admins only. Each entry carries what the rule needs (the call's caller, tool, and whether it was
 //! ever escalated), so keeping one costs no store read.
 
 use std::collections::HashSet;
@@ -15,7 +15,7 @@ use super::visible::sees;
 use super::who::Principal;
 use super::{DispatchError, Dispatcher};
 use crate::feed::stream::{FeedEvent, follow, start_cursor};
-use crate::store::{FeedEntry, StoreError};
+use crate::store::{FeedEntry, FeedSubject, StoreError};
 
 /// Where a stream of the change feed starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,15 @@ impl EventFilter {
             && self
                 .tool
                 .as_ref()
-                .is_none_or(|tool| *tool == entry.call.tool)
+                .is_none_or(|tool| Some(tool.as_str()) == tool_of(entry))
+    }
+}
+
+/// The tool an entry is about, by the name it is served as.
+fn tool_of(entry: &FeedEntry) -> Option<&str> {
+    match &entry.subject {
+        FeedSubject::Call(call) => Some(&call.tool),
+        FeedSubject::Upstream { change, .. } => change["served_as"].as_str(),
     }
 }
 
@@ -81,7 +89,12 @@ impl Dispatcher {
         let principal = principal.clone();
         let live = self.live.clone();
         let show = move |entry: FeedEntry| {
-            if !filter.wants(&entry) || !sees(&live, &principal, &entry.call) {
+            let seen = match &entry.subject {
+                FeedSubject::Call(call) => sees(&live, &principal, call),
+                // A change of an upstream's tool is an admin's to review.
+                FeedSubject::Upstream { .. } => principal.is_admin(),
+            };
+            if !seen || !filter.wants(&entry) {
                 return None;
             }
             FeedEvent::of(entry, tokens)

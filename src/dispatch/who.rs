@@ -184,6 +184,11 @@ impl Principal {
         Principal::new(None, Role::Admin)
     }
 
+    /// Whether this principal is an admin.
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
     /// Whether this principal may see every call (of the tools it decides), not only its own.
     pub fn sees_all_calls(&self) -> bool {
         self.role != Role::Caller

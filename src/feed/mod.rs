@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, watch};
 
 use serde_json::{Value, json};
 
-use crate::store::{FeedEntry, Store, StoreError};
+use crate::store::{FeedEntry, FeedSubject, Store, StoreError};
 
 pub mod channels;
 pub mod stream;
@@ -35,12 +35,20 @@ pub mod webhooks;
 /// `GET /approvals/{token}` names them. An entry of a call that ran with an input an
 /// approver edited adds `"edited"` (`{by, display_name?, at}`), `"input"` (as it ran) and
 /// `"original_input"`, as `GET /calls/{id}` names them.
+///
+/// An entry of an upstream's tool is `{"type", "at", "change"}`: the change names the
+/// `upstream`, the `tool`, the name it is `served_as` and the `hash` listed (accepted) beside
+/// the `pinned_hash`; `upstream.tool_changed` adds its `kind` (`changed` or `new`) and the
+/// members that `differs`, `upstream.change_accepted` who it was `accepted_by`.
 pub fn entry_data(entry: &FeedEntry, with_token: bool) -> Value {
     let mut data = json!({
         "type": entry.kind,
         "at": entry.at,
-        "call": entry.call,
     });
+    match &entry.subject {
+        FeedSubject::Call(call) => data["call"] = json!(call),
+        FeedSubject::Upstream { change, .. } => data["change"] = change.clone(),
+    }
     if let Some(suspension) = &entry.suspension {
         let mut shown = json!({
             "reason": suspension.reason,
@@ -303,7 +311,10 @@ async fn follow(feed: Weak<Inner>, store: Arc<dyn Store>) {
 
 impl Inner {
     fn dispatch(&self, entry: FeedEntry) {
-        if let Some(waiters) = lock(&self.calls).remove(&entry.call.call_id) {
+        let Some(call) = entry.call() else {
+            return;
+        };
+        if let Some(waiters) = lock(&self.calls).remove(&call.call_id) {
             for waiter in waiters {
                 let _ = waiter.send(());
             }

@@ -24,7 +24,8 @@ use crate::dispatch::Dispatcher;
 use crate::feed::channels::{Channels, Sent};
 use crate::feed::webhooks::message_id;
 use crate::store::{
-    CallRecord, CallStatus, Delivery, DeliveryStatus, FeedEntry, NewDelivery, StoreError, Timestamp,
+    CallRecord, CallStatus, CallSummary, Delivery, DeliveryStatus, FeedEntry, NewDelivery,
+    StoreError, Timestamp,
 };
 
 /// How long after the next attempt of the message it updates an update tries again, while that
@@ -84,11 +85,16 @@ impl Notifier {
     }
 
     /// The deliveries asking the recipients of each channel wanting `entry` (`asked`).
-    async fn asks(&self, entry: &FeedEntry, asked: Asked) -> Result<Vec<NewDelivery>, StoreError> {
+    async fn asks(
+        &self,
+        entry: &FeedEntry,
+        summary: &CallSummary,
+        asked: Asked,
+    ) -> Result<Vec<NewDelivery>, StoreError> {
         let wanted: Vec<&Channel> = self
             .channels
             .iter()
-            .filter(|c| c.on.contains(&entry.kind) && c.tools.allows(&entry.call.tool))
+            .filter(|c| c.on.contains(&entry.kind) && c.tools.allows(&summary.tool))
             .collect();
         let Some(token) = entry.suspension.as_ref().map(|s| &s.token) else {
             return Ok(Vec::new());
@@ -96,7 +102,7 @@ impl Notifier {
         if wanted.is_empty() {
             return Ok(Vec::new());
         }
-        let Some(call) = self.call(&entry.call.call_id).await? else {
+        let Some(call) = self.call(&summary.call_id).await? else {
             return Ok(Vec::new());
         };
         // Decided already (the outbox reads behind): nobody is asked what is settled.
@@ -150,6 +156,7 @@ impl Notifier {
     async fn updates(
         &self,
         entry: &FeedEntry,
+        summary: &CallSummary,
         made: &[NewDelivery],
     ) -> Result<Vec<NewDelivery>, StoreError> {
         let slack = |name: &str| {
@@ -160,11 +167,11 @@ impl Notifier {
         if !self
             .channels
             .iter()
-            .any(|c| matches!(c.kind, ChannelKind::Slack(_)) && c.tools.allows(&entry.call.tool))
+            .any(|c| matches!(c.kind, ChannelKind::Slack(_)) && c.tools.allows(&summary.tool))
         {
             return Ok(Vec::new());
         }
-        let call_id = &entry.call.call_id;
+        let call_id = &summary.call_id;
         let stored = self.dispatcher.store().call_notifications(call_id).await?;
         let mut sent: Vec<(String, String, String, Body)> = Vec::new();
         let bodies = stored
@@ -308,16 +315,20 @@ impl Channels for Notifier {
         entry: &FeedEntry,
         made: &[NewDelivery],
     ) -> Result<Vec<NewDelivery>, StoreError> {
+        // A change of an upstream's tool is no approval: no channel tells of it.
+        let Some(summary) = entry.call() else {
+            return Ok(Vec::new());
+        };
         match entry.kind.as_str() {
             "call.suspended" => {
-                let mut out = self.updates(entry, made).await?;
-                out.extend(self.asks(entry, Asked::Suspended).await?);
+                let mut out = self.updates(entry, summary, made).await?;
+                out.extend(self.asks(entry, summary, Asked::Suspended).await?);
                 Ok(out)
             }
-            "call.escalated" => self.asks(entry, Asked::Escalated).await,
+            "call.escalated" => self.asks(entry, summary, Asked::Escalated).await,
             // Still waiting on the same approval.
             "call.approval_recorded" => Ok(Vec::new()),
-            _ => self.updates(entry, made).await,
+            _ => self.updates(entry, summary, made).await,
         }
     }
 

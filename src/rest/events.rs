@@ -30,7 +30,7 @@ use crate::http::extract::QueryParams;
 use crate::http::gate::Gates;
 use crate::http::hold::HeldSlot;
 use crate::http::sse::{resume_point, sse};
-use crate::store::FEED_TYPES;
+use crate::store::{feed_types, is_feed_type};
 
 /// `GET /events`: every key, each seeing what it may; a stream, so it gives back its slot.
 pub(super) fn router(gates: &Gates) -> Router<RestState> {
@@ -47,7 +47,8 @@ pub(super) fn router(gates: &Gates) -> Router<RestState> {
 pub struct EventsQuery {
     /// Only these types, comma-separated (`call.suspended,call.completed`).
     pub types: Option<String>,
-    /// Only calls of this tool.
+    /// Only calls of this tool (and, for an admin, changes of this upstream tool, by the name
+    /// it is served as).
     pub tool: Option<String>,
     /// Resume after this entry (an event's `id`); the `Last-Event-ID` header wins.
     pub after: Option<String>,
@@ -61,7 +62,7 @@ pub struct EventsQuery {
         ("Last-Event-ID" = Option<String>, Header, description = "Resume after this entry (the `id` of the last event received)."),
     ),
     responses(
-        (status = 200, description = "`text/event-stream`: one event per change of a call the key may see; `event:` its type, `id:` its cursor, `data:` `{type, at, call, suspension?, error?}`; a `call.approval_recorded` event adds `approvals` (the approvals so far, this one last: `{approver, display_name?, at}`) and `approvals_required`.", content_type = "text/event-stream", body = String),
+        (status = 200, description = "`text/event-stream`: one event per change of a call the key may see; `event:` its type, `id:` its cursor, `data:` `{type, at, call, suspension?, error?}`; a `call.approval_recorded` event adds `approvals` (the approvals so far, this one last: `{approver, display_name?, at}`) and `approvals_required`. An admin also receives `upstream.tool_changed` and `upstream.change_accepted`: `{type, at, change}`, the change naming `upstream`, `tool`, `served_as`, `hash` and `pinned_hash` (`kind` and `differs` when changed, `accepted_by` when accepted).", content_type = "text/event-stream", body = String),
         (status = 400, description = "`bad_request`: an unknown type, an unknown parameter, or a cursor this server did not hand out.", body = crate::http::error::ErrorEnvelope),
         (status = 410, description = "`cursor_expired`: the cursor is older than the feed's retention; reconnect without one (and re-read what you need).", body = crate::http::error::ErrorEnvelope),
         (status = 429, description = "`rate_limited` (with `Retry-After`, `RateLimit-Policy` and `RateLimit`): the key holds as many requests (`?wait=` and streams) as its `max_held` allows; `details.quota` is `max_held`.", body = crate::http::error::ErrorEnvelope,
@@ -82,10 +83,10 @@ pub(super) async fn events(
         Some(list) => {
             let mut wanted = HashSet::new();
             for kind in list.split(',').map(str::trim).filter(|k| !k.is_empty()) {
-                if !FEED_TYPES.contains(&kind) {
+                if !is_feed_type(kind) {
                     return Err(ApiError::BadRequest(format!(
                         "Unknown event type `{kind}`; the types are {}.",
-                        FEED_TYPES.join(", ")
+                        feed_types()
                     )));
                 }
                 wanted.insert(kind.to_owned());

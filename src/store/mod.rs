@@ -124,10 +124,13 @@ pub use calls::{
 };
 pub use edits::{CallEdit, EditMark};
 pub use error::StoreError;
-pub use feed::{ApprovalsSoFar, FEED_TYPES, FeedCursor, FeedEntry, FeedPage};
+pub use feed::{
+    ApprovalsSoFar, CHANGE_ACCEPTED, FEED_TYPES, FeedCursor, FeedEntry, FeedPage, FeedSubject,
+    TOOL_CHANGED, UPSTREAM_FEED_TYPES, feed_types, is_feed_type,
+};
 pub use link_keys::{LinkKey, LinkKeyStore};
 pub use outbox::{Delivery, DeliveryPage, DeliveryResult, DeliveryStatus, NewDelivery};
-pub use pins::{NewTools, PinStore, ToolPin};
+pub use pins::{NewTools, PinStore, ToolChangeNote, ToolPin};
 pub use postgres::{PostgresOptions, PostgresStore, redact_url};
 pub use sessions::InboxSession;
 pub use signing_keys::{SigningKey, SigningKeyStore};

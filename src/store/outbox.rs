@@ -15,7 +15,7 @@ pub struct NewDelivery {
     pub message_id: String,
     /// The feed entry type it carries (`call.suspended`, ...).
     pub kind: String,
-    /// The call it is about.
+    /// The call it is about; empty for an entry of an upstream's tool.
     pub call_id: String,
     /// The request body, exactly as it is signed and sent on every attempt.
     pub body: String,
@@ -74,7 +74,8 @@ pub struct Delivery {
     /// The feed entry type it carries.
     #[serde(rename = "type")]
     pub kind: String,
-    /// The call it is about.
+    /// The call it is about (empty, and not shown, for an entry of an upstream's tool).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub call_id: String,
     /// Where it stands.
     pub status: DeliveryStatus,

@@ -50,6 +50,21 @@ impl ToolPin {
     }
 }
 
+/// A change of an upstream's tool to tell admins of: an `upstream.tool_changed` feed entry,
+/// written once per definition whichever replica reads it first, and only while the tool's pin
+/// is still the one the change was read against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolChangeNote {
+    /// The tool's name on the upstream server.
+    pub tool: String,
+    /// The hash pinned when the change was read; `None` for a tool without a pin.
+    pub pinned_hash: Option<String>,
+    /// The hash of the definition listed.
+    pub hash: String,
+    /// The entry's `change`, as JSON text.
+    pub detail: String,
+}
+
 /// What a connection does with a tool that has no pin yet (`on_new_tool`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NewTools {
@@ -79,8 +94,20 @@ pub trait PinStore: Send + Sync {
         Err(no_pins())
     }
 
-    /// Pins `pin`, in place of the tool's pin if it has one (an admin accepted a change).
-    async fn accept_pin(&self, _pin: &ToolPin) -> Result<(), StoreError> {
+    /// Writes an `upstream.tool_changed` feed entry of `upstream` for each of `changes` not
+    /// told before (by any process) whose tool's pin is still the one it was read against.
+    async fn tell_changes(
+        &self,
+        _upstream: &str,
+        _changes: Vec<ToolChangeNote>,
+    ) -> Result<(), StoreError> {
+        Err(no_pins())
+    }
+
+    /// Pins `pin`, in place of the tool's pin if it has one (an admin accepted a change), and
+    /// writes an `upstream.change_accepted` feed entry whose change is `detail` (JSON text),
+    /// in one transaction; the changes of the tool told before are forgotten.
+    async fn accept_pin(&self, _pin: &ToolPin, _detail: &str) -> Result<(), StoreError> {
         Err(no_pins())
     }
 }
@@ -97,8 +124,13 @@ pub(crate) enum PinOp {
         listed: Vec<ToolPin>,
         new_tools: NewTools,
     },
-    /// [`PinStore::accept_pin`].
-    Accept(ToolPin),
+    /// [`PinStore::tell_changes`].
+    Tell {
+        upstream: String,
+        changes: Vec<ToolChangeNote>,
+    },
+    /// [`PinStore::accept_pin`]: the pin, and the entry's change.
+    Accept(ToolPin, String),
 }
 
 impl PinOp {
@@ -133,8 +165,23 @@ impl<B: Backend> PinStore for B {
         self.write(WriteOp::Pins(Box::new(op))).await?.pins()
     }
 
-    async fn accept_pin(&self, pin: &ToolPin) -> Result<(), StoreError> {
-        let op = PinOp::Accept(pin.clone());
+    async fn tell_changes(
+        &self,
+        upstream: &str,
+        changes: Vec<ToolChangeNote>,
+    ) -> Result<(), StoreError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let op = PinOp::Tell {
+            upstream: upstream.to_owned(),
+            changes,
+        };
+        self.write(WriteOp::Pins(Box::new(op))).await?.settled()
+    }
+
+    async fn accept_pin(&self, pin: &ToolPin, detail: &str) -> Result<(), StoreError> {
+        let op = PinOp::Accept(pin.clone(), detail.to_owned());
         self.write(WriteOp::Pins(Box::new(op))).await?.settled()
     }
 }

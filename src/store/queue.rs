@@ -267,6 +267,8 @@ impl WriteOp {
             | WriteOp::Resolve(..)
             | WriteOp::Reconcile(..)
             | WriteOp::Escalate { .. } => true,
+            // A change told or accepted is a feed entry (rare: a tool list read, an accept).
+            WriteOp::Pins(op) => !matches!(**op, super::pins::PinOp::Connect { .. }),
             WriteOp::Standing(op) => matches!(
                 **op,
                 super::standing::StandingOp::Approve { .. }
@@ -283,7 +285,6 @@ impl WriteOp {
             | WriteOp::PruneSessions(_)
             | WriteOp::LinkKey(_)
             | WriteOp::PruneLinkKeys(_)
-            | WriteOp::Pins(_)
             | WriteOp::SigningKey(_)
             | WriteOp::PruneSigningKeys(_)
             | WriteOp::Ping => false,

@@ -226,6 +226,19 @@ pub(crate) struct RawFeedEntry {
     pub(crate) cursor: String,
     pub(crate) at: i64,
     pub(crate) kind: String,
+    pub(crate) about: RawSubject,
+}
+
+/// What a stored feed entry is about, before parsing.
+pub(crate) enum RawSubject {
+    /// A call's change.
+    Call(Box<RawCallChange>),
+    /// An upstream tool's change: the upstream, and the change as JSON text.
+    Upstream { upstream: String, change: String },
+}
+
+/// A call's feed entry as stored, with its call's unchanging columns joined.
+pub(crate) struct RawCallChange {
     pub(crate) call_id: String,
     pub(crate) attempts: i64,
     pub(crate) tool: String,
@@ -250,59 +263,88 @@ impl RawFeedEntry {
     /// `at, type, call_id, attempts, token`, its call's `tool, effect, caller,
     /// idempotency_key, created_at`, its suspension's `reason, input_schema, created_at,
     /// expires_at`, the call's `error` for a final status, the entry's `approvals`,
-    /// whether the call was ever escalated and its `edited` (the columns before `first` are
-    /// the backend's cursor).
+    /// whether the call was ever escalated, its `edited`, and the entry's `upstream` and
+    /// `detail` (the columns before `first` are the backend's cursor). An entry with an
+    /// `upstream` is of an upstream's tool: it has no call, and its call's columns are null.
     pub(crate) fn read<R: Columns>(
         row: &R,
         first: usize,
         cursor: String,
     ) -> Result<Self, R::Error> {
+        let about = match row.text_or_null(first + 18)? {
+            Some(upstream) => RawSubject::Upstream {
+                upstream,
+                change: row.text_or_null(first + 19)?.unwrap_or_default(),
+            },
+            None => RawSubject::Call(Box::new(RawCallChange {
+                call_id: row.text(first + 2)?,
+                attempts: row.integer(first + 3)?,
+                tool: row.text(first + 5)?,
+                effect: row.text(first + 6)?,
+                caller: row.text_or_null(first + 7)?,
+                idempotency_key: row.text_or_null(first + 8)?,
+                created_at: row.bigint(first + 9)?,
+                suspension: RawSuspension::read(row, first + 4, first + 10)?,
+                error: row.text_or_null(first + 14)?,
+                progress: row.text_or_null(first + 15)?,
+                escalated: row.integer(first + 16)? != 0,
+                edited: row.text_or_null(first + 17)?,
+            })),
+        };
         Ok(RawFeedEntry {
             cursor,
             at: row.bigint(first)?,
             kind: row.text(first + 1)?,
-            call_id: row.text(first + 2)?,
-            attempts: row.integer(first + 3)?,
-            tool: row.text(first + 5)?,
-            effect: row.text(first + 6)?,
-            caller: row.text_or_null(first + 7)?,
-            idempotency_key: row.text_or_null(first + 8)?,
-            created_at: row.bigint(first + 9)?,
-            suspension: RawSuspension::read(row, first + 4, first + 10)?,
-            error: row.text_or_null(first + 14)?,
-            progress: row.text_or_null(first + 15)?,
-            escalated: row.integer(first + 16)? != 0,
-            edited: row.text_or_null(first + 17)?,
+            about,
         })
     }
 
     pub(crate) fn decode(self) -> Result<super::FeedEntry, StoreError> {
-        let status = super::record::feed_status(&self.kind)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown feed entry type {}", self.kind)))?;
-        let suspension = self.suspension.view()?;
+        let (cursor, kind, at) = (super::FeedCursor(self.cursor), self.kind, self.at);
+        let call = match self.about {
+            RawSubject::Upstream { upstream, change } => {
+                return Ok(super::FeedEntry {
+                    cursor,
+                    kind,
+                    at: Timestamp(at),
+                    subject: super::FeedSubject::Upstream {
+                        upstream,
+                        change: parse_json(&change)?,
+                    },
+                    suspension: None,
+                    error: None,
+                    progress: None,
+                    edited: None,
+                });
+            }
+            RawSubject::Call(call) => *call,
+        };
+        let status = super::record::feed_status(&kind)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown feed entry type {kind}")))?;
+        let suspension = call.suspension.view()?;
         // An edit made after the entry (the call suspended again, say) is not the entry's.
-        let edited = super::CallEdit::parse(self.edited.as_deref())?
-            .filter(|edit| edit.mark.at.0 <= self.at)
+        let edited = super::CallEdit::parse(call.edited.as_deref())?
+            .filter(|edit| edit.mark.at.0 <= at)
             .map(Box::new);
         Ok(super::FeedEntry {
-            cursor: super::FeedCursor(self.cursor),
-            kind: self.kind,
-            at: Timestamp(self.at),
-            call: super::CallSummary {
-                call_id: self.call_id,
-                tool: self.tool,
-                effect: parse_effect(&self.effect)?,
+            cursor,
+            kind,
+            at: Timestamp(at),
+            subject: super::FeedSubject::Call(super::CallSummary {
+                call_id: call.call_id,
+                tool: call.tool,
+                effect: parse_effect(&call.effect)?,
                 status,
-                caller: self.caller,
-                idempotency_key: self.idempotency_key,
-                created_at: Timestamp(self.created_at),
-                updated_at: Timestamp(self.at),
-                attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
-                escalated: self.escalated,
-            },
+                caller: call.caller,
+                idempotency_key: call.idempotency_key,
+                created_at: Timestamp(call.created_at),
+                updated_at: Timestamp(at),
+                attempts: u32::try_from(call.attempts).unwrap_or(u32::MAX),
+                escalated: call.escalated,
+            }),
             suspension,
-            error: self.error.as_deref().map(parse_json).transpose()?,
-            progress: self.progress.as_deref().map(parse_json).transpose()?,
+            error: call.error.as_deref().map(parse_json).transpose()?,
+            progress: call.progress.as_deref().map(parse_json).transpose()?,
             edited,
         })
     }

@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 use super::link::Link;
 use super::tool::{UpstreamTool, prefixed};
 use crate::contract::erased::{DynTool, Pinned};
-use crate::store::{NewTools, Store, StoreError, Timestamp, ToolPin};
+use crate::store::{NewTools, Store, StoreError, Timestamp, ToolChangeNote, ToolPin};
 
 /// `pins`: whether an upstream's tool definitions are pinned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -154,6 +154,29 @@ pub struct ToolChange {
     pub pinned: Option<PinnedDefinition>,
     /// The definition the server lists now: accept it with its `hash`.
     pub upstream: ListedDefinition,
+}
+
+impl ToolChange {
+    /// The change as `upstream`'s `upstream.tool_changed` feed entry tells it: what a reader
+    /// needs to find it (`GET /upstreams/{name}/changes`) and accept it, not the definitions.
+    fn note(&self, upstream: &str) -> ToolChangeNote {
+        let pinned_hash = self.pinned.as_ref().map(|pin| pin.hash.clone());
+        let detail = serde_json::json!({
+            "upstream": upstream,
+            "tool": self.tool,
+            "served_as": self.served_as,
+            "kind": self.kind,
+            "differs": self.differs,
+            "hash": self.upstream.hash,
+            "pinned_hash": pinned_hash,
+        });
+        ToolChangeNote {
+            tool: self.tool.clone(),
+            pinned_hash,
+            hash: self.upstream.hash.clone(),
+            detail: detail.to_string(),
+        }
+    }
 }
 
 /// Whether a change is of a pinned tool or of one never pinned.
@@ -291,7 +314,18 @@ impl PinBook {
             pinned_by: by.map(str::to_owned),
             accepted: true,
         };
-        dispatcher.store().accept_pin(&pin).await?;
+        let detail = serde_json::json!({
+            "upstream": upstream,
+            "tool": tool,
+            "served_as": prefixed(upstream, tool),
+            "hash": pin.hash,
+            "pinned_hash": pinned,
+            "accepted_by": by,
+        });
+        dispatcher
+            .store()
+            .accept_pin(&pin, &detail.to_string())
+            .await?;
         tracing::info!(
             upstream,
             tool,
@@ -353,7 +387,9 @@ impl PinBook {
                 accepted: false,
             })
             .collect();
-        let pins = match store.pins_on_connect(upstream, candidates, new_tools).await {
+        let read = store.pins_on_connect(upstream, candidates, new_tools).await;
+        let stored = read.is_ok();
+        let pins = match read {
             Ok(pins) => pins
                 .into_iter()
                 .map(|pin| (pin.tool.clone(), pin))
@@ -406,8 +442,8 @@ impl PinBook {
                 None => held += 1,
             }
         }
-        let found = self.record(link, listed, definitions, pins);
-        for change in &found {
+        let (changes, found) = self.record(link, listed, definitions, pins);
+        for change in changes.iter().filter(|change| found.contains(&change.tool)) {
             tracing::warn!(
                 upstream,
                 tool = %change.tool,
@@ -419,17 +455,26 @@ impl PinBook {
             );
         }
         crate::metrics::upstream_pins(upstream, held, found.len());
+        // Told in the feed once, by whichever replica reads it first; asked at every read, so
+        // that a store that failed once is asked again.
+        if stored && !changes.is_empty() {
+            let notes = changes.iter().map(|change| change.note(upstream)).collect();
+            if let Err(err) = store.tell_changes(upstream, notes).await {
+                tracing::error!(upstream, error = %err, "cannot record the upstream's changed tools in the feed; asked again at the next tool list read");
+            }
+        }
         tools
     }
 
-    /// Keeps what `link` lists now beside its pins; the changes not known before.
+    /// Keeps what `link` lists now beside its pins: the changes, and the tools of those not
+    /// known before in this process.
     fn record(
         &self,
         link: &Arc<Link>,
         listed: &[McpTool],
         definitions: BTreeMap<String, Definition>,
         pins: BTreeMap<String, ToolPin>,
-    ) -> Vec<ToolChange> {
+    ) -> (Vec<ToolChange>, Vec<String>) {
         let upstream = link.name();
         let mut books = self.books.write().unwrap_or_else(PoisonError::into_inner);
         let before: BTreeMap<String, String> = books
@@ -444,10 +489,14 @@ impl PinBook {
                     .collect()
             })
             .unwrap_or_default();
-        let found = definitions
+        let changes: Vec<ToolChange> = definitions
             .iter()
             .filter_map(|(tool, listed)| change_of(upstream, tool, listed, pins.get(tool)))
+            .collect();
+        let found = changes
+            .iter()
             .filter(|change| before.get(&change.tool) != Some(&change.upstream.hash))
+            .map(|change| change.tool.clone())
             .collect();
         books.insert(
             upstream.to_owned(),
@@ -458,7 +507,7 @@ impl PinBook {
                 pins,
             },
         );
-        found
+        (changes, found)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Book>> {

@@ -6,8 +6,10 @@
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
 pub mod browser;
+pub mod events;
 pub mod oidc;
 pub mod pg;
+pub mod receiver;
 pub mod shapes;
 pub mod upstream;
 

@@ -99,7 +99,13 @@ pub(crate) async fn the_feed_has_one_entry_per_change_in_order(store: Arc<dyn St
     let entries = read_feed(store.as_ref(), Some(start.clone()), 2, 4).await;
     let seen: Vec<(&str, &str, u32)> = entries
         .iter()
-        .map(|e| (e.kind.as_str(), e.call.call_id.as_str(), e.call.attempts))
+        .map(|e| {
+            (
+                e.kind.as_str(),
+                e.call().unwrap().call_id.as_str(),
+                e.call().unwrap().attempts,
+            )
+        })
         .collect();
     assert_eq!(
         seen,
@@ -113,9 +119,9 @@ pub(crate) async fn the_feed_has_one_entry_per_change_in_order(store: Arc<dyn St
     let suspension = entries[0].suspension.as_ref().unwrap();
     assert_eq!(suspension.token, "te1");
     assert_eq!(suspension.reason, "decide te1");
-    assert_eq!(entries[0].call.status, CallStatus::Suspended);
-    assert_eq!(entries[2].call.status, CallStatus::Completed);
-    assert_eq!(entries[2].call.caller.as_deref(), Some("agent"));
+    assert_eq!(entries[0].call().unwrap().status, CallStatus::Suspended);
+    assert_eq!(entries[2].call().unwrap().status, CallStatus::Completed);
+    assert_eq!(entries[2].call().unwrap().caller.as_deref(), Some("agent"));
     assert!(entries[2].suspension.is_none());
     // Resuming after any entry returns exactly the ones after it.
     for (i, entry) in entries.iter().enumerate() {
@@ -166,7 +172,7 @@ pub(crate) async fn a_pruned_feed_expires_older_cursors(store: Arc<dyn Store>) {
     assert!(matches!(err, StoreError::CursorExpired), "{err}");
     // One at the pruned edge has missed nothing.
     let rest = read_feed(store.as_ref(), Some(after_old), 10, 1).await;
-    assert_eq!(rest[0].call.call_id, "new");
+    assert_eq!(rest[0].call().unwrap().call_id, "new");
     let all = read_feed(store.as_ref(), None, 10, 1).await;
     assert_eq!(all, rest, "from the start of what is retained");
 }
@@ -196,7 +202,11 @@ pub(crate) async fn concurrent_writers_lose_and_repeat_no_feed_entry(store: Arc<
             while seen.len() < 200 {
                 let page = store.feed(Some(&after), 7).await.unwrap();
                 after = page.cursor;
-                seen.extend(page.entries.into_iter().map(|e| e.call.call_id));
+                seen.extend(
+                    page.entries
+                        .into_iter()
+                        .map(|e| e.call().unwrap().call_id.clone()),
+                );
                 tokio::task::yield_now().await;
             }
             seen

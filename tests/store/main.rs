@@ -191,6 +191,10 @@ macro_rules! suite {
                 super::pins::an_upstreams_first_connection_pins_once(store().await.0).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn a_tool_change_is_told_once_until_accepted() {
+                super::pins::a_tool_change_is_told_once_until_accepted(store().await.0).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn a_periods_signing_key_is_made_once_and_retired() {
                 super::signing_keys::a_periods_signing_key_is_made_once_and_retired(
                     store().await.0,
@@ -301,6 +305,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          ALTER TABLE calls DROP COLUMN trace; \
          ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
          DROP TABLE standing_approvals; DROP TABLE tool_pins; DROP TABLE pinned_upstreams; \
+         DROP TABLE tool_changes; \
          PRAGMA user_version = 3;",
     )
     .unwrap();

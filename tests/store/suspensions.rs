@@ -511,12 +511,12 @@ pub(crate) async fn several_approvers_release_a_call_once(store: Arc<dyn Store>)
     let ours: Vec<_> = page
         .entries
         .iter()
-        .filter(|entry| entry.call.call_id == "q1")
+        .filter(|entry| entry.call().unwrap().call_id == "q1")
         .collect();
     let types: Vec<_> = ours.iter().map(|entry| entry.kind.as_str()).collect();
     assert_eq!(types, ["call.approval_recorded", "call.approval_recorded"]);
     for entry in ours {
-        assert_eq!(entry.call.status, CallStatus::Suspended);
+        assert_eq!(entry.call().unwrap().status, CallStatus::Suspended);
         assert_eq!(entry.suspension.as_ref().unwrap().token, "tq");
     }
 
@@ -617,8 +617,8 @@ pub(crate) async fn escalation_happens_once(store: Arc<dyn Store>) {
         .filter(|entry| entry.kind == "call.escalated")
         .collect();
     assert_eq!(escalations.len(), 1);
-    assert_eq!(escalations[0].call.call_id, "e1");
-    assert_eq!(escalations[0].call.status, CallStatus::Suspended);
+    assert_eq!(escalations[0].call().unwrap().call_id, "e1");
+    assert_eq!(escalations[0].call().unwrap().status, CallStatus::Suspended);
     assert_eq!(escalations[0].suspension.as_ref().unwrap().token, "te1");
     // Approving an escalated suspension works as any other.
     let approve = Resolution::Approve {
@@ -665,7 +665,7 @@ pub(crate) async fn escalation_happens_once(store: Arc<dyn Store>) {
     let entries = page
         .entries
         .iter()
-        .filter(|entry| entry.kind == "call.escalated" && entry.call.tool == "many")
+        .filter(|entry| entry.kind == "call.escalated" && entry.call().unwrap().tool == "many")
         .count();
     assert_eq!(entries, total, "one call.escalated per suspension");
 }

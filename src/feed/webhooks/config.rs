@@ -157,18 +157,17 @@ pub fn webhooks(
         };
         let secret =
             parse_secret(&secret).map_err(|err| invalid(key("secret"), err.to_string()))?;
-        let known = crate::store::FEED_TYPES;
         if let Some(kind) = hook
             .events
             .iter()
             .flatten()
-            .find(|kind| !known.contains(&kind.as_str()))
+            .find(|kind| !crate::store::is_feed_type(kind))
         {
             return Err(invalid(
                 key("events"),
                 format!(
                     "unknown event type `{kind}`; the types are {}",
-                    known.join(", ")
+                    crate::store::feed_types()
                 ),
             ));
         }

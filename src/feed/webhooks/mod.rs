@@ -183,11 +183,23 @@ impl Webhook {
         Ok(())
     }
 
-    fn wants(&self, kind: &str, tool: &str) -> bool {
+    /// Whether it is sent `entry`: one of its `events` (by default every call's; an upstream
+    /// tool's change only when named, as it carries no call), of its `tools` (an upstream
+    /// tool's by the name it is served as).
+    fn wants(&self, entry: &crate::store::FeedEntry) -> bool {
+        let (tool, of_call) = match &entry.subject {
+            crate::store::FeedSubject::Call(call) => (Some(call.tool.as_str()), true),
+            crate::store::FeedSubject::Upstream { change, .. } => {
+                (change["served_as"].as_str(), false)
+            }
+        };
         self.events
             .as_ref()
-            .is_none_or(|events| events.contains(kind))
-            && self.tools.as_ref().is_none_or(|tools| tools.contains(tool))
+            .map_or(of_call, |events| events.contains(&entry.kind))
+            && self
+                .tools
+                .as_ref()
+                .is_none_or(|tools| tool.is_some_and(|tool| tools.contains(tool)))
     }
 }
 

@@ -93,11 +93,7 @@ async fn advance(
         if fresh && entry.at < shared.started {
             continue;
         }
-        for hook in shared
-            .hooks
-            .iter()
-            .filter(|hook| hook.wants(&entry.kind, &entry.call.tool))
-        {
+        for hook in shared.hooks.iter().filter(|hook| hook.wants(entry)) {
             let body = serde_json::json!({
                 "type": entry.kind,
                 "timestamp": entry.at,
@@ -108,7 +104,10 @@ async fn advance(
                 webhook: hook.url().to_owned(),
                 message_id: message_id(&entry.cursor, hook.url()),
                 kind: entry.kind.clone(),
-                call_id: entry.call.call_id.clone(),
+                call_id: entry
+                    .call()
+                    .map(|call| call.call_id.clone())
+                    .unwrap_or_default(),
                 body: body.to_string(),
                 channel: None,
                 recipient: None,

@@ -114,8 +114,9 @@ const FEED: &str = "SELECT f.xid::text, f.seq, f.at, f.type, f.call_id, f.attemp
      s.created_at, s.expires_at, \
      CASE WHEN f.type IN ('call.rejected', 'call.failed', 'call.expired') THEN c.error END, \
      f.approvals, EXISTS (SELECT 1 FROM suspensions e \
-       WHERE e.call_id = c.call_id AND e.escalated_at IS NOT NULL)::int, c.edited \
-     FROM feed f JOIN calls c ON c.call_id = f.call_id \
+       WHERE e.call_id = c.call_id AND e.escalated_at IS NOT NULL)::int, c.edited, \
+     f.upstream, f.detail \
+     FROM feed f LEFT JOIN calls c ON c.call_id = f.call_id \
      LEFT JOIN suspensions s ON s.token = f.token \
      WHERE (f.xid, f.seq) > ($1::text::xid8, $2) \
        AND f.xid < $4::text::xid8 \

@@ -10,7 +10,7 @@ use super::pg_error;
 use super::reads::Conn;
 use crate::store::pins::{PIN_COLUMNS, PinOp};
 use crate::store::queue::Reply;
-use crate::store::{StoreError, Timestamp, ToolPin};
+use crate::store::{CHANGE_ACCEPTED, StoreError, TOOL_CHANGED, Timestamp, ToolPin};
 
 fn read(row: &Row) -> Result<ToolPin, tokio_postgres::Error> {
     Ok(ToolPin {
@@ -48,8 +48,64 @@ pub(super) async fn apply(c: &Conn<'_>, op: &PinOp, now: i64) -> Result<Reply, S
             }
             list(c, upstream).await.map(Reply::Pins)
         }
-        PinOp::Accept(pin) => insert(c, pin, true).await.map(|()| Reply::Done),
+        PinOp::Tell { upstream, changes } => {
+            for change in changes {
+                // Told once, and only while the pin is the one the change was read against (an
+                // admin may have accepted it since).
+                let told = c
+                    .execute(
+                        "INSERT INTO tool_changes (upstream, tool, hash, told_at) \
+                         SELECT $1::text, $2::text, $3::text, $4::bigint \
+                         WHERE (SELECT hash FROM tool_pins WHERE upstream = $1 AND tool = $2) \
+                           IS NOT DISTINCT FROM $5::text \
+                         ON CONFLICT (upstream, tool, hash) DO NOTHING",
+                        &[
+                            upstream,
+                            &change.tool,
+                            &change.hash,
+                            &now,
+                            &change.pinned_hash,
+                        ],
+                    )
+                    .await
+                    .map_err(pg_error)?;
+                if told == 1 {
+                    append(c, now, TOOL_CHANGED, upstream, &change.detail).await?;
+                }
+            }
+            Ok(Reply::Done)
+        }
+        PinOp::Accept(pin, detail) => {
+            insert(c, pin, true).await?;
+            c.execute(
+                "DELETE FROM tool_changes WHERE upstream = $1 AND tool = $2",
+                &[&pin.upstream, &pin.tool],
+            )
+            .await
+            .map_err(pg_error)?;
+            append(c, now, CHANGE_ACCEPTED, &pin.upstream, detail).await?;
+            Ok(Reply::Done)
+        }
     }
+}
+
+/// Appends a feed entry of `kind` about `upstream`'s tool, its change `detail` (JSON text): of
+/// no call, so its `call_id` is empty. The batch's transaction holds the feed writers' lock.
+async fn append(
+    c: &Conn<'_>,
+    at: i64,
+    kind: &str,
+    upstream: &str,
+    detail: &str,
+) -> Result<(), StoreError> {
+    c.execute(
+        "INSERT INTO feed (at, type, call_id, attempts, upstream, detail) \
+         VALUES ($1, $2, '', 0, $3, $4)",
+        &[&at, &kind, &upstream, &detail],
+    )
+    .await
+    .map_err(pg_error)
+    .map(drop)
 }
 
 /// Inserts `pin`; over the tool's pin when `replace`, else only when it has none.

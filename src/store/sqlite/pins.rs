@@ -6,7 +6,7 @@ use rusqlite::{Connection, Row, params};
 use super::backend;
 use crate::store::pins::{PIN_COLUMNS, PinOp};
 use crate::store::queue::Reply;
-use crate::store::{StoreError, Timestamp, ToolPin};
+use crate::store::{CHANGE_ACCEPTED, StoreError, TOOL_CHANGED, Timestamp, ToolPin};
 
 fn read(row: &Row<'_>) -> rusqlite::Result<ToolPin> {
     Ok(ToolPin {
@@ -43,8 +43,61 @@ pub(super) fn apply(conn: &Connection, op: PinOp, now: i64) -> Result<Reply, Sto
             }
             list(conn, &upstream).map(Reply::Pins)
         }
-        PinOp::Accept(pin) => insert(conn, &pin, true).map(|()| Reply::Done),
+        PinOp::Tell { upstream, changes } => {
+            for change in &changes {
+                // Told once, and only while the pin is the one the change was read against (an
+                // admin may have accepted it since).
+                let told = conn
+                    .prepare_cached(
+                        "INSERT INTO tool_changes (upstream, tool, hash, told_at) \
+                         SELECT ?1, ?2, ?3, ?4 \
+                         WHERE (SELECT hash FROM tool_pins WHERE upstream = ?1 AND tool = ?2) \
+                           IS ?5 \
+                         ON CONFLICT (upstream, tool, hash) DO NOTHING",
+                    )
+                    .and_then(|mut st| {
+                        st.execute(params![
+                            upstream,
+                            change.tool,
+                            change.hash,
+                            now,
+                            change.pinned_hash
+                        ])
+                    })
+                    .map_err(backend)?;
+                if told == 1 {
+                    append(conn, now, TOOL_CHANGED, &upstream, &change.detail)?;
+                }
+            }
+            Ok(Reply::Done)
+        }
+        PinOp::Accept(pin, detail) => {
+            insert(conn, &pin, true)?;
+            conn.prepare_cached("DELETE FROM tool_changes WHERE upstream = ?1 AND tool = ?2")
+                .and_then(|mut st| st.execute(params![pin.upstream, pin.tool]))
+                .map_err(backend)?;
+            append(conn, now, CHANGE_ACCEPTED, &pin.upstream, &detail)?;
+            Ok(Reply::Done)
+        }
     }
+}
+
+/// Appends a feed entry of `kind` about `upstream`'s tool, its change `detail` (JSON text): of
+/// no call, so its `call_id` is empty.
+fn append(
+    conn: &Connection,
+    at: i64,
+    kind: &str,
+    upstream: &str,
+    detail: &str,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO feed (at, type, call_id, attempts, upstream, detail) \
+         VALUES (?1, ?2, '', 0, ?3, ?4)",
+    )
+    .and_then(|mut st| st.execute(params![at, kind, upstream, detail]))
+    .map_err(backend)
+    .map(drop)
 }
 
 /// Inserts `pin`; over the tool's pin when `replace`, else only when it has none.

@@ -337,8 +337,8 @@ pub(super) fn feed(
              c.caller, c.idempotency_key, c.created_at, s.reason, s.input_schema, s.created_at, \
              s.expires_at, \
              CASE WHEN f.type IN ('call.rejected', 'call.failed', 'call.expired') THEN c.error END, \
-             f.approvals, {EVER_ESCALATED}, c.edited \
-             FROM feed f JOIN calls c ON c.call_id = f.call_id \
+             f.approvals, {EVER_ESCALATED}, c.edited, f.upstream, f.detail \
+             FROM feed f LEFT JOIN calls c ON c.call_id = f.call_id \
              LEFT JOIN suspensions s ON s.token = f.token \
              WHERE f.seq > ?1 ORDER BY f.seq LIMIT ?2"
     );

@@ -25,3 +25,20 @@ CREATE TABLE pinned_upstreams (
     -- Unix ms
     first_at    bigint NOT NULL
 );
+
+-- Each definition an admin was told of (an `upstream.tool_changed` feed entry): a change is told
+-- once, by whichever replica reads it first; an admin's accept forgets the tool's.
+CREATE TABLE tool_changes (
+    upstream    text NOT NULL,
+    tool        text NOT NULL,
+    -- hex SHA-256 of the definition listed
+    hash        text NOT NULL,
+    -- Unix ms
+    told_at     bigint NOT NULL,
+    PRIMARY KEY (upstream, tool, hash)
+);
+
+-- Feed entries of an upstream's tool (`upstream.tool_changed`, `upstream.change_accepted`) name
+-- the upstream and carry the change as JSON; they are of no call, and their `call_id` is empty,
+-- as on SQLite. `upstream` is NULL on a call's entry.
+ALTER TABLE feed ADD COLUMN upstream text, ADD COLUMN detail text;

@@ -26,3 +26,22 @@ CREATE TABLE pinned_upstreams (
     -- Unix ms
     first_at    INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+-- Each definition an admin was told of (an `upstream.tool_changed` feed entry): a change is told
+-- once, by whichever replica reads it first; an admin's accept forgets the tool's.
+CREATE TABLE tool_changes (
+    upstream    TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    -- hex SHA-256 of the definition listed
+    hash        TEXT NOT NULL,
+    -- Unix ms
+    told_at     INTEGER NOT NULL,
+    PRIMARY KEY (upstream, tool, hash)
+) STRICT, WITHOUT ROWID;
+
+-- Feed entries of an upstream's tool (`upstream.tool_changed`, `upstream.change_accepted`) name
+-- the upstream and carry the change as JSON; they are of no call, and their `call_id` is empty
+-- (SQLite cannot drop the column's NOT NULL without rebuilding the table, and with it the
+-- sequence its cursors count on). `upstream` is NULL on a call's entry.
+ALTER TABLE feed ADD COLUMN upstream TEXT;
+ALTER TABLE feed ADD COLUMN detail TEXT;
