@@ -1,8 +1,9 @@
 //! Signed attestations: every call toolgate sends an upstream MCP server (a real one, written
 //! with the official Python SDK: `tests/attest/upstream.py`) carries a JWS that the upstream
 //! verifies with PyJWT (`tests/attest/verify.py`, the verifier of docs/attestations.md) against
-//! `GET /.well-known/jwks.json`, across a key rotation; its claims name the call, its caller and
-//! its approvers; a forged or missing one is refused.
+//! `GET /.well-known/jwks.json`, across a key rotation of stored keys (on both backends) and
+//! with the ES256 key of a `[signing] key_file` (its id its RFC 7638 thumbprint); its claims
+//! name the call, its caller and its approvers; a forged or missing one is refused.
 
 mod common;
 
@@ -14,7 +15,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use common::upstream::free_port;
-use common::{Binary, Site, ci_python, repo_root, temp_dir};
+use common::{Backend, Binary, Location, Site, ci_python, repo_root, temp_dir};
 
 const ROOT: &str = "tg_root_0123456789abcdef";
 const ALICE: &str = "tg_alice_0123456789abcdef";
@@ -116,9 +117,11 @@ async fn approve_as(api: &common::Api, token: &str, approval: &str) -> (StatusCo
     (response.status(), response.json().await.unwrap())
 }
 
-#[tokio::test]
-async fn an_upstream_verifies_each_attestation_across_a_rotation_and_it_names_the_approver() {
-    let data = temp_dir();
+/// Stored keys, one per period however many replicas sign: on both backends.
+async fn an_upstream_verifies_each_attestation_across_a_rotation_and_it_names_the_approver(
+    backend: Backend,
+) {
+    let data = Location::new(backend).await;
     let upstream = temp_dir();
     let log = upstream.path().join("calls.log");
     // A new key every 2 seconds: the second call is signed by another key than the first.
@@ -127,7 +130,7 @@ async fn an_upstream_verifies_each_attestation_across_a_rotation_and_it_names_th
         keys(),
         stdio_upstream(&log)
     );
-    let server = serve(data.path(), &config, &[]);
+    let server = serve(&data, &config, &[]);
     let api = &server.api;
 
     let mut calls = Vec::new();
@@ -234,7 +237,14 @@ async fn an_http_upstream_gets_the_attestation_in_its_header_too_and_the_key_set
             .map(drop)
     })
     .await;
-    let config = format!("[[upstreams]]\nname = \"web\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
+    // The key of a file: a P-256 key, so ES256.
+    let pem_path = data.path().join("signing.pem");
+    std::fs::write(&pem_path, p256_pem()).unwrap();
+    let config = format!(
+        "[[upstreams]]\nname = \"web\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n\
+         [signing]\nkey_file = {:?}\n",
+        pem_path.to_str().unwrap()
+    );
     let server = serve(data.path(), &config, &[]);
     let api = &server.api;
 
@@ -268,10 +278,61 @@ async fn an_http_upstream_gets_the_attestation_in_its_header_too_and_the_key_set
         .to_owned();
     assert!(cache.starts_with("public, max-age="), "{cache}");
     let set: Value = response.json().await.unwrap();
+    assert_eq!(
+        set["keys"].as_array().unwrap().len(),
+        1,
+        "the file's key alone: {set}"
+    );
     let key = &set["keys"][0];
-    assert_eq!(key["kty"], "OKP");
-    assert_eq!(key["crv"], "Ed25519");
+    assert_eq!(key["kty"], "EC");
+    assert_eq!(key["crv"], "P-256");
+    assert_eq!(key["alg"], "ES256");
     assert!(key.get("d").is_none(), "never the private half: {key}");
+    // Its id is its RFC 7638 thumbprint: the SHA-256 of its required members, in order.
+    let thumbprint = {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let members = format!(
+            r#"{{"crv":"P-256","kty":"EC","x":"{}","y":"{}"}}"#,
+            key["x"].as_str().unwrap(),
+            key["y"].as_str().unwrap()
+        );
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(members))
+    };
+    assert_eq!(key["kid"], thumbprint.as_str());
+    let header: Value = {
+        use base64::Engine as _;
+        let part = token.split('.').next().unwrap();
+        let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        serde_json::from_slice(&engine.decode(part).unwrap()).unwrap()
+    };
+    assert_eq!(header["alg"], "ES256");
+    assert_eq!(header["kid"], thumbprint.as_str());
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A new P-256 key as a PKCS#8 PEM, as `openssl genpkey -algorithm EC` writes one.
+fn p256_pem() -> String {
+    use base64::Engine as _;
+    let rng = ring::rand::SystemRandom::new();
+    let der = ring::signature::EcdsaKeyPair::generate_pkcs8(
+        &ring::signature::ECDSA_P256_SHA256_FIXED_SIGNING,
+        &rng,
+    )
+    .unwrap();
+    let body = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+    let lines: Vec<&str> = body
+        .as_bytes()
+        .chunks(64)
+        .map(|line| std::str::from_utf8(line).unwrap())
+        .collect();
+    format!(
+        "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+        lines.join("\n")
+    )
+}
+
+on_each_backend! {
+    #[tokio::test] async fn an_upstream_verifies_each_attestation_across_a_rotation_and_it_names_the_approver;
 }
