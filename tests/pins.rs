@@ -659,6 +659,78 @@ async fn the_feed_tells_admins_of_a_change_once_and_of_its_accept() {
     assert!(told.get("call_id").is_none(), "{told}");
 }
 
+#[tokio::test]
+async fn a_standing_approval_granted_before_an_accepted_change_releases_nothing() {
+    let policy = "[upstreams.policies.write_file.approval]\nstanding_max_s = 3600\n\
+                  standing_max_calls = 5\n";
+    let data = temp_dir();
+    let upstream = temp_dir();
+    let server = serve(data.path(), upstream.path(), &format!("{policy}{}", keys()));
+    let api = &server.api;
+    let post = |token: &'static str, path: String, body: Value| {
+        let request = api.client.post(format!("{}{path}", api.base));
+        async move {
+            let response = request.bearer_auth(token).json(&body).send().await.unwrap();
+            let status = response.status();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let write = |content: &'static str, cc: bool| {
+        let mut input = json!({"path": "notes.txt", "content": content});
+        if cc {
+            input["cc"] = json!("-");
+        }
+        post(
+            ROOT,
+            "/tools/files__write_file/call".into(),
+            json!({"input": input}),
+        )
+    };
+
+    // alice approves root's call and grants a standing approval: root's next call runs at once.
+    let (status, body) = write("one", false).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let token = body["suspension"]["token"].as_str().unwrap();
+    let grant = json!({"input": {}, "standing": {"for_s": 3600, "calls": 5}});
+    let (status, body) = post(ALICE, format!("/approvals/{token}/approve"), grant).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = write("two", false).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "released by the standing approval: {body}"
+    );
+    assert_eq!(runs(upstream.path(), "write_file"), 2);
+
+    // The definition changes and an admin accepts it: what alice granted was for the old one.
+    let (status, body) = post(ROOT, "/tools/files__rug/call".into(), json!({"input": {}})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let hash = eventually("the change is held", async || {
+        let response = api
+            .client
+            .get(format!("{}/upstreams/files/changes", api.base))
+            .bearer_auth(ROOT)
+            .send()
+            .await
+            .unwrap();
+        let body = response.json::<Value>().await.unwrap();
+        body["changes"][0]["upstream"]["hash"]
+            .as_str()
+            .map(str::to_owned)
+    })
+    .await;
+    let accept = "/upstreams/files/changes/write_file/accept".to_owned();
+    let (status, body) = post(ROOT, accept, json!({"hash": hash})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = write("three", true).await;
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "a person decides again: {body}"
+    );
+    assert_eq!(runs(upstream.path(), "write_file"), 2, "nothing sent");
+}
+
 on_each_backend! {
     #[tokio::test] async fn a_changed_tool_is_held_on_every_door_until_an_admin_accepts_it;
 }
