@@ -239,6 +239,16 @@ async fn forged_foreign_stale_and_misdirected_tokens_are_refused() {
                      "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}))
         .await;
     refused(api, &typed, "another typ").await;
+    // A header naming critical parameters toolgate does not understand (RFC 7515 4.1.11),
+    // though the signature and every claim are good.
+    let critical = provider
+        .sign(
+            json!({"alg": "ES256", "header": {"typ": "at+jwt", "crit": ["exp"]},
+                     "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call"}}),
+        )
+        .await;
+    let message = refused(api, &critical, "a crit header").await;
+    assert!(message.contains("crit"), "{message}");
     // An ID token is no access token, even with the right audience.
     let id_token = provider
         .sign(json!({"alg": "RS256", "header": {"typ": "JWT"},

@@ -220,13 +220,18 @@ async fn a_replay_of_an_idempotency_key_is_not_counted() {
     // The replays spent nothing: one new call is left of the burst, then none.
     let second = call(api, AGENT, "echo", input.clone(), Some("k-2")).await;
     assert_eq!(second.status, StatusCode::OK, "{}", second.body);
-    let third = call(api, AGENT, "echo", input, Some("k-3")).await;
+    let third = call(api, AGENT, "echo", input.clone(), Some("k-3")).await;
     assert_eq!(
         third.status,
         StatusCode::TOO_MANY_REQUESTS,
         "{}",
         third.body
     );
+    // With the quota spent, a replay is still answered from its record: it spends nothing, so
+    // nothing refuses it (a client retrying a lost answer gets it).
+    let replay = call(api, AGENT, "echo", input, Some("k-1")).await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.body);
+    assert_eq!(replay.headers["idempotent-replayed"], "true");
     server.stop().await;
 }
 

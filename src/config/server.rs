@@ -135,6 +135,19 @@ impl AuthConfig {
                     message: format!("`{}` is empty or used by another key", key.name),
                 });
             }
+            // The four-eyes rule and a quorum count principals by name: two keys of one
+            // person's name, written differently, would count as two approvers.
+            let lower = key.name.to_lowercase();
+            if let Some(other) = keys.iter().find(|k| k.name.to_lowercase() == lower) {
+                return Err(ConfigError::Invalid {
+                    key: format!("auth.keys[{index}].name"),
+                    message: format!(
+                        "`{}` differs from another key's name `{}` only by case; approvals \
+                         count principals by name, so they would be two people",
+                        key.name, other.name
+                    ),
+                });
+            }
             let invalid = |field: &str, message: String| ConfigError::Invalid {
                 key: format!("auth.keys[{index}].{field}"),
                 message,

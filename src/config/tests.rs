@@ -98,6 +98,29 @@ fn unknown_keys_and_wrong_types_name_the_key() {
 }
 
 #[test]
+fn key_names_that_differ_only_by_case_are_refused() {
+    // The four-eyes rule and a quorum count principals by name: `twin` and `Twin` would be two
+    // approvers for one person.
+    let key = |name: &str| {
+        format!(
+            "[[auth.keys]]\nname = \"{name}\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n",
+            "ab".repeat(32)
+        )
+    };
+    let err = Config::from_toml(&(key("twin") + &key("Twin")))
+        .and_then(|config| config.api_keys().map(drop))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("auth.keys[1].name"), "{err}");
+    assert!(err.contains("only by case"), "{err}");
+    assert!(
+        Config::from_toml(&(key("twin") + &key("twins")))
+            .and_then(|config| config.api_keys().map(drop))
+            .is_ok()
+    );
+}
+
+#[test]
 fn the_database_url_comes_from_file_env_or_flag_and_is_never_shown() {
     let file =
         Config::from_toml("[store]\ndatabase_url = \"postgres://a:pw@h/d\"\npool_size = 4\n")

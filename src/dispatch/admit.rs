@@ -161,8 +161,16 @@ impl Dispatcher {
         // quota configured for the principal or the tool, this is the one branch a call pays.
         let tool_quota = &entry.policy.settings.quotas;
         let permit = if self.quotas.applies(tool_quota) {
-            let admitted = self.quotas.admit(&principal, tool, tool_quota).await;
-            Some(admitted.map_err(|refused| DispatchError::RateLimited(Box::new(refused)))?)
+            match self.quotas.admit(&principal, tool, tool_quota).await {
+                Ok(permit) => Some(permit),
+                // A replay is answered from its key's call and spends nothing: a spent quota
+                // does not refuse it (a client retrying a lost answer gets it). Looked up only
+                // once refused, so a quota costs an admitted call no read.
+                Err(refused) => match &key {
+                    Some(key) if self.store.key_taken(tool, key).await? => None,
+                    _ => return Err(DispatchError::RateLimited(Box::new(refused))),
+                },
+            }
         } else {
             None
         };

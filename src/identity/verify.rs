@@ -23,8 +23,8 @@ pub(crate) enum Verdict {
 /// Why a token is refused: a short word, counted in `/metrics`, and what the client is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refused {
-    /// For the metrics: `malformed`, `unknown_issuer`, `algorithm`, `type`, `unknown_key`,
-    /// `signature`, `expired`, `not_yet_valid`, `audience`, `claims`, `no_grant`.
+    /// For the metrics: `malformed`, `critical`, `unknown_issuer`, `algorithm`, `type`,
+    /// `unknown_key`, `signature`, `expired`, `not_yet_valid`, `audience`, `claims`, `no_grant`.
     pub(crate) result: &'static str,
     /// For the client.
     pub(crate) message: String,
@@ -81,6 +81,14 @@ pub(super) fn parts(token: &str) -> Result<Parts, Refused> {
         }
     };
     let header = decode(header)?;
+    // RFC 7515 4.1.11: a recipient refuses a token whose `crit` names header parameters it
+    // does not understand; toolgate understands none that may be critical.
+    if header.contains_key("crit") {
+        return Err(Refused::new(
+            "critical",
+            "the token's header names critical parameters (`crit`) toolgate does not understand",
+        ));
+    }
     let alg = header.get("alg").and_then(Value::as_str).unwrap_or("");
     let alg = super::config::asymmetric(alg).ok_or_else(|| {
         Refused::new(

@@ -70,6 +70,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         call_id: &str,
     ) -> impl Future<Output = Result<Option<CallRecord>, StoreError>> + Send;
 
+    /// [`CallStore::key_taken`], from what is committed (a keyed call is never written behind).
+    fn key_taken(
+        &self,
+        tool: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// [`CallStore::list_calls`], from what is committed.
     fn read_calls(
         &self,
@@ -294,6 +301,10 @@ impl<B: Backend> CallStore for B {
         // in order, so once a no-op queued after it is committed, so is the record.
         self.write(WriteOp::Ping).await?;
         self.find_call(call_id).await
+    }
+
+    async fn key_taken(&self, tool: &str, key: &str) -> Result<bool, StoreError> {
+        Backend::key_taken(self, tool, key).await
     }
 
     async fn list_calls(

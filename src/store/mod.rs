@@ -277,6 +277,13 @@ pub trait CallStore: Send + Sync {
     /// The call `call_id` with its events, if it exists.
     async fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError>;
 
+    /// Whether a call of `tool` holds the idempotency key `key` (a request with it is a
+    /// replay, answered from that call). A store that cannot tell says `false` (a spent quota
+    /// then refuses replays too).
+    async fn key_taken(&self, _tool: &str, _key: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
     /// Up to `limit` calls matching `filter`, newest first, after the cursor `after`.
     async fn list_calls(
         &self,

@@ -24,7 +24,22 @@ pub(super) fn set_baggage_attributes(names: Vec<String>) {
     let _ = BAGGAGE_ATTRIBUTES.set(names);
 }
 
-/// The configured baggage entries present in `cx`, as `baggage.<name>` attributes.
+/// The most characters of a baggage value kept in an attribute.
+const MAX_ATTRIBUTE_CHARS: usize = 256;
+
+/// A baggage value as an attribute shows it: a caller's text, so capped at
+/// [`MAX_ATTRIBUTE_CHARS`] and with every control character (a line break, say) a space. Markup
+/// stays text: an attribute is data, which a trace viewer shows as such.
+fn cleaned(value: &str) -> String {
+    value
+        .chars()
+        .take(MAX_ATTRIBUTE_CHARS)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// The configured baggage entries present in `cx`, as `baggage.<name>` attributes (each value
+/// [`cleaned`]).
 pub fn baggage_attributes(cx: &Context) -> Vec<KeyValue> {
     let Some(names) = BAGGAGE_ATTRIBUTES.get().filter(|names| !names.is_empty()) else {
         return Vec::new();
@@ -35,7 +50,7 @@ pub fn baggage_attributes(cx: &Context) -> Vec<KeyValue> {
         .filter_map(|name| {
             baggage
                 .get(name.as_str())
-                .map(|value| KeyValue::new(format!("baggage.{name}"), value.to_string()))
+                .map(|value| KeyValue::new(format!("baggage.{name}"), cleaned(value.as_str())))
         })
         .collect()
 }
@@ -108,6 +123,15 @@ mod tests {
     use super::*;
 
     const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_baggage_value_is_capped_and_has_no_control_characters() {
+        let long = format!("a\nb\r\u{7}<i>{}", "é".repeat(400));
+        let kept = cleaned(&long);
+        assert_eq!(kept.chars().count(), MAX_ATTRIBUTE_CHARS);
+        assert!(kept.starts_with("a b  <i>éé"), "{kept}");
+        assert_eq!(cleaned("acme"), "acme");
+    }
 
     #[test]
     fn meta_round_trips_a_traceparent() {

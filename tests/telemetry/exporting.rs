@@ -158,10 +158,16 @@ async fn only_the_baggage_named_in_the_configuration_becomes_an_attribute() {
         &location,
         &traced(
             &url,
-            &[("TOOLGATE_TELEMETRY__BAGGAGE_ATTRIBUTES", "[\"tenant\"]")],
+            &[(
+                "TOOLGATE_TELEMETRY__BAGGAGE_ATTRIBUTES",
+                "[\"tenant\", \"note\"]",
+            )],
         ),
     );
-    let baggage = [("baggage", "tenant=acme,session=s3cr3t")];
+    // A value as a caller may send it: a line break, markup, thousands of characters.
+    let note = format!("line%0Abreak%0D<b>x</b>{}", "y".repeat(3000));
+    let baggage = format!("tenant=acme,session=s3cr3t,note={note}");
+    let baggage = [("baggage", baggage.as_str())];
     let response = traced_post(&server, "/tools/echo/call", (TRACE, PARENT), &baggage)
         .json(&json!({"input": {"text": "x"}}))
         .send()
@@ -171,5 +177,10 @@ async fn only_the_baggage_named_in_the_configuration_becomes_an_attribute() {
     let request = collector.span(TRACE, "POST /tools/{name}/call").await;
     assert_eq!(request.attribute("baggage.tenant").as_deref(), Some("acme"));
     assert_eq!(request.attribute("baggage.session"), None);
+    // Capped and cleaned: no control character reaches a span.
+    let kept = request.attribute("baggage.note").expect("the note is kept");
+    assert!(kept.chars().count() <= 256, "{} characters", kept.len());
+    assert!(!kept.chars().any(char::is_control), "{kept:?}");
+    assert!(kept.starts_with("line break <b>x</b>yyy"), "{kept:?}");
     nothing_leaks(&collector.spans(), "s3cr3t");
 }

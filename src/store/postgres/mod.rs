@@ -357,6 +357,11 @@ impl Backend for PostgresStore {
             .await
     }
 
+    async fn key_taken(&self, tool: &str, key: &str) -> Result<bool, StoreError> {
+        self.read(async |c| reads::key_taken(c, tool, key).await)
+            .await
+    }
+
     async fn read_calls(
         &self,
         filter: CallFilter,

@@ -97,6 +97,17 @@ pub(super) async fn find_call(
     RawCall::read(&row).map_err(pg_error)?.decode(now).map(Some)
 }
 
+/// Whether a call of `tool` holds the idempotency key `key`.
+pub(super) async fn key_taken(conn: &Conn<'_>, tool: &str, key: &str) -> Result<bool, StoreError> {
+    conn.query_opt(
+        "SELECT 1 FROM calls WHERE tool = $1 AND idempotency_key = $2",
+        &[&tool, &key],
+    )
+    .await
+    .map(|row| row.is_some())
+    .map_err(pg_error)
+}
+
 /// The call `call_id`, which must exist (the caller just changed it).
 pub(super) async fn load_call(
     conn: &Conn<'_>,

@@ -235,6 +235,12 @@ impl Backend for SqliteStore {
             .await
     }
 
+    async fn key_taken(&self, tool: &str, key: &str) -> Result<bool, StoreError> {
+        let (tool, key) = (tool.to_owned(), key.to_owned());
+        self.read(move |conn| reads::key_taken(conn, &tool, &key))
+            .await
+    }
+
     async fn read_calls(
         &self,
         filter: CallFilter,

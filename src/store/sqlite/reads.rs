@@ -60,6 +60,13 @@ pub(super) fn find_call(
     raw.decode(now).map(Some)
 }
 
+/// Whether a call of `tool` holds the idempotency key `key`.
+pub(super) fn key_taken(conn: &Connection, tool: &str, key: &str) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM calls WHERE tool = ?1 AND idempotency_key = ?2")
+        .and_then(|mut st| st.exists(params![tool, key]))
+        .map_err(backend)
+}
+
 /// A SQLite row's columns, as every backend reads them.
 impl Columns for Row<'_> {
     type Error = rusqlite::Error;
