@@ -367,6 +367,48 @@ async fn a_rotated_key_is_picked_up_and_unknown_kids_cost_at_most_one_fetch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_up_kid_with_stale_claims_does_not_hold_up_a_rotation() {
+    let provider = Provider::start(json!({}));
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server(&location, issuer("held-up", &provider)).await;
+    let api = &server.api;
+    let first = provider.machine_token("machine-es256", "tools:call").await;
+    assert_eq!(echo(api, &first).await.0, StatusCode::OK);
+    provider.reset_counts().await;
+    // Past the issuer's 30 s window: the next fetch may happen at once.
+    tokio::time::sleep(std::time::Duration::from_secs(31)).await;
+
+    // Made-up key ids whose claims no key could make acceptable (expired; another audience):
+    // refused for them, without a fetch.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let stale = provider
+        .sign(json!({"alg": "ES256", "header": {"kid": "made-up-stale"},
+                     "claims": {"aud": RESOURCE, "sub": "x", "scope": "tools:call",
+                                "iat": now - 3600, "exp": now - 600}}))
+        .await;
+    let message = refused(api, &stale, "a made-up kid, expired").await;
+    assert!(message.contains("expired"), "{message}");
+    let elsewhere = provider
+        .sign(json!({"alg": "ES256", "header": {"kid": "made-up-aud"},
+                     "claims": {"aud": "https://elsewhere.test/mcp", "sub": "x",
+                                "scope": "tools:call"}}))
+        .await;
+    refused(api, &elsewhere, "a made-up kid, another audience").await;
+    assert_eq!(provider.counts().await["jwks"], 0, "no fetch for either");
+
+    // So the provider's rotation is picked up by its first token, at once.
+    let kid = provider.rotate("ES256").await;
+    let rotated = provider.machine_token("machine-es256", "tools:call").await;
+    assert_eq!(header_and_payload(&rotated).0["kid"], kid.as_str());
+    let (status, _, body) = echo(api, &rotated).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(provider.counts().await["jwks"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approvers_token_decides_and_a_callers_never_does() {
     let provider = Provider::start(json!({"clients": [
         {"client_id": "machine-rs256", "access_token_claims": {"groups": ["finance"]}}
