@@ -160,20 +160,9 @@ impl Dispatcher {
         // Input that does not fit, or a tool that does not exist, spends no quota. With no
         // quota configured for the principal or the tool, this is the one branch a call pays.
         let tool_quota = &entry.policy.settings.quotas;
-        let permit = if self.quotas.applies(tool_quota) {
-            match self.quotas.admit(&principal, tool, tool_quota).await {
-                Ok(permit) => Some(permit),
-                // A replay is answered from its key's call and spends nothing: a spent quota
-                // does not refuse it (a client retrying a lost answer gets it). Looked up only
-                // once refused, so a quota costs an admitted call no read.
-                Err(refused) => match &key {
-                    Some(key) if self.store.key_taken(tool, key).await? => None,
-                    _ => return Err(DispatchError::RateLimited(Box::new(refused))),
-                },
-            }
-        } else {
-            None
-        };
+        let permit = self
+            .quota_permit(&principal, tool, tool_quota, key.as_deref())
+            .await?;
         // A read without an idempotency key has no effect to protect and no intent record that
         // could be left running: it may run inline, and be dropped with its request. Anything
         // else runs detached, to its recorded outcome.

@@ -17,6 +17,7 @@
 //! `pins = "off"`: a tool whose definition changed since it was trusted is held for an admin.
 
 mod auth;
+mod changes;
 pub mod config;
 mod exchange;
 mod http;

@@ -170,6 +170,31 @@ struct Ledger {
     shared: Option<Arc<dyn Store>>,
 }
 
+impl super::Dispatcher {
+    /// The quotas' permit for a call of `tool` by `principal`, keyed `key`: `None` when no quota
+    /// applies, or for a replay (its key has a call, which answers it and spends nothing, so a
+    /// spent quota does not refuse it; looked up only once refused: an admitted call reads
+    /// nothing). With no quota configured, this is the one branch a call pays.
+    pub(super) async fn quota_permit(
+        &self,
+        principal: &Principal,
+        tool: &str,
+        tool_quota: &QuotaConfig,
+        key: Option<&str>,
+    ) -> Result<Option<CallPermit>, super::DispatchError> {
+        if !self.quotas.applies(tool_quota) {
+            return Ok(None);
+        }
+        match self.quotas.admit(principal, tool, tool_quota).await {
+            Ok(permit) => Ok(Some(permit)),
+            Err(refused) => match key {
+                Some(key) if self.store.key_taken(tool, key).await? => Ok(None),
+                _ => Err(super::DispatchError::RateLimited(Box::new(refused))),
+            },
+        }
+    }
+}
+
 /// Every principal's quotas and what they use. Cheap to clone.
 #[derive(Clone)]
 pub struct Quotas(Arc<Ledger>);
