@@ -457,14 +457,22 @@ async fn an_approvers_token_decides_and_a_callers_never_does() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_opaque_token_is_introspected_once_and_an_inactive_one_refused() {
-    const SECRET_ENV: &str = "IDENTITY_TEST_INTROSPECTION_SECRET";
-    let provider = Provider::start(json!({}));
-    let mut config = issuer("opaque", &provider);
+/// The variable holding the introspection client's secret, in the tests' environments.
+const SECRET_ENV: &str = "IDENTITY_TEST_INTROSPECTION_SECRET";
+
+/// [`issuer`] `name`, introspecting opaque tokens at `provider` as the client `toolgate`.
+fn introspecting(name: &str, provider: &Provider) -> IssuerConfig {
+    let mut config = issuer(name, provider);
     config.introspection_url = Some(format!("{}/token/introspection", provider.issuer));
     config.introspection_client_id = Some("toolgate".into());
     config.introspection_secret_env = Some(SECRET_ENV.into());
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opaque_token_is_introspected_once_and_an_inactive_one_refused() {
+    let provider = Provider::start(json!({}));
+    let config = introspecting("opaque", &provider);
     let secret =
         |value: &'static str| move |name: &str| (name == SECRET_ENV).then(|| value.to_owned());
 
@@ -515,6 +523,54 @@ async fn an_opaque_token_is_introspected_once_and_an_inactive_one_refused() {
     let wrong = server_of(&location, issuers).await;
     let message = refused(&wrong.api, &opaque, "introspection refused").await;
     assert!(message.contains("could not be checked"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_made_up_bearers_spend_its_own_introspections_not_everyones() {
+    let provider = Provider::start(json!({}));
+    let config = introspecting("flooded", &provider);
+    let env = |name: &str| (name == SECRET_ENV).then(|| "toolgate-secret".to_owned());
+    let location = Location::new(Backend::Sqlite).await;
+    let server = server_of(&location, Issuers::with_env(&[config], env).unwrap()).await;
+    let api = &server.api;
+    let opaque = provider.machine_token("machine-opaque", "tools:call").await;
+    provider.reset_counts().await;
+
+    // What cannot be a token is never sent.
+    for garbage in ["two words", "<script>x</script>", "short"] {
+        let message = refused(api, garbage, "not a token").await;
+        assert!(message.contains("neither a JWT"), "{message}");
+    }
+    assert_eq!(provider.counts().await["introspection"], 0);
+    // Forty made-up bearers from one address: its allowance (10 at once) is spent, then each
+    // is refused without asking the provider.
+    let mut limited = 0;
+    for i in 0..40 {
+        let message = refused(api, &format!("made-up-bearer-{i:04}"), "a made-up bearer").await;
+        limited += usize::from(message.contains("too many new tokens"));
+    }
+    let asked = provider.counts().await["introspection"].as_u64().unwrap();
+    assert!(
+        (10..=12).contains(&asked),
+        "{asked} introspections for 40 bearers"
+    );
+    assert!(limited >= 28, "{limited} refused unasked");
+    // Another address's real token is introspected, and accepted.
+    let other = reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, 2]))
+        .build()
+        .unwrap();
+    let response = other
+        .post(format!("{}/tools/echo/call", api.base))
+        .bearer_auth(&opaque)
+        .json(&json!({"input": {"text": "hi"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    // The flooding address's own cached answers still serve it.
+    let message = refused(api, "made-up-bearer-0000", "a made-up bearer, cached").await;
+    assert!(message.contains("not active"), "{message}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -291,11 +291,15 @@ impl RoutePolicy for Gate {
             Err(refused) => Err(Refusal::Now(self.refusal(refused))),
             Ok(Checked::Fetch(token)) => {
                 let gate = self.clone();
+                let client = request
+                    .extensions()
+                    .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                    .map(|info| info.0.ip());
                 Err(Refusal::Later(Box::pin(async move {
                     let principal = gate
                         .keys
                         .issuers
-                        .check_fetching(&token)
+                        .check_fetching(&token, client)
                         .await
                         .map_err(|refused| gate.refusal(token_refusal(refused)))?;
                     gate.permit(&principal)

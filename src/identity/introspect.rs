@@ -7,8 +7,15 @@
 //! a flood of made-up tokens cannot push out the answers for real ones. At most
 //! [`MAX_ASKING`] introspections are under way at once; a request waiting for one looks at the
 //! cache again first, so many requests with one new token cost the provider one request.
+//!
+//! What any client can send is bounded before the provider hears of it: a string that cannot
+//! be an access token (RFC 6750's `b64token`, 8 to 4,096 characters) is never sent
+//! ([`could_be_token`]), and each client address may have at most [`PER_CLIENT`] tokens
+//! introspected that the cache did not know ([`Introspector::may_ask`]): one client's made-up
+//! bearers spend that client's allowance, not the provider's rate limit for everyone.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,6 +23,7 @@ use serde_json::{Map, Value};
 
 use super::IssuerError;
 use super::config::Introspection;
+use crate::dispatch::quota::bucket::{Rate, spend};
 
 /// The most answers of each kind kept per issuer.
 const MAX_CACHED: usize = 10_000;
@@ -24,6 +32,26 @@ const MAX_ASKING: usize = 16;
 /// The longest an introspection may take, and the largest answer read.
 const TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_BYTES: usize = 64 * 1024;
+
+/// How many tokens the cache did not know one client address may have introspected: on average
+/// a minute, and at once.
+pub(super) const PER_CLIENT: Rate = Rate {
+    per_minute: 30,
+    burst: 10,
+};
+/// The most client addresses whose allowance is kept, per issuer.
+const MAX_CLIENTS: usize = 4096;
+
+/// Whether `token` could be an access token an issuer handed out: RFC 6750's `b64token` (letters,
+/// digits, `-._~+/`, then `=` padding), 8 to 4,096 characters. Anything else is never sent.
+pub(super) fn could_be_token(token: &str) -> bool {
+    let body = token.trim_end_matches('=');
+    (8..=4096).contains(&token.len())
+        && !body.is_empty()
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b))
+}
 
 /// An answer: the active token's claims, or `None` for an inactive one.
 pub(super) type Answer = Option<Map<String, Value>>;
@@ -42,6 +70,10 @@ pub(super) struct Introspector {
     active: Mutex<HashMap<[u8; 32], Kept>>,
     inactive: Mutex<HashMap<[u8; 32], Kept>>,
     asking: tokio::sync::Semaphore,
+    /// Each client address's allowance of new tokens: its bucket's theoretical arrival time
+    /// (see `dispatch::quota::bucket`), in microseconds since `epoch`.
+    clients: Mutex<HashMap<IpAddr, i64>>,
+    epoch: Instant,
     /// When a failure was last logged.
     logged: Mutex<Option<Instant>>,
 }
@@ -56,6 +88,8 @@ impl Introspector {
             active: Mutex::new(HashMap::new()),
             inactive: Mutex::new(HashMap::new()),
             asking: tokio::sync::Semaphore::new(MAX_ASKING),
+            clients: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
             logged: Mutex::new(None),
         })
     }
@@ -68,6 +102,38 @@ impl Introspector {
             *logged = Some(Instant::now());
         }
         due
+    }
+
+    /// Whether a token the cache does not know may be introspected for `client` now, spending
+    /// one of its [`PER_CLIENT`] allowance. A request without a client address (toolgate
+    /// mounted in an app that gives none) is not limited.
+    pub(super) fn may_ask(&self, client: Option<IpAddr>) -> bool {
+        let Some(client) = client else {
+            return true;
+        };
+        // An IPv6 client holds a whole /64: one allowance for it.
+        let client = match client {
+            IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+            v4 => v4,
+        };
+        let now = i64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(i64::MAX);
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        if clients.len() >= MAX_CLIENTS && !clients.contains_key(&client) {
+            // Those whose allowance is whole again have nothing to remember; past that, every
+            // allowance starts again (the provider stays bounded by `MAX_ASKING` at once).
+            clients.retain(|_, tat| *tat > now);
+            if clients.len() >= MAX_CLIENTS {
+                clients.clear();
+            }
+        }
+        let tat = clients.get(&client).copied().unwrap_or(now);
+        match spend(tat, now, PER_CLIENT) {
+            Ok(next) => {
+                clients.insert(client, next);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// The cached answer for the token hashing to `hash`, if any is still kept.
@@ -134,5 +200,25 @@ impl Introspector {
             },
         );
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_could_be_a_token_is_sent() {
+        assert!(could_be_token("2YotnFZFEjr1zCsicMWpAA"));
+        assert!(could_be_token("abc.def-ghi_jkl~mno+pqr/stu=="));
+        for not in [
+            "short",
+            "two words here",
+            "<script>alert(1)</script>",
+            "=====",
+        ] {
+            assert!(!could_be_token(not), "{not}");
+        }
+        assert!(!could_be_token(&"a".repeat(4097)));
     }
 }

@@ -224,8 +224,14 @@ impl Issuers {
 
     /// Decides `token`, fetching its issuer's key set first when the cache does not know its key
     /// (at most once per issuer every 30 s).
-    pub(crate) async fn check_fetching(&self, token: &str) -> Result<Principal, verify::Refused> {
-        verify::check_fetching(&self.issuers, token).await
+    /// `client` is the request's peer address: each may have only so many tokens introspected
+    /// that the cache does not know (see `introspect`).
+    pub(crate) async fn check_fetching(
+        &self,
+        token: &str,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<Principal, verify::Refused> {
+        verify::check_fetching(&self.issuers, token, client).await
     }
 }
 

@@ -1,5 +1,6 @@
 //! One token, decided: which issuer it claims, then everything that issuer requires of it.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -24,7 +25,8 @@ pub(crate) enum Verdict {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Refused {
     /// For the metrics: `malformed`, `critical`, `unknown_issuer`, `algorithm`, `type`,
-    /// `unknown_key`, `signature`, `expired`, `not_yet_valid`, `audience`, `claims`, `no_grant`.
+    /// `unknown_key`, `signature`, `expired`, `not_yet_valid`, `audience`, `claims`, `no_grant`,
+    /// `inactive`, `introspection_failed`, `introspection_limited`.
     pub(crate) result: &'static str,
     /// For the client.
     pub(crate) message: String,
@@ -377,15 +379,32 @@ fn decide_introspected(issuer: &Issuer, token: &str, claims: &Map<String, Value>
 
 /// Asks each introspecting issuer without an answer cached about the opaque `token`: the
 /// first that says it is active decides it.
-async fn introspect(issuers: &[Arc<Issuer>], token: &str) -> Result<Principal, Refused> {
+async fn introspect(
+    issuers: &[Arc<Issuer>],
+    token: &str,
+    client: Option<IpAddr>,
+) -> Result<Principal, Refused> {
+    // What cannot be an issuer's token is never sent to one.
+    if !super::introspect::could_be_token(token) {
+        return Err(Refused::new(
+            "malformed",
+            "the bearer is neither a JWT nor an access token's characters",
+        ));
+    }
     let hash = crate::base::token_sha256(token);
-    let mut failed = false;
+    let (mut failed, mut limited) = (false, false);
     for issuer in issuers {
         let Some(introspector) = &issuer.introspector else {
             continue;
         };
         let answer = match introspector.cached(&hash) {
             Some(answer) => answer,
+            // A token new to the cache spends the client's allowance first.
+            None if !introspector.may_ask(client) => {
+                crate::metrics::token_verified(&issuer.settings.name, "introspection_limited");
+                limited = true;
+                continue;
+            }
             None => match introspector.introspect(token, hash).await {
                 Ok(answer) => answer,
                 Err(why) => {
@@ -414,6 +433,11 @@ async fn introspect(issuers: &[Arc<Issuer>], token: &str) -> Result<Principal, R
             "introspection_failed",
             "the token could not be checked at its issuer now",
         )
+    } else if limited {
+        Refused::new(
+            "introspection_limited",
+            "too many new tokens from this address to check now; try again in a few seconds",
+        )
     } else {
         Refused::new("inactive", "the token is not active at its issuer")
     })
@@ -424,6 +448,7 @@ async fn introspect(issuers: &[Arc<Issuer>], token: &str) -> Result<Principal, R
 pub(super) async fn check_fetching(
     issuers: &[Arc<Issuer>],
     token: &str,
+    client: Option<IpAddr>,
 ) -> Result<Principal, Refused> {
     match check(issuers, token, false) {
         Verdict::Accepted(principal) => return Ok(principal),
@@ -431,7 +456,7 @@ pub(super) async fn check_fetching(
         Verdict::Fetch => {}
     }
     if !looks_like_jwt(token) {
-        return introspect(issuers, token).await;
+        return introspect(issuers, token, client).await;
     }
     // `check` found the issuer, so it is found again.
     if let Ok(parts) = parts(token)

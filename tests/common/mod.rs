@@ -506,14 +506,17 @@ impl TestServer {
         let (shutdown, signal) = tokio::sync::oneshot::channel();
         let releaser = running.clone();
         let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = signal.await;
-                    // As the binary does: held requests are answered at once.
-                    releaser.release_held();
-                })
-                .await
-                .unwrap();
+            axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = signal.await;
+                // As the binary does: held requests are answered at once.
+                releaser.release_held();
+            })
+            .await
+            .unwrap();
             // As the binary does: let running calls be recorded before letting go.
             running.idle().await;
         });

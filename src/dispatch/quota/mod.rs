@@ -18,7 +18,7 @@
 //! A server with no quota limiting calls pays one branch per call: [`Quotas::applies`] is two
 //! booleans read, and nothing is locked, looked up or allocated.
 
-mod bucket;
+pub(crate) mod bucket;
 pub mod config;
 
 use std::collections::HashMap;
