@@ -1,7 +1,9 @@
 //! Connections against a client that is slow on purpose, over real sockets to the real binary:
 //! a head or a body that never ends is cut at its deadline, idle keep-alive sockets are closed,
 //! trickled bodies hold no slot of `max_in_flight`, the listener survives running out of file
-//! descriptors, and `max_connections` leaves new connections waiting rather than refused.
+//! descriptors (whose soft limit the server raises to what `max_connections` needs), and past
+//! `max_connections` a few reserved slots answer the health probes, however many silent
+//! connections hold the others.
 
 mod common;
 
@@ -266,6 +268,14 @@ async fn running_out_of_file_descriptors_does_not_stop_the_listener() {
         .filter(|line| line.contains("cannot accept a connection"))
         .count();
     assert!(refusals >= 1, "the failing accepts are logged");
+    // A hard limit below what max_connections needs is said at start.
+    assert!(
+        server
+            .log()
+            .iter()
+            .any(|line| line.contains("below what max_connections needs")),
+        "the start says the hard limit is too low"
+    );
     assert!(
         refusals <= 4,
         "at most once a second, not once per attempt: {refusals} lines"
@@ -288,7 +298,7 @@ async fn running_out_of_file_descriptors_does_not_stop_the_listener() {
 }
 
 #[tokio::test]
-async fn past_max_connections_a_new_connection_waits_its_turn() {
+async fn past_max_connections_only_the_probes_are_answered_and_others_told_to_retry() {
     let dir = temp_dir();
     let server = Binary::start(dir.path(), &[("TOOLGATE_SERVER__MAX_CONNECTIONS", "3")]);
     let addr = server.api.addr();
@@ -300,22 +310,80 @@ async fn past_max_connections_a_new_connection_waits_its_turn() {
         assert_eq!(answer(&mut stream).await.0, 200);
         open.push(stream);
     }
-    // The fourth connects (the kernel's backlog) but is not served while three are open.
-    let mut waiting = connect(addr).await;
-    waiting
-        .write_all(post_json("/tools/echo/call", &json!({"input": {"text": "wait"}})).as_bytes())
+    // Past the three, a connection gets a reserved slot: a call is told to come back, and the
+    // connection closed; a probe is answered.
+    let mut refused = connect(addr).await;
+    let echo = post_json("/tools/echo/call", &json!({"input": {"text": "later"}}));
+    refused.write_all(echo.as_bytes()).await.unwrap();
+    let said = until_closed(&mut refused, PATIENCE)
         .await
-        .unwrap();
-    let mut buf = [0u8; 16];
-    assert!(
-        tokio::time::timeout(Duration::from_millis(700), waiting.read(&mut buf))
-            .await
-            .is_err(),
-        "not served while the server is at max_connections"
-    );
-    // One closes: the waiting one is served, neither refused nor lost.
+        .expect("closed after its answer");
+    let said = String::from_utf8_lossy(&said).to_ascii_lowercase();
+    assert!(said.starts_with("http/1.1 503"), "{said}");
+    assert!(said.contains("retry-after: 1"), "{said}");
+    assert!(said.contains("\"overloaded\""), "{said}");
+    let mut probe = connect(addr).await;
+    probe.write_all(get("/readyz").as_bytes()).await.unwrap();
+    assert_eq!(answer(&mut probe).await.0, 200);
+    drop(probe);
+    // One of the three closes: a call is served again, on its slot.
     drop(open.pop());
-    let (status, body) = answer(&mut waiting).await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["output"]["text"], "wait");
+    let served = common::eventually("a call is served once a slot is free", async || {
+        let mut stream = connect(addr).await;
+        stream.write_all(echo.as_bytes()).await.ok()?;
+        let (status, body) = answer(&mut stream).await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(served["output"]["text"], "later");
+}
+
+#[tokio::test]
+async fn silent_connections_holding_every_slot_leave_the_probes_answered() {
+    let dir = temp_dir();
+    // Forty slots, and a head may take a minute: silent sockets hold them all that long.
+    let server = Binary::start(
+        dir.path(),
+        &[
+            ("TOOLGATE_SERVER__MAX_CONNECTIONS", "40"),
+            ("TOOLGATE_SERVER__HEADER_TIMEOUT_MS", "60000"),
+        ],
+    );
+    let addr = server.api.addr();
+    let mut silent = Vec::new();
+    for _ in 0..60 {
+        silent.push(connect(addr).await);
+    }
+    // The probe waits behind the silent ones the reserve takes in turn (each closed after a
+    // second without a head), then is answered; not after the minute the forty hold theirs.
+    let mut probe = connect(addr).await;
+    probe.write_all(get("/healthz").as_bytes()).await.unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(40), answer(&mut probe)).await;
+    assert_eq!(answered.expect("answered while the forty are held").0, 200);
+    drop(silent);
+}
+
+#[tokio::test]
+async fn the_soft_open_file_limit_is_raised_for_max_connections() {
+    let dir = temp_dir();
+    // A soft limit of 64 under a higher hard one: raised, so 120 connections are all served.
+    let server = Binary::start_with_soft_file_limit(dir.path(), 64, &[]);
+    let addr = server.api.addr();
+    let mut many = Vec::new();
+    for _ in 0..120 {
+        let mut stream = connect(addr).await;
+        stream.write_all(get("/healthz").as_bytes()).await.unwrap();
+        assert_eq!(answer(&mut stream).await.0, 200);
+        many.push(stream);
+    }
+    let log = server.log();
+    assert!(
+        log.iter()
+            .any(|line| line.contains("raised the open-file limit")),
+        "{log:?}"
+    );
+    assert!(
+        !log.iter().any(|line| line.contains("cannot accept")),
+        "{log:?}"
+    );
 }

@@ -6,7 +6,14 @@
 //!   of its first byte after an idle spell; else the connection is closed;
 //! - a keep-alive connection with no request for `idle_timeout` is closed (a request being
 //!   answered, a held `?wait=` or an open stream included, is not idle);
-//! - past `max_connections` open at once, new ones wait in the listen backlog, not accepted;
+//! - past `max_connections` open at once, [`RESERVED`] more are accepted for the health probes
+//!   alone: such a connection must send its head (and, idle, its next one) within
+//!   [`RESERVED_HEAD`], and any request but
+//!   `GET /healthz` or `/readyz` on it is answered `503 overloaded` and closed; past those, new
+//!   connections wait in the listen backlog, not accepted. So silent or slow clients holding
+//!   every slot cannot keep a probe from being answered;
+//! - the process's open-file limit is raised at start to what `max_connections` needs (up to
+//!   the hard limit; a hard limit below it is logged, with what it means);
 //! - an accept that fails (the process out of file descriptors) is logged at most once a
 //!   second and tried again after a short pause: the listener never spins and never stops, and
 //!   the connections already open keep being served (health probes included).
@@ -47,6 +54,16 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// How long an accept waits after failing for lack of resources (file descriptors, memory).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 
+/// The connections accepted past `max_connections`, for the health probes only.
+pub const RESERVED: usize = 4;
+/// How soon a connection on a reserved slot must send its request head.
+pub const RESERVED_HEAD: Duration = Duration::from_secs(1);
+/// The only routes answered on a reserved slot.
+const PROBES: [&str; 2] = ["/healthz", "/readyz"];
+/// The files the process needs besides its connections: the store, the logs, upstreams' pipes
+/// and sockets, the provider clients.
+const SPARE_FILES: u64 = 256;
+
 /// The limits of [`serve`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
@@ -78,16 +95,23 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let reserve = Arc::new(Semaphore::new(RESERVED));
+    raise_open_files(limits.max_connections);
     let (stop, stopping) = watch::channel(false);
     // Each connection holds a sender: once all are dropped, every connection is closed.
     let (open, mut all_closed) = mpsc::channel::<()>(1);
     let mut failures = AcceptFailures::default();
     let mut shutdown = pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            permit = permits.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+        // A regular slot when one is free; else whichever frees first, a reserved one (for the
+        // probes) included.
+        let (permit, reserved) = tokio::select! {
+            biased;
             () = &mut shutdown => break,
+            permit = permits.clone().acquire_owned() => (permit, false),
+            permit = reserve.clone().acquire_owned() => (permit, true),
         };
+        let permit = permit.expect("the semaphores are never closed");
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
@@ -106,10 +130,21 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
+        // A reserved slot is held no longer than a probe takes: its head, and any idle spell.
+        let limits = if reserved {
+            ConnectionLimits {
+                header_timeout: limits.header_timeout.min(RESERVED_HEAD),
+                idle_timeout: limits.idle_timeout.min(RESERVED_HEAD),
+                ..limits
+            }
+        } else {
+            limits
+        };
         let connection = Connection {
             router: router.clone(),
             peer,
             limits,
+            reserved,
             stopping: stopping.clone(),
         };
         let open = open.clone();
@@ -121,6 +156,49 @@ pub async fn serve(
     let _ = stop.send(true);
     drop(open);
     let _ = all_closed.recv().await;
+}
+
+/// Raises the process's soft limit of open files to what `max_connections` (and the reserve,
+/// and [`SPARE_FILES`]) need, up to the hard limit; a hard limit below the need is logged, saying
+/// what it means and what to change (accepts past it fail until a connection closes, which the
+/// loop survives).
+fn raise_open_files(max_connections: usize) {
+    let need = u64::try_from(max_connections + RESERVED).unwrap_or(u64::MAX) + SPARE_FILES;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into the struct it is given, which lives here.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } != 0
+        || limit.rlim_cur >= need
+    {
+        return;
+    }
+    let (soft, hard) = (limit.rlim_cur, limit.rlim_max);
+    let raised = libc::rlimit {
+        rlim_cur: need.min(hard),
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads the struct it is given; raising a soft limit up to the hard one
+    // needs no privilege.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const raised) } == 0 {
+        tracing::info!(
+            from = soft,
+            to = raised.rlim_cur,
+            "raised the open-file limit for max_connections"
+        );
+    }
+    if hard < need {
+        tracing::warn!(
+            max_connections,
+            needed = need,
+            hard_limit = hard,
+            "the open-file hard limit is below what max_connections needs: past about {} \
+             connections, accepts fail until one closes; raise `ulimit -Hn` (LimitNOFILE) or \
+             lower [server] max_connections",
+            hard.saturating_sub(SPARE_FILES)
+        );
+    }
 }
 
 /// Whether an accept failed for lack of resources, which only time (a connection closing)
@@ -164,6 +242,8 @@ struct Connection {
     router: Router,
     peer: SocketAddr,
     limits: ConnectionLimits,
+    /// On a reserved slot: the probes alone are answered.
+    reserved: bool,
     stopping: watch::Receiver<bool>,
 }
 
@@ -178,6 +258,7 @@ impl Connection {
             router: self.router.clone(),
             peer: self.peer,
             activity: activity.clone(),
+            reserved: self.reserved,
         };
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
@@ -293,6 +374,7 @@ struct PerRequest {
     router: Router,
     peer: SocketAddr,
     activity: Arc<Activity>,
+    reserved: bool,
 }
 
 impl hyper::service::Service<Request<Incoming>> for PerRequest {
@@ -302,21 +384,54 @@ impl hyper::service::Service<Request<Incoming>> for PerRequest {
 
     fn call(&self, request: Request<Incoming>) -> Answering {
         let busy = self.activity.begin();
-        let mut request = request.map(Body::new);
-        request.extensions_mut().insert(ConnectInfo(self.peer));
+        let refused = self.reserved
+            && !(request.method() == axum::http::Method::GET
+                && PROBES.contains(&request.uri().path()));
+        let routed = if refused {
+            Routed::Refused {
+                response: Some(over_max_connections()),
+            }
+        } else {
+            let mut request = request.map(Body::new);
+            request.extensions_mut().insert(ConnectInfo(self.peer));
+            Routed::Routed {
+                future: self.router.clone().call(request),
+            }
+        };
         Answering {
-            future: self.router.clone().call(request),
+            routed,
             busy: Some(busy),
         }
     }
+}
+
+/// The answer on a reserved slot to anything but a probe: `503 overloaded`, and the connection
+/// closed, so the slot is free for the next probe.
+fn over_max_connections() -> Response<Body> {
+    use axum::response::IntoResponse as _;
+    let mut response = super::error::ApiError::Overloaded("The server".into()).into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 pin_project_lite::pin_project! {
     /// The router's answer to one request, its body keeping the connection busy.
     struct Answering {
         #[pin]
-        future: RouteFuture<Infallible>,
+        routed: Routed,
         busy: Option<Busy>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// Where an answer comes from: the router, or the refusal of a reserved slot.
+    #[project = RoutedProj]
+    enum Routed {
+        Routed { #[pin] future: RouteFuture<Infallible> },
+        Refused { response: Option<Response<Body>> },
     }
 }
 
@@ -325,7 +440,13 @@ impl Future for Answering {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Ok(response) = std::task::ready!(this.future.poll(cx));
+        let response = match this.routed.project() {
+            RoutedProj::Routed { future } => {
+                let Ok(response) = std::task::ready!(future.poll(cx));
+                response
+            }
+            RoutedProj::Refused { response } => response.take().expect("answered once"),
+        };
         let busy = this.busy.take().expect("answered once");
         Poll::Ready(Ok(response.map(|body| Answer { body, _busy: busy })))
     }

@@ -570,10 +570,24 @@ impl Binary {
         open_files: u32,
         env: &[(&str, &str)],
     ) -> Self {
+        Self::start_under_ulimit(at, &format!("-n {open_files}"), env)
+    }
+
+    /// [`Binary::start_with_file_limit`], lowering only the soft limit (the hard one stays).
+    pub fn start_with_soft_file_limit(
+        at: &(impl Site + ?Sized),
+        open_files: u32,
+        env: &[(&str, &str)],
+    ) -> Self {
+        Self::start_under_ulimit(at, &format!("-S -n {open_files}"), env)
+    }
+
+    /// The binary started by a shell that first runs `ulimit {limit}`.
+    fn start_under_ulimit(at: &(impl Site + ?Sized), limit: &str, env: &[(&str, &str)]) -> Self {
         let mut command = Command::new("bash");
         command.args([
             "-c",
-            &format!("ulimit -n {open_files} && exec \"$0\" \"$@\""),
+            &format!("ulimit {limit} && exec \"$0\" \"$@\""),
             env!("CARGO_BIN_EXE_toolgate"),
         ]);
         Self::spawn(command, at, &[], env)
