@@ -11,6 +11,7 @@ pub mod oidc;
 pub mod pg;
 pub mod receiver;
 pub mod shapes;
+pub mod smtp;
 pub mod upstream;
 
 use std::io::{BufRead, BufReader};

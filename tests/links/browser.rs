@@ -3,42 +3,12 @@
 //! `playwright-core`, launched as `tests/inbox_browser.rs` launches it; the links read from the
 //! mails a real SMTP server received (aiosmtpd, `tests/notify/smtp_sink.py`).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
 use crate::common::{Backend, Location, Site, TestServer, repo_root};
 use crate::{APPROVER, CALLER, suspend};
-
-/// The SMTP server of `tests/notify/smtp_sink.py` on `port`, writing each mail to `dir` as JSON.
-struct Sink(std::process::Child);
-
-impl Sink {
-    fn start(port: u16, dir: &std::path::Path) -> Sink {
-        std::fs::create_dir_all(dir).unwrap();
-        let mut child = Command::new(crate::common::ci_python())
-            .arg(repo_root().join("tests/notify/smtp_sink.py"))
-            .args([port.to_string().as_str(), dir.to_str().unwrap(), "0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the SMTP sink starts");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready", "the SMTP sink listens");
-        Sink(child)
-    }
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The decision link in the mail of `call_id` to `to`, once it arrived in `dir`.
 async fn link_in_mail(dir: &std::path::Path, to: &str, call_id: &str) -> String {
@@ -73,11 +43,9 @@ async fn a_person_follows_the_link_of_a_mail_and_approves_in_a_real_browser() {
         "Debian's chromium is not installed: run `bash .ci/test-deps`"
     );
     let at = Location::new(Backend::Sqlite).await;
-    let smtp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = smtp.local_addr().unwrap().port();
-    drop(smtp);
     let mail = at.data_dir().join("mail");
-    let _sink = Sink::start(port, &mail);
+    let sink = crate::common::smtp::Sink::start(&mail, 0);
+    let port = sink.port;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let hash = |token: &str| hex::encode(toolgate::http::auth::token_sha256(token));
