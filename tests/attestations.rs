@@ -14,6 +14,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+use common::attest::verify;
 use common::upstream::free_port;
 use common::{Backend, Binary, Location, Site, ci_python, repo_root, temp_dir};
 
@@ -60,37 +61,6 @@ fn recorded(log: &Path) -> Vec<Value> {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect()
-}
-
-/// PyJWT's verdict on `token` for `audience` (and `arguments`): the claims, or why refused.
-fn verify(
-    base: &str,
-    audience: &str,
-    token: &str,
-    arguments: Option<&Value>,
-) -> Result<Value, String> {
-    let mut command = Command::new(ci_python());
-    command
-        .arg(repo_root().join("tests/attest/verify.py"))
-        .arg(format!("{base}/.well-known/jwks.json"))
-        .arg(audience)
-        .arg(token);
-    if let Some(arguments) = arguments {
-        command.arg(arguments.to_string());
-    }
-    let out = command.output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if out.status.success() {
-        Ok(serde_json::from_str(&text).unwrap())
-    } else {
-        assert_eq!(
-            out.status.code(),
-            Some(1),
-            "{text} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Err(text)
-    }
 }
 
 async fn call_as(api: &common::Api, token: &str, tool: &str, input: Value) -> (StatusCode, Value) {

@@ -6,14 +6,13 @@
 
 mod common;
 
-use std::process::Command;
-
 use reqwest::StatusCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use common::{Location, TestServer, ci_python, repo_root};
+use common::attest::verify_aside;
+use common::{Location, TestServer};
 use toolgate::config::Config;
 use toolgate::{HandlerError, Tool, ToolCtx, ToolHandler, ToolOutcome, ToolSet};
 
@@ -79,32 +78,6 @@ impl ToolHandler for LookUpInvoice {
     }
 }
 
-/// PyJWT's verdict on `token` for `audience` and `arguments`: the claims, or why refused. Run
-/// aside, as it fetches the key set from the server this test's runtime serves.
-async fn verify(
-    base: &str,
-    audience: &str,
-    token: &str,
-    arguments: &Value,
-) -> Result<Value, String> {
-    let mut command = Command::new(ci_python());
-    command
-        .arg(repo_root().join("tests/attest/verify.py"))
-        .arg(format!("{base}/.well-known/jwks.json"))
-        .arg(audience)
-        .arg(token)
-        .arg(arguments.to_string());
-    let out = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if out.status.success() {
-        Ok(serde_json::from_str(&text).unwrap())
-    } else {
-        Err(text)
-    }
-}
-
 async fn post(api: &common::Api, token: &str, path: &str, body: Value) -> (StatusCode, Value) {
     let response = api
         .client
@@ -157,7 +130,7 @@ async fn a_native_tool_that_says_attested_signs_what_its_service_verifies() {
     assert_eq!(output["approvers"], json!(["root"]), "{body}");
     let token = output["token"].as_str().expect("an attestation");
 
-    let claims = verify(&api.base, "billing", token, &json!({"amount": 120}))
+    let claims = verify_aside(&api.base, "billing", token, Some(&json!({"amount": 120})))
         .await
         .unwrap();
     assert_eq!(claims["call_id"], call_id.as_str(), "{claims}");
@@ -168,11 +141,11 @@ async fn a_native_tool_that_says_attested_signs_what_its_service_verifies() {
     assert_eq!(claims["approvals"][0]["by"], "root", "{claims}");
     assert_eq!(claims["policy"], "tools.pay_invoice.approval", "{claims}");
     // Another service, or other arguments, refuse it.
-    let refused = verify(&api.base, "payroll", token, &json!({"amount": 120}))
+    let refused = verify_aside(&api.base, "payroll", token, Some(&json!({"amount": 120})))
         .await
         .unwrap_err();
     assert!(refused.contains("refused"), "{refused}");
-    let refused = verify(&api.base, "billing", token, &json!({"amount": 121}))
+    let refused = verify_aside(&api.base, "billing", token, Some(&json!({"amount": 121})))
         .await
         .unwrap_err();
     assert!(refused.contains("arguments"), "{refused}");

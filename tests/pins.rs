@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use common::browser::Browser;
@@ -422,6 +422,24 @@ fn keys() -> String {
         .collect()
 }
 
+/// A POST of `body` to `path` as `token`: the status and the JSON body.
+async fn post_as(api: &Api, token: &str, path: &str, body: Value) -> (StatusCode, Value) {
+    let (status, _, body) = common::send(api, Method::POST, path, Some(body), Some(token)).await;
+    (status, body)
+}
+
+/// A GET of `path` as `token`: the status and the JSON body.
+async fn get_as(api: &Api, token: &str, path: &str) -> (StatusCode, Value) {
+    let (status, _, body) = common::send(api, Method::GET, path, None, Some(token)).await;
+    (status, body)
+}
+
+/// `GET /upstreams/files/changes`' changes, as the admin `ROOT` sees them.
+async fn changes_as_root(api: &Api) -> Vec<Value> {
+    let (_, body) = get_as(api, ROOT, "/upstreams/files/changes").await;
+    body["changes"].as_array().cloned().unwrap_or_default()
+}
+
 #[tokio::test]
 async fn only_an_admin_reviews_and_accepts_changes() {
     let keys = keys();
@@ -429,50 +447,22 @@ async fn only_an_admin_reviews_and_accepts_changes() {
     let upstream = temp_dir();
     let server = serve(data.path(), upstream.path(), &keys);
     let api = &server.api;
-    let as_key = |token: &'static str, post: bool, path: &str| {
-        let url = format!("{}{path}", api.base);
-        let request = if post {
-            api.client.post(url).json(&json!({"hash": "0"}))
-        } else {
-            api.client.get(url)
-        };
-        async move {
-            let response = request.bearer_auth(token).send().await.unwrap();
-            let status = response.status();
-            (status, response.json::<Value>().await.unwrap())
-        }
-    };
-    let rug = api
-        .client
-        .post(format!("{}/tools/files__rug/call", api.base))
-        .bearer_auth(ROOT)
-        .json(&json!({"input": {}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(rug.status(), StatusCode::OK);
-    eventually("the change is found", async || {
-        let (_, body) = as_key(ROOT, false, "/upstreams/files/changes").await;
-        body["changes"]
-            .as_array()
-            .is_some_and(|c| !c.is_empty())
-            .then_some(())
+    let (status, body) = post_as(api, ROOT, "/tools/files__rug/call", json!({"input": {}})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let found = eventually("the change is found", async || {
+        let found = changes_as_root(api).await;
+        (!found.is_empty()).then_some(found)
     })
     .await;
+    let (status, body) = get_as(api, ALICE, "/upstreams/files/changes").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_error(&body, "forbidden");
     let accept = "/upstreams/files/changes/write_file/accept";
-    for (post, path) in [(false, "/upstreams/files/changes"), (true, accept)] {
-        let (status, body) = as_key(ALICE, post, path).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
-        assert_error(&body, "forbidden");
-    }
+    let (status, body) = post_as(api, ALICE, accept, json!({"hash": "0"})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_error(&body, "forbidden");
     // The inbox's door as well: an approver signed in neither sees the changes nor accepts one.
-    let hash = {
-        let (_, body) = as_key(ROOT, false, "/upstreams/files/changes").await;
-        body["changes"][0]["upstream"]["hash"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let hash = found[0]["upstream"]["hash"].as_str().unwrap().to_owned();
     let mut alice = Browser::at(&api.base);
     let signed_in = alice.sign_in(ALICE).await;
     assert!(signed_in.status.is_redirection(), "{}", signed_in.body);
@@ -486,12 +476,8 @@ async fn only_an_admin_reviews_and_accepts_changes() {
         )
         .await;
     assert_eq!(page.status, StatusCode::FORBIDDEN, "{}", page.body);
-    let (_, body) = as_key(ROOT, false, "/upstreams/files/changes").await;
-    assert_eq!(
-        body["changes"].as_array().unwrap().len(),
-        1,
-        "still held: {body}"
-    );
+    let still = changes_as_root(api).await;
+    assert_eq!(still.len(), 1, "still held: {still:?}");
     let metrics = api.metrics(ROOT).await;
     assert!(
         metrics.contains("toolgate_upstream_tools_held{upstream=\"files\"} 1"),
@@ -517,60 +503,42 @@ async fn the_feed_tells_admins_of_a_change_once_and_of_its_accept() {
         format!("{keys}{named_hook}{default_hook}[webhook_delivery]\ninitial_backoff_ms = 100\n");
     let server = serve(data.path(), upstream.path(), &extra);
     let api = &server.api;
-    let post = |token: &'static str, path: String, body: Value| {
-        let request = api.client.post(format!("{}{path}", api.base));
-        async move {
-            let response = request.bearer_auth(token).json(&body).send().await.unwrap();
-            let status = response.status();
-            (status, response.json::<Value>().await.unwrap())
-        }
-    };
-    let get_changes = async || {
-        let response = api
-            .client
-            .get(format!("{}/upstreams/files/changes", api.base))
-            .bearer_auth(ROOT)
-            .send()
-            .await
-            .unwrap();
-        response.json::<Value>().await.unwrap()["changes"]
-            .as_array()
-            .unwrap()
-            .clone()
-    };
     let mut roots = common::events::open_events(api, ROOT).await;
     let mut alices = common::events::open_events(api, ALICE).await;
 
     // Changed, put back, changed again: one definition, told once.
     for undo in [false, true, false] {
-        let (status, body) = post(
+        let (status, body) = post_as(
+            api,
             ROOT,
-            "/tools/files__rug/call".into(),
+            "/tools/files__rug/call",
             json!({"input": {"undo": undo}}),
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         eventually("the upstream's change is read", async || {
-            (get_changes().await.is_empty() == undo).then_some(())
+            (changes_as_root(api).await.is_empty() == undo).then_some(())
         })
         .await;
     }
-    let hash = get_changes().await[0]["upstream"]["hash"]
+    let hash = changes_as_root(api).await[0]["upstream"]["hash"]
         .as_str()
         .unwrap()
         .to_owned();
-    let (status, body) = post(
+    let (status, body) = post_as(
+        api,
         ROOT,
-        "/upstreams/files/changes/write_file/accept".into(),
+        "/upstreams/files/changes/write_file/accept",
         json!({"hash": hash}),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // A call after the accept: an entry both keys see, which ends their reading.
     let input = json!({"path": "notes.txt", "content": "hi", "cc": "-"});
-    let (status, body) = post(
+    let (status, body) = post_as(
+        api,
         ROOT,
-        "/tools/files__write_file/call".into(),
+        "/tools/files__write_file/call",
         json!({"input": input}),
     )
     .await;
@@ -607,18 +575,15 @@ async fn the_feed_tells_admins_of_a_change_once_and_of_its_accept() {
         alice_saw.iter().all(|event| event.get("call").is_some()),
         "{alice_saw:#?}"
     );
-    let status_of = |path: &str| {
-        let request = api
-            .client
-            .get(format!("{}{path}", api.base))
-            .bearer_auth(ALICE);
-        async move { request.send().await.unwrap().status() }
-    };
-    assert_eq!(
-        status_of("/events?types=upstream.tool_changed").await,
-        StatusCode::OK,
-        "a known type, though alice receives none of it"
-    );
+    // A type she may name, though she receives none of it (a stream: only its status is read).
+    let named_type = api
+        .client
+        .get(format!("{}/events?types=upstream.tool_changed", api.base))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(named_type.status(), StatusCode::OK);
 
     // The webhook that names the types receives both; the default one, only the call's.
     let both = eventually("both upstream entries delivered", async || {
@@ -640,16 +605,7 @@ async fn the_feed_tells_admins_of_a_change_once_and_of_its_accept() {
         calls.iter().all(|m| m["data"].get("call").is_some()),
         "{calls:#?}"
     );
-    let (_, deliveries) = {
-        let response = api
-            .client
-            .get(format!("{}/webhooks/deliveries?status=delivered", api.base))
-            .bearer_auth(ROOT)
-            .send()
-            .await
-            .unwrap();
-        (response.status(), response.json::<Value>().await.unwrap())
-    };
+    let (_, deliveries) = get_as(api, ROOT, "/webhooks/deliveries?status=delivered").await;
     let told = deliveries["deliveries"]
         .as_array()
         .unwrap()
@@ -667,22 +623,15 @@ async fn a_standing_approval_granted_before_an_accepted_change_releases_nothing(
     let upstream = temp_dir();
     let server = serve(data.path(), upstream.path(), &format!("{policy}{}", keys()));
     let api = &server.api;
-    let post = |token: &'static str, path: String, body: Value| {
-        let request = api.client.post(format!("{}{path}", api.base));
-        async move {
-            let response = request.bearer_auth(token).json(&body).send().await.unwrap();
-            let status = response.status();
-            (status, response.json::<Value>().await.unwrap())
-        }
-    };
     let write = |content: &'static str, cc: bool| {
         let mut input = json!({"path": "notes.txt", "content": content});
         if cc {
             input["cc"] = json!("-");
         }
-        post(
+        post_as(
+            api,
             ROOT,
-            "/tools/files__write_file/call".into(),
+            "/tools/files__write_file/call",
             json!({"input": input}),
         )
     };
@@ -692,7 +641,7 @@ async fn a_standing_approval_granted_before_an_accepted_change_releases_nothing(
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let token = body["suspension"]["token"].as_str().unwrap();
     let grant = json!({"input": {}, "standing": {"for_s": 3600, "calls": 5}});
-    let (status, body) = post(ALICE, format!("/approvals/{token}/approve"), grant).await;
+    let (status, body) = post_as(api, ALICE, &format!("/approvals/{token}/approve"), grant).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, body) = write("two", false).await;
     assert_eq!(
@@ -703,24 +652,16 @@ async fn a_standing_approval_granted_before_an_accepted_change_releases_nothing(
     assert_eq!(runs(upstream.path(), "write_file"), 2);
 
     // The definition changes and an admin accepts it: what alice granted was for the old one.
-    let (status, body) = post(ROOT, "/tools/files__rug/call".into(), json!({"input": {}})).await;
+    let (status, body) = post_as(api, ROOT, "/tools/files__rug/call", json!({"input": {}})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let hash = eventually("the change is held", async || {
-        let response = api
-            .client
-            .get(format!("{}/upstreams/files/changes", api.base))
-            .bearer_auth(ROOT)
-            .send()
-            .await
-            .unwrap();
-        let body = response.json::<Value>().await.unwrap();
-        body["changes"][0]["upstream"]["hash"]
+        changes_as_root(api).await.first()?["upstream"]["hash"]
             .as_str()
             .map(str::to_owned)
     })
     .await;
-    let accept = "/upstreams/files/changes/write_file/accept".to_owned();
-    let (status, body) = post(ROOT, accept, json!({"hash": hash})).await;
+    let accept = "/upstreams/files/changes/write_file/accept";
+    let (status, body) = post_as(api, ROOT, accept, json!({"hash": hash})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, body) = write("three", true).await;
     assert_eq!(

@@ -51,15 +51,7 @@ impl EventFilter {
             && self
                 .tool
                 .as_ref()
-                .is_none_or(|tool| Some(tool.as_str()) == tool_of(entry))
-    }
-}
-
-/// The tool an entry is about, by the name it is served as.
-fn tool_of(entry: &FeedEntry) -> Option<&str> {
-    match &entry.subject {
-        FeedSubject::Call(call) => Some(&call.tool),
-        FeedSubject::Upstream { change, .. } => change["served_as"].as_str(),
+                .is_none_or(|tool| Some(tool.as_str()) == entry.tool())
     }
 }
 

@@ -71,6 +71,15 @@ impl FeedEntry {
             FeedSubject::Upstream { .. } => None,
         }
     }
+
+    /// The tool the entry is about, by the name it is served as: the call's, or the upstream
+    /// tool's (its change's `served_as`).
+    pub fn tool(&self) -> Option<&str> {
+        match &self.subject {
+            FeedSubject::Call(call) => Some(&call.tool),
+            FeedSubject::Upstream { change, .. } => change["served_as"].as_str(),
+        }
+    }
 }
 
 /// The approvals of a suspension whose policy needs several approvers, as one of them was

@@ -5,6 +5,7 @@
 //! [`Location`] on that backend, and is instantiated once per backend by [`on_each_backend!`].
 #![allow(dead_code)] // Each test binary uses a different part of this module.
 
+pub mod attest;
 pub mod browser;
 pub mod events;
 pub mod oidc;

@@ -187,19 +187,15 @@ impl Webhook {
     /// tool's change only when named, as it carries no call), of its `tools` (an upstream
     /// tool's by the name it is served as).
     fn wants(&self, entry: &crate::store::FeedEntry) -> bool {
-        let (tool, of_call) = match &entry.subject {
-            crate::store::FeedSubject::Call(call) => (Some(call.tool.as_str()), true),
-            crate::store::FeedSubject::Upstream { change, .. } => {
-                (change["served_as"].as_str(), false)
-            }
-        };
         self.events
             .as_ref()
-            .map_or(of_call, |events| events.contains(&entry.kind))
+            .map_or(entry.call().is_some(), |events| {
+                events.contains(&entry.kind)
+            })
             && self
                 .tools
                 .as_ref()
-                .is_none_or(|tools| tool.is_some_and(|tool| tools.contains(tool)))
+                .is_none_or(|tools| entry.tool().is_some_and(|tool| tools.contains(tool)))
     }
 }
 
