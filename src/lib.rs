@@ -29,6 +29,9 @@
 //! - [`signing`]: toolgate's signing keys (from a PEM, or made and kept in the store, rotated),
 //!   a JWS over any claims, the key set at `/.well-known/jwks.json`, and the attestation a call
 //!   carries upstream.
+//! - [`audit`]: the audit chain's checkpoints (its head signed with toolgate's key) and the
+//!   verifier of an export or a receipt (`toolgate audit verify`); the chain itself, every
+//!   change hash-linked in the transaction that makes it, is the store's.
 //! - [`dispatch`]: the call lifecycle, the only path by which a tool runs (validate the input,
 //!   record the intent, run, record the outcome; approvals re-enter the same path), and the
 //!   rules every door shares: who sees which call and which tools and approvals a principal
@@ -68,6 +71,7 @@
 extern crate self as toolgate;
 
 pub mod app;
+pub mod audit;
 pub mod base;
 pub mod config;
 pub mod contract;

@@ -1,7 +1,6 @@
 //! The `toolgate` binary: parse the command line, read the configuration once, open the store,
 //! build the router, serve until SIGINT or SIGTERM, then finish the requests in flight.
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,12 +41,33 @@ enum Command {
     },
     /// Print the SHA-256 of a token read from standard input, for `[[auth.keys]] token_sha256`.
     HashToken,
+    /// The audit record: `audit verify` checks an export of the chain or a call's receipt
+    /// against the public keys (a URL's key from `TOOLGATE_TOKEN`); exit 1 names what fails.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Check an export (a file, or the URL of `/audit`) or a receipt against the key set.
+    Verify {
+        /// The export or receipt: a file, or a URL.
+        source: String,
+        /// The key set (`/.well-known/jwks.json`): a file, or a URL.
+        #[arg(long, value_name = "FILE or URL")]
+        keys: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::HashToken => hash_token(),
+        Command::HashToken => ExitCode::from(toolgate::base::hash_token_command()),
+        Command::Audit {
+            command: AuditCommand::Verify { source, keys },
+        } => ExitCode::from(toolgate::audit::verify_command(&source, &keys)),
         Command::Serve {
             config,
             bind,
@@ -105,26 +125,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// `toolgate hash-token`: the token comes from stdin, so it never shows in a process list or a
-/// shell history; one trailing newline is dropped.
-fn hash_token() -> ExitCode {
-    let mut token = String::new();
-    if let Err(err) = std::io::stdin().read_to_string(&mut token) {
-        eprintln!("toolgate: cannot read the token from standard input: {err}");
-        return ExitCode::FAILURE;
-    }
-    let token = token
-        .strip_suffix('\n')
-        .map(|t| t.strip_suffix('\r').unwrap_or(t))
-        .unwrap_or(&token);
-    if token.is_empty() {
-        eprintln!("toolgate: the token is empty");
-        return ExitCode::from(2);
-    }
-    println!("{}", hex::encode(toolgate::base::token_sha256(token)));
-    ExitCode::SUCCESS
-}
-
 /// Logs to stderr with `RUST_LOG`'s filter when it is set and valid, else the `log` key's,
 /// else `info` (the MCP SDK's INFO lines left out: [`toolgate::telemetry::log_filter`]); in
 /// `log_format`. And exports traces when `[telemetry]` (or the standard variables) name a
@@ -172,6 +172,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .upstreams(upstreams)
         .signing(config.signing()?)
         .feed_retention(std::time::Duration::from_secs(config.feed.retention_s))
+        .audit_checkpoints(config.audit.checkpoint_interval())
         .start()
         .await
         .map_err(|refused| config.refusal(&refused))?;

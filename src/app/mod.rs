@@ -66,6 +66,7 @@ pub struct ServerBuilder {
     slack: crate::rest::SlackInteractions,
     feed_retention: Duration,
     upkeep_interval: Duration,
+    checkpoint_interval: Duration,
     /// Where the server listens, when the caller says ([`ServerBuilder::listen_address`]).
     listen: Option<std::net::SocketAddr>,
     insecure_no_auth: bool,
@@ -100,6 +101,7 @@ impl ServerBuilder {
             slack: crate::rest::SlackInteractions::none(),
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
+            checkpoint_interval: crate::audit::AuditConfig::default().checkpoint_interval(),
             listen: None,
             insecure_no_auth: false,
         }
@@ -234,6 +236,14 @@ impl ServerBuilder {
         self
     }
 
+    /// How often the audit chain's head is signed (`[audit] checkpoint_interval_s`; default a
+    /// minute), and once more at a graceful stop ([`Serving::drain`]). Nothing is signed when
+    /// signing is off ([`ServerBuilder::signing`]).
+    pub fn audit_checkpoints(mut self, interval: Duration) -> Self {
+        self.checkpoint_interval = interval.max(Duration::from_millis(100));
+        self
+    }
+
     /// The router, with every route and layer in place. Built inside a tokio runtime, it starts
     /// the store's upkeep (and the webhooks and upstreams, when configured) there.
     pub fn build(self) -> Router {
@@ -258,15 +268,26 @@ impl ServerBuilder {
             (_, None) => "http://127.0.0.1:8080".to_owned(),
         };
         // Attestations are signed as the public URL: their `iss`.
-        let signer = self.signing.signer(self.store.clone(), &public_url);
+        let signer = self
+            .signing
+            .signer(self.store.clone(), &public_url)
+            .map(Arc::new);
         let mut dispatcher =
             Dispatcher::with_config(Arc::new(self.tools), self.store, &self.dispatch)
                 .with_max_json_depth(self.max_json_depth);
-        if let Some(signer) = signer {
-            dispatcher = dispatcher.with_signer(Arc::new(signer));
+        if let Some(signer) = &signer {
+            dispatcher = dispatcher.with_signer(signer.clone());
         }
         let running = dispatcher.running().clone();
         let store = dispatcher.store().clone();
+        // The audit chain's head, signed with the same key.
+        let checkpoints = signer.map(|signer| {
+            let checkpoints = Arc::new(crate::audit::Checkpointer::new(store.clone(), signer));
+            checkpoints
+                .clone()
+                .start(self.checkpoint_interval, running.released());
+            checkpoints
+        });
 
         // The background work: each loop ends at the graceful stop.
         let pins = self.upstreams.book();
@@ -352,6 +373,7 @@ impl ServerBuilder {
             running,
             store,
             grace,
+            checkpoints,
         }
     }
 }
@@ -363,6 +385,8 @@ pub struct Serving {
     running: Running,
     store: Arc<dyn Store>,
     grace: Duration,
+    /// Signs the audit chain's head a last time before the store closes.
+    checkpoints: Option<Arc<crate::audit::Checkpointer>>,
 }
 
 impl Serving {
@@ -392,6 +416,11 @@ impl Serving {
                     "calls still running at exit; the next start recovers them"
                 );
             }
+        }
+        if let Some(checkpoints) = &self.checkpoints
+            && let Err(err) = checkpoints.checkpoint().await
+        {
+            tracing::warn!(error = %err, "cannot checkpoint the audit chain at exit");
         }
         if let Err(err) = self.store.close().await {
             tracing::warn!(error = %err, "the store did not close cleanly");

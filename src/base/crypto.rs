@@ -19,3 +19,24 @@ pub fn install_crypto() {
 pub fn token_sha256(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
+
+/// `toolgate hash-token`'s work: its exit code, having printed the hash (the binary is kept short).
+/// The token comes from stdin, so it never shows in a process list or a
+/// shell history; one trailing newline is dropped.
+pub fn hash_token_command() -> u8 {
+    let mut token = String::new();
+    if let Err(err) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut token) {
+        eprintln!("toolgate: cannot read the token from standard input: {err}");
+        return 1;
+    }
+    let token = token
+        .strip_suffix('\n')
+        .map(|t| t.strip_suffix('\r').unwrap_or(t))
+        .unwrap_or(&token);
+    if token.is_empty() {
+        eprintln!("toolgate: the token is empty");
+        return 2;
+    }
+    println!("{}", hex::encode(token_sha256(token)));
+    0
+}

@@ -22,7 +22,7 @@ mod provider;
 mod secure_url;
 
 pub use caller_token::CallerToken;
-pub use crypto::{install_crypto, token_sha256};
+pub use crypto::{hash_token_command, install_crypto, token_sha256};
 pub(crate) use env::expand;
 pub use invalid::{Invalid, invalid};
 pub(crate) use provider::{bounded_client, discovery_document, form_post, read_bounded};

@@ -33,6 +33,7 @@ use crate::dispatch::DispatchConfig;
 use crate::http::auth::ApiKey;
 use crate::upstream::config::UpstreamConfig;
 
+pub use crate::audit::AuditConfig;
 pub use crate::dispatch::config::{RetryConfig, ToolConfig, ToolOverride};
 use crate::dispatch::quota::DEFAULT_MAX_HELD;
 pub use crate::dispatch::quota::QuotaConfig;
@@ -120,6 +121,8 @@ pub struct Config {
     pub notify: Vec<NotifyConfig>,
     /// `[signing]`: the key that signs the attestations of upstream calls.
     pub signing: SigningConfig,
+    /// `[audit]`: how often the audit chain's head is signed.
+    pub audit: AuditConfig,
 }
 
 impl Default for Config {
@@ -153,6 +156,7 @@ impl Default for Config {
             upstreams: Vec::new(),
             telemetry: TelemetryConfig::default(),
             signing: SigningConfig::default(),
+            audit: AuditConfig::default(),
         }
     }
 }

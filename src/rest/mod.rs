@@ -9,6 +9,7 @@
 //! the OpenAPI document) is serialized once per generation of the list ([`catalog`]).
 
 mod approvals;
+mod audit;
 mod calls;
 mod catalog;
 mod error_responses;
@@ -100,6 +101,7 @@ pub(crate) fn router(
         .merge(metrics::router(gates))
         .merge(health::router())
         .merge(jwks::router(gates))
+        .merge(audit::router(gates))
         .merge(slack)
         .with_state(state)
 }

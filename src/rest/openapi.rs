@@ -18,7 +18,7 @@ use super::RestState;
 use super::catalog::json_response;
 use super::responses::{CallCompleted, CallFailed, CallSuspended, EditedAnswer, SuspensionTicket};
 use super::{
-    approvals, calls, events, health, jwks, metrics, notifications, slack, standing, tools,
+    approvals, audit, calls, events, health, jwks, metrics, notifications, slack, standing, tools,
     upstreams, webhooks,
 };
 use crate::contract::erased::ToolDescriptor;
@@ -51,6 +51,7 @@ use crate::store::{
         upstreams::changes, upstreams::accept,
         health::healthz, health::readyz,
         jwks::jwks,
+        audit::entries, audit::receipt,
         metrics::serve,
         slack::interactions,
         openapi_json,
@@ -80,6 +81,7 @@ use crate::store::{
         (name = "notifications", description = "Messages of the notification channels, email and Slack (admin)."),
         (name = "upstreams", description = "Upstream MCP servers' tools held because their definition changed since it was pinned, and accepting a change (admin)."),
         (name = "attestations", description = "The public keys that verify the attestations toolgate signs on every upstream call."),
+        (name = "audit", description = "The audit record: every call and decision on one hash chain, signed at checkpoints; a call's receipt (admin)."),
         (name = "openapi", description = "This document."),
     )
 )]

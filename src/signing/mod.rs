@@ -115,7 +115,23 @@ impl Signer {
     /// A compact JWS over `claims`, with `iss`, `iat`, `exp` (its time to live from now) and a
     /// random `jti` added where `claims` has none; its header names the key (`kid`) and
     /// `typ` `JWT`.
-    pub async fn sign(&self, mut claims: Map<String, Value>) -> Result<String, SignError> {
+    pub async fn sign(&self, claims: Map<String, Value>) -> Result<String, SignError> {
+        self.sign_as(claims, true).await
+    }
+
+    /// A compact JWS over `claims` that does not expire: evidence kept for as long as the
+    /// record it signs (an audit checkpoint), with `iss`, `iat` and `jti` added, and no `exp`.
+    /// Its key is one the store keeps published for as long (the store's checkpoint write
+    /// sees to it).
+    pub async fn sign_lasting(&self, claims: Map<String, Value>) -> Result<String, SignError> {
+        self.sign_as(claims, false).await
+    }
+
+    async fn sign_as(
+        &self,
+        mut claims: Map<String, Value>,
+        expires: bool,
+    ) -> Result<String, SignError> {
         let now = Timestamp::now();
         let key = self.signing_key(now).await?;
         let iat = now.0.div_euclid(1000);
@@ -134,7 +150,9 @@ impl Signer {
             ("exp", json!(exp)),
             ("jti", json!(jti)),
         ] {
-            claims.entry(name).or_insert(value);
+            if expires || name != "exp" {
+                claims.entry(name).or_insert(value);
+            }
         }
         key.sign(&Value::Object(claims))
             .map_err(|err| SignError::Key(format!("cannot sign: {err}")))

@@ -96,6 +96,7 @@
 //! reading a column); the write half of every trait (one queued write per method) and
 //! read-your-writes in `backend.rs`.
 
+mod audit;
 mod backend;
 mod calls;
 pub mod config;
@@ -118,6 +119,9 @@ mod timestamp;
 
 use async_trait::async_trait;
 
+pub use audit::{
+    AuditEntry, AuditPath, AuditStore, CHECKPOINT, GENESIS, NewCheckpoint, canonical_json, link,
+};
 pub use calls::{
     Actor, CallError, CallEvent, CallFilter, CallPage, CallRecord, CallStatus, CallSummary,
     Inserted, NewCall, Outcome, Reconciled, Rerun, Settlement,
@@ -160,6 +164,7 @@ pub struct StoreCounts {
 #[async_trait]
 pub trait Store:
     CallStore
+    + AuditStore
     + FeedStore
     + OutboxStore
     + SessionStore

@@ -196,6 +196,8 @@ pub(crate) enum WriteOp {
     SigningKey(Box<super::SigningKey>),
     /// Drops the signing keys retired by this time (Unix ms).
     PruneSigningKeys(i64),
+    /// Appends a checkpoint to the audit chain, and keeps the key that signed it.
+    Checkpoint(Box<super::NewCheckpoint>),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -254,6 +256,7 @@ impl WriteOp {
             WriteOp::Pins(_) => "pins",
             WriteOp::SigningKey(_) => "signing_key",
             WriteOp::PruneSigningKeys(_) => "prune_signing_keys",
+            WriteOp::Checkpoint(_) => "audit_checkpoint",
             WriteOp::Ping => "ping",
         }
     }
@@ -287,6 +290,7 @@ impl WriteOp {
             | WriteOp::PruneLinkKeys(_)
             | WriteOp::SigningKey(_)
             | WriteOp::PruneSigningKeys(_)
+            | WriteOp::Checkpoint(_)
             | WriteOp::Ping => false,
         }
     }

@@ -355,6 +355,37 @@ impl toolgate::store::SessionStore for BrokenStore {
 impl toolgate::store::StandingStore for BrokenStore {}
 impl toolgate::store::PinStore for BrokenStore {}
 #[toolgate::async_trait]
+impl toolgate::store::AuditStore for BrokenStore {
+    async fn audit_entries(
+        &self,
+        _after: i64,
+        _limit: u32,
+    ) -> Result<Vec<toolgate::store::AuditEntry>, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn audit_head(
+        &self,
+    ) -> Result<Option<toolgate::store::AuditEntry>, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn audit_path(
+        &self,
+        _call_id: &str,
+        _limit: u32,
+    ) -> Result<Option<toolgate::store::AuditPath>, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn append_checkpoint(
+        &self,
+        _checkpoint: toolgate::store::NewCheckpoint,
+    ) -> Result<(), toolgate::store::StoreError> {
+        broken()
+    }
+}
+#[toolgate::async_trait]
 impl toolgate::store::SigningKeyStore for BrokenStore {
     async fn signing_key_for(
         &self,

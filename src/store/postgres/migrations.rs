@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0014_link_keys.sql"),
     include_str!("../migrations/postgres/0015_tool_pins.sql"),
     include_str!("../migrations/postgres/0016_signing_keys.sql"),
+    include_str!("../migrations/postgres/0017_audit.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

@@ -26,6 +26,7 @@
 //! [`StoreError::Unavailable`] (never a hang: connecting, waiting for a connection and each
 //! batch are bounded), and the store recovers by itself when the database is back.
 
+mod audit;
 mod feed;
 mod leases;
 mod link_keys;
@@ -199,6 +200,11 @@ impl PostgresStore {
             replica.clone(),
             lease,
             changes.clone(),
+            stopped.clone(),
+        ));
+        tokio::spawn(audit::chainer(
+            reads.clone(),
+            changes.subscribe(),
             stopped.clone(),
         ));
         tokio::spawn(feed::listen(config, changes.clone(), stopped));
@@ -449,6 +455,36 @@ impl Backend for PostgresStore {
         now: Timestamp,
     ) -> Result<Vec<crate::store::SigningKey>, StoreError> {
         self.read(async |c| signing_keys::live(c, now.0).await)
+            .await
+    }
+
+    async fn read_audit(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<crate::store::AuditEntry>, StoreError> {
+        self.read(async |c| audit::entries(c, after, limit).await)
+            .await
+    }
+
+    async fn read_audit_head(&self) -> Result<Option<crate::store::AuditEntry>, StoreError> {
+        self.read(async |c| audit::head(c).await).await
+    }
+
+    async fn read_audit_path(
+        &self,
+        call_id: &str,
+        limit: u32,
+    ) -> Result<Option<crate::store::AuditPath>, StoreError> {
+        self.read(async |c| audit::path(c, call_id, limit).await)
+            .await
+    }
+
+    async fn settle_audit(&self) -> Result<(), StoreError> {
+        // What this process wrote is committed, then chained (once final), waiting for another
+        // replica's chainer rather than reading before it is done.
+        self.write(WriteOp::Ping).await?;
+        self.read(async |c| audit::chain_final(c, true).await.map(drop))
             .await
     }
 

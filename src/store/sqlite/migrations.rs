@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0015_link_keys.sql"),
     include_str!("../migrations/sqlite/0016_tool_pins.sql"),
     include_str!("../migrations/sqlite/0017_signing_keys.sql"),
+    include_str!("../migrations/sqlite/0018_audit.sql"),
 ];
 
 /// Applies the migrations `conn`'s database has not had yet, each in its own exclusive

@@ -12,6 +12,7 @@
 //! idempotent) or `needs_reconciliation` (write). One server owns one SQLite file; several
 //! servers share a database through a server-based backend instead.
 
+mod audit;
 mod edits;
 mod link_keys;
 mod migrations;
@@ -334,6 +335,29 @@ impl Backend for SqliteStore {
         now: Timestamp,
     ) -> Result<Vec<crate::store::SigningKey>, StoreError> {
         self.read(move |conn| signing_keys::live(conn, now.0)).await
+    }
+
+    async fn read_audit(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<crate::store::AuditEntry>, StoreError> {
+        self.read(move |conn| audit::entries(conn, after, limit))
+            .await
+    }
+
+    async fn read_audit_head(&self) -> Result<Option<crate::store::AuditEntry>, StoreError> {
+        self.read(audit::head).await
+    }
+
+    async fn read_audit_path(
+        &self,
+        call_id: &str,
+        limit: u32,
+    ) -> Result<Option<crate::store::AuditPath>, StoreError> {
+        let call_id = call_id.to_owned();
+        self.read(move |conn| audit::path(conn, &call_id, limit))
+            .await
     }
 
     async fn read_one(&self) -> Result<(), StoreError> {

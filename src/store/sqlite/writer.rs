@@ -123,6 +123,11 @@ fn apply_batch(
         results.push(result);
     }
     insert_read_records(&tx, records);
+    // Every change the batch made is chained in its transaction. Should that fail, the rows
+    // stay pending (captured, unhashed) and the next batch chains them.
+    if let Err(err) = super::audit::chain_pending(&tx) {
+        tracing::error!(error = %err, "cannot chain the audit entries of this batch now");
+    }
     match tx.commit() {
         Ok(()) => results,
         Err(err) => fail_all(err),
@@ -184,6 +189,9 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
             signing_keys::make(conn, &key).map(|key| Reply::SigningKey(Box::new(key)))
         }
         WriteOp::PruneSigningKeys(now) => signing_keys::prune(conn, now).map(Reply::Pruned),
+        WriteOp::Checkpoint(checkpoint) => {
+            super::audit::checkpoint(conn, &checkpoint, now).map(|()| Reply::Done)
+        }
         WriteOp::Ping => Ok(Reply::Done),
     }
 }

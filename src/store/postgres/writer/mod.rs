@@ -418,6 +418,9 @@ async fn applied(
                 .await
                 .map(|key| Reply::SigningKey(Box::new(key))),
             WriteOp::PruneSigningKeys(now) => signing_keys::prune(c, *now).await.map(Reply::Pruned),
+            WriteOp::Checkpoint(checkpoint) => super::audit::checkpoint(c, checkpoint, now)
+                .await
+                .map(|()| Reply::Done),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.

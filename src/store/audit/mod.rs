@@ -1,0 +1,151 @@
+//! The audit chain: one append-only record of every call's creation and changes (suspensions,
+//! approvals with who and a hash of the answer, rejections, escalations, external completions,
+//! reconciliations, uses of standing approvals), of standing approvals granted and revoked, of
+//! upstream tool changes an admin accepted, and of the checkpoints that sign it.
+//!
+//! Each entry is `{"at", "event", "seq"}`, and its hash is `SHA-256(previous hash || the
+//! entry's canonical JSON)` (RFC 8785; the first entry's previous hash is 32 zero bytes), so any
+//! language can recompute it and an entry changed, removed or moved breaks every hash after it.
+//! Inputs, outputs and answers appear as the SHA-256 of their canonical JSON: the chain keeps no
+//! secret a caller sent.
+//!
+//! How entries are captured is the backends' (triggers in the migrations, so no writing path can
+//! forget one, in the transaction that makes the change); how a captured change becomes an entry
+//! is here ([`chain`]), shared by both: the SQLite writer chains before each commit, PostgreSQL's
+//! chainer below the feed's horizon. What signs the head, and what checks an export, is
+//! `crate::audit`'s.
+
+mod chain;
+
+use async_trait::async_trait;
+
+use super::StoreError;
+
+pub(crate) use chain::{Pending, chain};
+pub use chain::{canonical_json, link};
+
+/// The hash before the first entry: 32 zero bytes, in hex.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The event type of a checkpoint entry.
+pub const CHECKPOINT: &str = "audit.checkpoint";
+
+/// One entry of the chain, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    /// Its number: 1, 2, ... with no gap.
+    pub seq: i64,
+    /// Its canonical JSON: `{"at","event","seq"}`, as hashed.
+    pub entry: String,
+    /// Its hash, hex.
+    pub hash: String,
+}
+
+impl AuditEntry {
+    /// The entry as one line of an export: its JSON with its `hash`.
+    pub fn line(&self) -> String {
+        let body = self.entry.strip_suffix('}').unwrap_or(&self.entry);
+        format!("{body},\"hash\":\"{}\"}}", self.hash)
+    }
+}
+
+/// A call's entries and the checkpoint that covers them, with every entry between: what proves
+/// the call without the rest of the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditPath {
+    /// The hash before the first entry.
+    pub prev: String,
+    /// The entries from the call's first to the checkpoint (or to the head, when none covers
+    /// the call's last entry yet), in order.
+    pub entries: Vec<AuditEntry>,
+    /// The numbers of the call's own entries.
+    pub call_entries: Vec<i64>,
+    /// Whether the last entry is a checkpoint covering the call's last entry.
+    pub covered: bool,
+}
+
+impl AuditPath {
+    /// The path read: the hash before its first entry (`None`: the first of the chain), its
+    /// entries, the call's, and the number of the checkpoint covering the call, if any.
+    pub(crate) fn new(
+        prev: Option<String>,
+        entries: Vec<AuditEntry>,
+        call_entries: Vec<i64>,
+        checkpoint: Option<i64>,
+    ) -> Self {
+        let covered = checkpoint.is_some() && entries.last().map(|e| e.seq) == checkpoint;
+        AuditPath {
+            prev: prev.unwrap_or_else(|| GENESIS.to_owned()),
+            entries,
+            call_entries,
+            covered,
+        }
+    }
+}
+
+/// A checkpoint to append: the head it signs and the signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCheckpoint {
+    /// The number and hash of the entry signed.
+    pub seq: i64,
+    pub hash: String,
+    /// The key that signed (kept published while the chain needs it).
+    pub kid: String,
+    /// The compact JWS over `{"audit_seq", "audit_hash", ...}`.
+    pub jws: String,
+}
+
+/// The audit chain, as every backend keeps it.
+#[async_trait]
+pub trait AuditStore: Send + Sync {
+    /// Chained entries numbered above `after`, at most `limit`, in order (what was written
+    /// before this call is chained first).
+    async fn audit_entries(&self, after: i64, limit: u32) -> Result<Vec<AuditEntry>, StoreError>;
+
+    /// The last entry chained, if any.
+    async fn audit_head(&self) -> Result<Option<AuditEntry>, StoreError>;
+
+    /// The entries of the call `call_id`, from its first to the first checkpoint that covers
+    /// its last (at most `limit` entries); `None` when the call has no entry.
+    async fn audit_path(&self, call_id: &str, limit: u32) -> Result<Option<AuditPath>, StoreError>;
+
+    /// Appends a checkpoint: chained after every change already written, and the key that
+    /// signed it kept published from then on.
+    async fn append_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<(), StoreError>;
+}
+
+/// What a checkpoint's pending row holds.
+pub(crate) fn checkpoint_source(checkpoint: &NewCheckpoint) -> String {
+    serde_json::json!({
+        "kind": crate::store::CHECKPOINT,
+        "head_seq": checkpoint.seq,
+        "head_hash": checkpoint.hash,
+        "kid": checkpoint.kid,
+        "jws": checkpoint.jws,
+    })
+    .to_string()
+}
+
+#[async_trait]
+impl<B: super::backend::Backend> AuditStore for B {
+    async fn audit_entries(&self, after: i64, limit: u32) -> Result<Vec<AuditEntry>, StoreError> {
+        self.settle_audit().await?;
+        self.read_audit(after, limit).await
+    }
+
+    async fn audit_head(&self) -> Result<Option<AuditEntry>, StoreError> {
+        self.settle_audit().await?;
+        self.read_audit_head().await
+    }
+
+    async fn audit_path(&self, call_id: &str, limit: u32) -> Result<Option<AuditPath>, StoreError> {
+        self.settle_audit().await?;
+        self.read_audit_path(call_id, limit).await
+    }
+
+    async fn append_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<(), StoreError> {
+        self.write(super::queue::WriteOp::Checkpoint(Box::new(checkpoint)))
+            .await
+            .map(drop)
+    }
+}
