@@ -3,7 +3,6 @@
 //! the head, written as canonical JSON (RFC 8785) and linked to the previous hash.
 
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use super::{CHECKPOINT, GENESIS};
 use crate::contract::attest::arguments_sha256;
@@ -17,15 +16,45 @@ pub(crate) struct Pending {
     pub at: i64,
     /// The call it is about.
     pub call_id: Option<String>,
-    /// What the trigger captured (JSON).
-    pub source: String,
+    /// What changed.
+    pub change: Change,
+}
+
+/// What a trigger captured.
+#[derive(Debug, Clone)]
+pub(crate) enum Change {
+    /// An event of a call, with the call's columns as the change left them.
+    Call(Box<CallChange>),
+    /// Any other change, as JSON naming its `kind`: a standing approval granted or revoked, an
+    /// upstream change accepted, a checkpoint.
+    Other(String),
+}
+
+/// An event of a call, as captured (a column each, so the hot path parses no JSON).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallChange {
+    pub kind: String,
+    pub actor: Option<String>,
+    pub actor_name: Option<String>,
+    /// The event's details, as JSON text.
+    pub details: Option<String>,
+    pub tool: Option<String>,
+    pub status: Option<String>,
+    pub attempts: Option<i64>,
+    pub effect: Option<String>,
+    /// The call's input (with `created`) and output (with a completion), as stored.
+    pub input: Option<String>,
+    pub output: Option<String>,
+    /// The call's error, as stored.
+    pub error: Option<String>,
 }
 
 /// A pending change, chained.
 #[derive(Debug, Clone)]
 pub(crate) struct Chained {
-    pub pos: i64,
     pub seq: i64,
+    pub at: i64,
+    pub call_id: Option<String>,
     pub entry: String,
     pub hash: String,
     /// A checkpoint's: the number of the entry it signs.
@@ -33,24 +62,37 @@ pub(crate) struct Chained {
 }
 
 /// Chains `pending`, in order, after the entry `head` (number and hash; `None`: the chain is
-/// empty). A source that is not JSON is chained as an entry saying so, never skipped: the chain
-/// has no gap, and what it could not read is itself on record.
+/// empty). A change that cannot be read is chained as an entry saying so, never skipped: the
+/// chain has no gap, and what it could not read is itself on record.
 pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<Chained> {
     let (mut seq, mut prev) = head.unwrap_or((0, GENESIS.to_owned()));
     let mut out = Vec::with_capacity(pending.len());
     for change in pending {
         seq += 1;
-        let (event, covers) = event_of(&change);
-        let mut entry = Map::new();
-        entry.insert("at".into(), Value::from(change.at));
-        entry.insert("event".into(), event);
-        entry.insert("seq".into(), Value::from(seq));
-        let entry = canonical_json(&Value::Object(entry));
+        let mut entry = String::with_capacity(320);
+        entry.push_str("{\"at\":");
+        entry.push_str(&change.at.to_string());
+        entry.push_str(",\"event\":");
+        let covers = match &change.change {
+            Change::Call(call) => {
+                write_call_event(&mut entry, change.call_id.as_deref(), call);
+                None
+            }
+            Change::Other(source) => {
+                let (event, covers) = other_event(source);
+                write_canonical(&event, &mut entry);
+                covers
+            }
+        };
+        entry.push_str(",\"seq\":");
+        entry.push_str(&seq.to_string());
+        entry.push('}');
         let hash = link(&prev, &entry);
         prev.clone_from(&hash);
         out.push(Chained {
-            pos: change.pos,
             seq,
+            at: change.at,
+            call_id: change.call_id,
             entry,
             hash,
             covers,
@@ -62,105 +104,125 @@ pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<C
 /// `SHA-256(prev || entry)`, hex: `prev` the previous hash's 32 bytes (from its hex), `entry`
 /// the canonical JSON's bytes.
 pub fn link(prev: &str, entry: &str) -> String {
-    let mut hash = Sha256::new();
+    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
     match hex::decode(prev) {
-        Ok(bytes) => hash.update(bytes),
+        Ok(bytes) => hash.update(&bytes),
         // Never from the chain itself; a verifier's bad input hashes as given, and mismatches.
         Err(_) => hash.update(prev.as_bytes()),
     }
     hash.update(entry.as_bytes());
-    hex::encode(hash.finalize())
+    hex::encode(hash.finish())
 }
 
-/// Keys whose values are inputs, outputs or answers: kept as the hash of their canonical JSON.
-const HASHED: [&str; 6] = ["answer", "input", "output", "arguments", "before", "after"];
+/// The SHA-256 of a JSON text as the store keeps it, hex. The store writes inputs, outputs and
+/// answers with serde_json from a value whose objects are sorted maps, so the text is the
+/// canonical JSON that `arguments_sha256` hashes (keys sorted, no whitespace): the same hash,
+/// with no parse (`a_stored_text_hashes_as_its_canonical_json` checks it).
+fn text_sha256(text: &str) -> String {
+    hex::encode(ring::digest::digest(&ring::digest::SHA256, text.as_bytes()))
+}
 
-/// The `event` of a captured change, and a checkpoint's `covers`.
-fn event_of(change: &Pending) -> (Value, Option<i64>) {
-    let source: Value = match serde_json::from_str(&change.source) {
+/// The members of one JSON object, written in the order given (which must be sorted).
+struct Members<'a> {
+    out: &'a mut String,
+    first: bool,
+}
+
+impl<'a> Members<'a> {
+    fn open(out: &'a mut String) -> Self {
+        out.push('{');
+        Members { out, first: true }
+    }
+
+    fn name(&mut self, name: &str) {
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        self.out.push('"');
+        self.out.push_str(name);
+        self.out.push_str("\":");
+    }
+
+    fn text(&mut self, name: &str, value: Option<&str>) {
+        if let Some(value) = value {
+            self.name(name);
+            write_string(value, self.out);
+        }
+    }
+
+    fn close(self) {
+        self.out.push('}');
+    }
+}
+
+/// The event of a change of a call, written as canonical JSON: its type (`call.<kind>`), the
+/// call, its status and attempts after the change (not for `created`), who made it, its details
+/// with inputs as hashes, the input's hash (`created`) and the output's (a completion), and the
+/// error's code (a change into an error).
+fn write_call_event(out: &mut String, call_id: Option<&str>, call: &CallChange) {
+    let created = call.kind == "created";
+    let details = call
+        .details
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .map(|details| sanitize(&details))
+        .filter(|details| !details.is_empty());
+    let error_code = (call.status.as_deref() == Some(call.kind.as_str()))
+        .then_some(call.error.as_deref())
+        .flatten()
+        .and_then(|error| serde_json::from_str::<Value>(error).ok())
+        .and_then(|error| error["code"].as_str().map(str::to_owned));
+    let input = call.input.as_deref().filter(|_| created).map(text_sha256);
+    let output = call.output.as_deref().map(text_sha256);
+    // In sorted order: attempts, by, by_name, call_id, details, effect, error_code,
+    // input_sha256, output_sha256, status, tool, type.
+    let mut event = Members::open(out);
+    if let (false, Some(attempts)) = (created, call.attempts) {
+        event.name("attempts");
+        event.out.push_str(&attempts.to_string());
+    }
+    event.text("by", call.actor.as_deref());
+    event.text("by_name", call.actor_name.as_deref());
+    event.text("call_id", call_id);
+    if let Some(details) = details {
+        event.name("details");
+        write_canonical(&Value::Object(details), event.out);
+    }
+    event.text("effect", call.effect.as_deref().filter(|_| created));
+    event.text("error_code", error_code.as_deref());
+    event.text("input_sha256", input.as_deref());
+    event.text("output_sha256", output.as_deref());
+    event.text("status", call.status.as_deref().filter(|_| !created));
+    event.text("tool", call.tool.as_deref());
+    event.name("type");
+    write_string(&format!("call.{}", call.kind), event.out);
+    event.close();
+}
+
+/// The event of any other change, and a checkpoint's `covers`.
+fn other_event(source: &str) -> (Value, Option<i64>) {
+    let source: Value = match serde_json::from_str(source) {
         Ok(Value::Object(source)) => Value::Object(source),
         _ => {
             let mut event = Map::new();
             event.insert("type".into(), "audit.unreadable".into());
-            event.insert(
-                "source_sha256".into(),
-                hex::encode(Sha256::digest(change.source.as_bytes())).into(),
-            );
+            event.insert("source_sha256".into(), text_sha256(source).into());
             return (Value::Object(event), None);
         }
     };
-    if let Some(kind) = source["kind"].as_str() {
-        let covers = (kind == CHECKPOINT)
-            .then(|| source["head_seq"].as_i64())
-            .flatten();
-        let mut event = sanitize(&source);
-        event.remove("kind");
-        event.insert("type".into(), kind.into());
-        return (Value::Object(event), covers);
-    }
-    (Value::Object(call_event(change, &source)), None)
+    let kind = source["kind"].as_str().unwrap_or("unknown").to_owned();
+    let covers = (kind == CHECKPOINT)
+        .then(|| source["head_seq"].as_i64())
+        .flatten();
+    let mut event = sanitize(&source);
+    event.remove("kind");
+    event.insert("type".into(), kind.into());
+    (Value::Object(event), covers)
 }
 
-/// The event of a change of a call: its type (`call.<kind>`), the call, its status and attempts
-/// after the change, who made it, and its details with inputs as hashes.
-fn call_event(change: &Pending, source: &Value) -> Map<String, Value> {
-    let raw = &source["event"];
-    let kind = raw["kind"].as_str().unwrap_or("unknown");
-    let mut event = Map::new();
-    event.insert("type".into(), format!("call.{kind}").into());
-    if let Some(call_id) = &change.call_id {
-        event.insert("call_id".into(), call_id.clone().into());
-    }
-    // The call's status and attempts as the change left them; a creation's are those of the
-    // row written (a call recorded already finished is created and finished at once).
-    let members: &[&str] = if kind == "created" {
-        &["tool"]
-    } else {
-        &["tool", "status", "attempts"]
-    };
-    for &member in members {
-        if !source[member].is_null() {
-            event.insert(member.into(), source[member].clone());
-        }
-    }
-    for (from, to) in [("actor", "by"), ("actor_name", "by_name")] {
-        if let Some(who) = raw[from].as_str() {
-            event.insert(to.into(), who.into());
-        }
-    }
-    if let Some(details) = raw.get("details").filter(|d| d.is_object()) {
-        let details = sanitize(details);
-        if !details.is_empty() {
-            event.insert("details".into(), Value::Object(details));
-        }
-    }
-    if kind == "created" {
-        event.insert("effect".into(), source["effect"].clone());
-        if let Some(input) = source["input"].as_str() {
-            event.insert("input_sha256".into(), text_sha256(input).into());
-        }
-    }
-    if let Some(output) = source["output"].as_str() {
-        event.insert("output_sha256".into(), text_sha256(output).into());
-    }
-    if Some(kind) == source["status"].as_str()
-        && let Some(error) = source["error"].as_str()
-        && let Ok(error) = serde_json::from_str::<Value>(error)
-        && let Some(code) = error["code"].as_str()
-    {
-        event.insert("error_code".into(), code.into());
-    }
-    event
-}
-
-/// The SHA-256 of a stored JSON text's canonical JSON (as `args_sha256` of an attestation);
-/// of the text's bytes, if it is not JSON.
-fn text_sha256(text: &str) -> String {
-    match serde_json::from_str::<Value>(text) {
-        Ok(value) => arguments_sha256(&value),
-        Err(_) => hex::encode(Sha256::digest(text.as_bytes())),
-    }
-}
+/// Keys whose values are inputs, outputs or answers: kept as the hash of their canonical JSON.
+const HASHED: [&str; 6] = ["answer", "input", "output", "arguments", "before", "after"];
 
 /// An object's scalar members as they are (strings, integers, booleans; nulls dropped); each
 /// other member, and every input, output or answer, as `<name>_sha256`.
@@ -225,8 +287,34 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
+/// A string as RFC 8785 writes it: `"` and `\\` escaped, the control characters as `\\b`,
+/// `\\t`, `\\n`, `\\f`, `\\r` or `\\u00xx` (lowercase), everything else as it is.
 fn write_string(s: &str, out: &mut String) {
-    out.push_str(&Value::from(s).to_string());
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut plain = 0;
+    for (at, byte) in s.bytes().enumerate() {
+        let escaped = match byte {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0x00..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[plain..at]);
+        plain = at + 1;
+        if escaped.is_empty() {
+            out.push_str(&format!("\\u{byte:04x}"));
+        } else {
+            out.push_str(escaped);
+        }
+    }
+    out.push_str(&s[plain..]);
+    out.push('"');
 }
 
 #[cfg(test)]
@@ -248,20 +336,29 @@ mod tests {
 
     #[test]
     fn each_hash_links_the_previous_one() {
-        let pending = |pos| {
-            Pending {
+        let pending = |pos| Pending {
             pos,
             at: 1000 + pos,
             call_id: Some("c1".into()),
-            source: r#"{"event":{"at":1,"kind":"approved","actor":"alice","details":{"answer":{"x":1}}},"tool":"t","status":"running","attempts":1}"#.into(),
-        }
+            change: Change::Call(Box::new(CallChange {
+                kind: "approved".into(),
+                actor: Some("alice".into()),
+                details: Some(r#"{"answer":{"x":1},"note":"a \"quoted\"\n line"}"#.into()),
+                tool: Some("t".into()),
+                status: Some("running".into()),
+                attempts: Some(1),
+                ..CallChange::default()
+            })),
         };
         let chained = chain(None, vec![pending(1), pending(2)]);
         assert_eq!(chained[0].seq, 1);
         assert_eq!(chained[0].hash, link(GENESIS, &chained[0].entry));
         assert_eq!(chained[1].hash, link(&chained[0].hash, &chained[1].entry));
         let entry: Value = serde_json::from_str(&chained[0].entry).unwrap();
+        // What is written straight out is the canonical JSON of what it says.
+        assert_eq!(canonical_json(&entry), chained[0].entry);
         assert_eq!(entry["event"]["by"], "alice");
+        assert_eq!(entry["event"]["details"]["note"], "a \"quoted\"\n line");
         assert_eq!(
             entry["event"]["details"]["answer_sha256"],
             arguments_sha256(&serde_json::json!({"x": 1}))
@@ -270,5 +367,14 @@ mod tests {
             !chained[0].entry.contains("\"x\""),
             "the answer itself is not kept"
         );
+    }
+
+    #[test]
+    fn a_stored_text_hashes_as_its_canonical_json() {
+        let value: Value =
+            serde_json::from_str(r#"{"z":[1,2.5,{"b":null,"a":"\u0007é"}],"a":{"y":true,"x":-3}}"#)
+                .unwrap();
+        let stored = serde_json::to_string(&value).unwrap();
+        assert_eq!(text_sha256(&stored), arguments_sha256(&value));
     }
 }

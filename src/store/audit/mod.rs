@@ -21,7 +21,7 @@ use async_trait::async_trait;
 
 use super::StoreError;
 
-pub(crate) use chain::{Pending, chain};
+pub(crate) use chain::{CallChange, Change, Pending, chain};
 pub use chain::{canonical_json, link};
 
 /// The hash before the first entry: 32 zero bytes, in hex.
@@ -62,6 +62,42 @@ pub struct AuditPath {
     pub call_entries: Vec<i64>,
     /// Whether the last entry is a checkpoint covering the call's last entry.
     pub covered: bool,
+}
+
+/// The columns of a pending row, in the order [`Pending::from_columns`] reads them.
+pub(crate) const PENDING_COLUMNS: &str = "pos, at, call_id, kind, actor, actor_name, details, \
+    tool, status, attempts, effect, input, output, error, source";
+
+impl Pending {
+    /// A pending row, read column by column in the order of [`PENDING_COLUMNS`] by `text` and
+    /// `int` (`pos`, `at` and `attempts` are integers).
+    pub(crate) fn read<E>(
+        text: impl Fn(usize) -> Result<Option<String>, E>,
+        int: impl Fn(usize) -> Result<Option<i64>, E>,
+    ) -> Result<Self, E> {
+        let change = match text(3)? {
+            Some(kind) => Change::Call(Box::new(CallChange {
+                kind,
+                actor: text(4)?,
+                actor_name: text(5)?,
+                details: text(6)?,
+                tool: text(7)?,
+                status: text(8)?,
+                attempts: int(9)?,
+                effect: text(10)?,
+                input: text(11)?,
+                output: text(12)?,
+                error: text(13)?,
+            })),
+            None => Change::Other(text(14)?.unwrap_or_default()),
+        };
+        Ok(Pending {
+            pos: int(0)?.unwrap_or_default(),
+            at: int(1)?.unwrap_or_default(),
+            call_id: text(2)?,
+            change,
+        })
+    }
 }
 
 impl AuditPath {

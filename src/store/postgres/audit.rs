@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::pg_error;
 use super::reads::Conn;
-use crate::store::audit::{Pending, chain};
+use crate::store::audit::{PENDING_COLUMNS, Pending, chain};
 use crate::store::{AuditEntry, AuditPath, NewCheckpoint, StoreError};
 
 /// The chainers' lock: keys "tool" and "audi" in ASCII.
@@ -59,8 +59,10 @@ async fn chain_in_transaction(c: &Conn<'_>, wait: bool) -> Result<bool, StoreErr
     loop {
         let rows = c
             .query(
-                "SELECT pos, at, call_id, source FROM audit \
-                 WHERE seq IS NULL AND xid < $1::text::xid8 ORDER BY xid, pos LIMIT $2",
+                &format!(
+                    "SELECT {PENDING_COLUMNS} FROM audit_pending \
+                     WHERE xid < $1::text::xid8 ORDER BY xid, pos LIMIT $2"
+                ),
                 &[&horizon, &ROUND],
             )
             .await
@@ -71,40 +73,50 @@ async fn chain_in_transaction(c: &Conn<'_>, wait: bool) -> Result<bool, StoreErr
         let pending: Vec<Pending> = rows
             .iter()
             .map(|row| {
-                Ok(Pending {
-                    pos: row.try_get(0)?,
-                    at: row.try_get(1)?,
-                    call_id: row.try_get(2)?,
-                    source: row.try_get::<_, Option<String>>(3)?.unwrap_or_default(),
-                })
+                Pending::read(
+                    |i| row.try_get::<_, Option<String>>(i),
+                    |i| match i {
+                        9 => row.try_get::<_, Option<i32>>(i).map(|n| n.map(i64::from)),
+                        _ => row.try_get::<_, Option<i64>>(i),
+                    },
+                )
             })
             .collect::<Result<_, tokio_postgres::Error>>()
             .map_err(pg_error)?;
         let full = pending.len() as i64 == ROUND;
+        let taken: Vec<i64> = pending.iter().map(|p| p.pos).collect();
         let head = c
-            .query_opt(
-                "SELECT seq, hash FROM audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
-                &[],
-            )
+            .query_opt("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1", &[])
             .await
             .map_err(pg_error)?
             .map(|row| (row.get::<_, i64>(0), row.get::<_, String>(1)));
-        let done = chain(head, pending);
-        let mut columns = (vec![], vec![], vec![], vec![], vec![]);
-        for row in done {
-            columns.0.push(row.pos);
-            columns.1.push(row.seq);
-            columns.2.push(row.entry);
-            columns.3.push(row.hash);
-            columns.4.push(row.covers);
+        let mut columns = Columns::default();
+        for row in chain(head, pending) {
+            columns.seq.push(row.seq);
+            columns.at.push(row.at);
+            columns.call_id.push(row.call_id);
+            columns.entry.push(row.entry);
+            columns.hash.push(row.hash);
+            columns.covers.push(row.covers);
         }
         c.execute(
-            "UPDATE audit SET seq = u.seq, entry = u.entry, hash = u.hash, covers = u.covers, \
-             source = NULL \
-             FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[]) \
-               AS u(pos, seq, entry, hash, covers) \
-             WHERE audit.pos = u.pos",
-            &[&columns.0, &columns.1, &columns.2, &columns.3, &columns.4],
+            "INSERT INTO audit (seq, at, call_id, entry, hash, covers) \
+             SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], \
+                                  $5::text[], $6::bigint[])",
+            &[
+                &columns.seq,
+                &columns.at,
+                &columns.call_id,
+                &columns.entry,
+                &columns.hash,
+                &columns.covers,
+            ],
+        )
+        .await
+        .map_err(pg_error)?;
+        c.execute(
+            "DELETE FROM audit_pending WHERE pos = ANY($1::bigint[])",
+            &[&taken],
         )
         .await
         .map_err(pg_error)?;
@@ -112,6 +124,17 @@ async fn chain_in_transaction(c: &Conn<'_>, wait: bool) -> Result<bool, StoreErr
             return Ok(true);
         }
     }
+}
+
+/// The chained rows of a round, a column each (one `INSERT ... unnest` for them all).
+#[derive(Default)]
+struct Columns {
+    seq: Vec<i64>,
+    at: Vec<i64>,
+    call_id: Vec<Option<String>>,
+    entry: Vec<String>,
+    hash: Vec<String>,
+    covers: Vec<Option<i64>>,
 }
 
 /// A replica's chainer: after each commit it hears of (the feed's counter), and every [`TICK`],
@@ -152,7 +175,7 @@ pub(super) async fn checkpoint(
 ) -> Result<(), StoreError> {
     let source = crate::store::audit::checkpoint_source(checkpoint);
     c.execute(
-        "INSERT INTO audit (at, source) VALUES ($1, $2)",
+        "INSERT INTO audit_pending (at, source) VALUES ($1, $2)",
         &[&now, &source],
     )
     .await
@@ -194,7 +217,7 @@ pub(super) async fn entries(
 /// The last chained entry.
 pub(super) async fn head(c: &Conn<'_>) -> Result<Option<AuditEntry>, StoreError> {
     c.query_opt(
-        "SELECT seq, entry, hash FROM audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
+        "SELECT seq, entry, hash FROM audit ORDER BY seq DESC LIMIT 1",
         &[],
     )
     .await
@@ -212,7 +235,7 @@ pub(super) async fn path(
 ) -> Result<Option<AuditPath>, StoreError> {
     let call_entries: Vec<i64> = c
         .query(
-            "SELECT seq FROM audit WHERE call_id = $1 AND seq IS NOT NULL ORDER BY seq",
+            "SELECT seq FROM audit WHERE call_id = $1 ORDER BY seq",
             &[&call_id],
         )
         .await

@@ -6,54 +6,51 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::backend;
-use crate::store::audit::{Pending, chain};
+use crate::store::audit::{PENDING_COLUMNS, Pending, chain};
 use crate::store::{AuditEntry, AuditPath, NewCheckpoint, StoreError};
 
-/// Chains the pending rows, in the order they were written.
+/// Chains the pending rows, in the order they were written, into `audit`.
 pub(super) fn chain_pending(conn: &Connection) -> Result<(), StoreError> {
     let pending: Vec<Pending> = conn
-        .prepare_cached("SELECT pos, at, call_id, source FROM audit WHERE seq IS NULL ORDER BY pos")
+        .prepare_cached(&format!(
+            "SELECT {PENDING_COLUMNS} FROM audit_pending ORDER BY pos"
+        ))
         .and_then(|mut st| {
-            st.query_map([], |row| {
-                Ok(Pending {
-                    pos: row.get(0)?,
-                    at: row.get(1)?,
-                    call_id: row.get(2)?,
-                    source: row.get::<_, Option<String>>(3)?.unwrap_or_default(),
-                })
-            })?
-            .collect()
+            st.query_map([], |row| Pending::read(|i| row.get(i), |i| row.get(i)))?
+                .collect()
         })
         .map_err(backend)?;
-    if pending.is_empty() {
+    let Some(last) = pending.last().map(|p| p.pos) else {
         return Ok(());
-    }
+    };
     let head = conn
-        .prepare_cached(
-            "SELECT seq, hash FROM audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
-        )
+        .prepare_cached("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
         .and_then(|mut st| {
             st.query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
                 .optional()
         })
         .map_err(backend)?;
-    let mut update = conn
+    let mut insert = conn
         .prepare_cached(
-            "UPDATE audit SET seq = ?2, entry = ?3, hash = ?4, covers = ?5, source = NULL \
-             WHERE pos = ?1",
+            "INSERT INTO audit (seq, at, call_id, entry, hash, covers) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )
         .map_err(backend)?;
     for done in chain(head, pending) {
-        update
+        insert
             .execute(params![
-                done.pos,
                 done.seq,
+                done.at,
+                done.call_id,
                 done.entry,
                 done.hash,
                 done.covers
             ])
             .map_err(backend)?;
     }
+    conn.prepare_cached("DELETE FROM audit_pending WHERE pos <= ?1")
+        .and_then(|mut st| st.execute([last]))
+        .map_err(backend)?;
     Ok(())
 }
 
@@ -63,7 +60,7 @@ pub(super) fn checkpoint(
     checkpoint: &NewCheckpoint,
     now: i64,
 ) -> Result<(), StoreError> {
-    conn.prepare_cached("INSERT INTO audit (at, source) VALUES (?1, ?2)")
+    conn.prepare_cached("INSERT INTO audit_pending (at, source) VALUES (?1, ?2)")
         .and_then(|mut st| {
             st.execute(params![
                 now,
@@ -98,11 +95,9 @@ pub(super) fn entries(
 
 /// The last chained entry.
 pub(super) fn head(conn: &Connection) -> Result<Option<AuditEntry>, StoreError> {
-    conn.prepare_cached(
-        "SELECT seq, entry, hash FROM audit WHERE seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
-    )
-    .and_then(|mut st| st.query_row([], entry).optional())
-    .map_err(backend)
+    conn.prepare_cached("SELECT seq, entry, hash FROM audit ORDER BY seq DESC LIMIT 1")
+        .and_then(|mut st| st.query_row([], entry).optional())
+        .map_err(backend)
 }
 
 /// The call's entries, through the first checkpoint covering its last (at most `limit`).
