@@ -30,8 +30,7 @@ enum Command {
         /// The data directory (overrides `data_dir`).
         #[arg(long, value_name = "DIR")]
         data_dir: Option<PathBuf>,
-        /// A PostgreSQL URL to store calls in, shared with other replicas (overrides
-        /// `store.database_url`); unset: the embedded SQLite file in the data directory.
+        /// A PostgreSQL URL shared with other replicas (overrides `store.database_url`).
         #[arg(long, value_name = "URL")]
         database_url: Option<String>,
         /// Serve without API keys on a non-loopback address. Anyone who can reach the server
@@ -145,8 +144,8 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
     if config.examples.enabled {
         toolgate::examples::register(&mut tools, &config.examples, &config.data_dir)?;
     }
-    // Upstream MCP servers: each reached once now (a stdio server that cannot start, or a tool
-    // name that is invalid or taken, stops the start), then supervised while the server runs.
+    // Upstream MCP servers: each reached once now (one that cannot start, or a bad or taken tool
+    // name, stops the start), then supervised.
     let upstreams = toolgate::upstream::Upstreams::connect(config.upstreams()?, &tools).await?;
     let inbox = config
         .inbox
@@ -173,6 +172,7 @@ async fn serve(config: Config, insecure_no_auth: bool) -> Result<(), Box<dyn std
         .signing(config.signing()?)
         .feed_retention(std::time::Duration::from_secs(config.feed.retention_s))
         .audit_checkpoints(config.audit.checkpoint_interval())
+        .audit_export(config.audit_export()?)
         .start()
         .await
         .map_err(|refused| config.refusal(&refused))?;

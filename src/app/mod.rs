@@ -67,6 +67,7 @@ pub struct ServerBuilder {
     feed_retention: Duration,
     upkeep_interval: Duration,
     checkpoint_interval: Duration,
+    audit_export: crate::audit::export::ExportConfig,
     /// Where the server listens, when the caller says ([`ServerBuilder::listen_address`]).
     listen: Option<std::net::SocketAddr>,
     insecure_no_auth: bool,
@@ -102,6 +103,7 @@ impl ServerBuilder {
             feed_retention: DEFAULT_FEED_RETENTION,
             upkeep_interval: DEFAULT_UPKEEP_INTERVAL,
             checkpoint_interval: crate::audit::AuditConfig::default().checkpoint_interval(),
+            audit_export: crate::audit::export::ExportConfig::default(),
             listen: None,
             insecure_no_auth: false,
         }
@@ -244,6 +246,13 @@ impl ServerBuilder {
         self
     }
 
+    /// Where every entry of the audit chain is pushed too (`[audit.export]`: OTLP logs,
+    /// syslog); by default nowhere. Started with the router.
+    pub fn audit_export(mut self, export: crate::audit::export::ExportConfig) -> Self {
+        self.audit_export = export;
+        self
+    }
+
     /// The router, with every route and layer in place. Built inside a tokio runtime, it starts
     /// the store's upkeep (and the webhooks and upstreams, when configured) there.
     pub fn build(self) -> Router {
@@ -288,6 +297,11 @@ impl ServerBuilder {
                 .start(self.checkpoint_interval, running.released());
             checkpoints
         });
+        let owner = store
+            .replica()
+            .map_or_else(|| format!("process-{}", std::process::id()), str::to_owned);
+        self.audit_export
+            .start(store.clone(), owner, running.released());
 
         // The background work: each loop ends at the graceful stop.
         let pins = self.upstreams.book();

@@ -11,12 +11,15 @@ pub struct AuditConfig {
     /// How often the chain's head is signed (a checkpoint), in seconds; and once more at a
     /// graceful stop.
     pub checkpoint_interval_s: u64,
+    /// `[audit.export]`: where every entry is pushed too.
+    pub export: super::export::ExportConfig,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
         AuditConfig {
             checkpoint_interval_s: 60,
+            export: super::export::ExportConfig::default(),
         }
     }
 }

@@ -11,6 +11,7 @@
 
 mod command;
 mod config;
+pub mod export;
 pub mod verify;
 
 pub use command::verify as verify_command;

@@ -63,6 +63,8 @@ const STRING_KEYS: &[&str] = &[
     "telemetry.otlp_endpoint",
     "telemetry.service_name",
     "signing.key_file",
+    "audit.export.otlp_endpoint",
+    "audit.export.syslog_url",
 ];
 
 /// Everything the binary is configured with.
@@ -423,6 +425,18 @@ impl Config {
         required.sort();
         required.dedup();
         self.auth.issuers(&required)
+    }
+
+    /// `[audit.export]`, its URLs checked now.
+    pub fn audit_export(&self) -> Result<crate::audit::export::ExportConfig, ConfigError> {
+        self.audit
+            .export
+            .check()
+            .map_err(|message| ConfigError::Invalid {
+                key: "audit.export".into(),
+                message,
+            })?;
+        Ok(self.audit.export.clone())
     }
 
     /// How attestations are signed: `[signing]`, its key file read and checked now. An error

@@ -55,6 +55,9 @@ const TRACE_SPANS: &str = "toolgate_trace_spans";
 const STANDING_RELEASED: &str = "toolgate_standing_released";
 const UPSTREAM_TOOLS_HELD: &str = "toolgate_upstream_tools_held";
 const UPSTREAM_TOOL_CHANGES: &str = "toolgate_upstream_tool_changes";
+const AUDIT_EXPORTED: &str = "toolgate_audit_exported";
+const AUDIT_EXPORT_FAILURES: &str = "toolgate_audit_export_failures";
+const AUDIT_EXPORT_LAG: &str = "toolgate_audit_export_lag";
 
 /// A run, from echo's microseconds to a slow tool's minutes (retries included).
 const CALL_DURATION_BUCKETS: [f64; 18] = [
@@ -135,6 +138,11 @@ struct UpstreamLabel {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct SinkLabel {
+    sink: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct IssuerLabels {
     issuer: String,
     result: &'static str,
@@ -159,6 +167,9 @@ struct Metrics {
     standing_released: SortedFamily<ToolLabel, Counter>,
     upstream_tools_held: SortedFamily<UpstreamLabel, Gauge>,
     upstream_tool_changes: SortedFamily<UpstreamLabel, Counter>,
+    audit_exported: SortedFamily<SinkLabel, Counter>,
+    audit_export_failures: SortedFamily<SinkLabel, Counter>,
+    audit_export_lag: SortedFamily<SinkLabel, Gauge>,
 }
 
 /// Registers in `$registry` each metric (a clone: the series are shared) under its name,
@@ -191,6 +202,9 @@ impl Metrics {
             standing_released: SortedFamily::default(),
             upstream_tools_held: SortedFamily::default(),
             upstream_tool_changes: SortedFamily::default(),
+            audit_exported: SortedFamily::default(),
+            audit_export_failures: SortedFamily::default(),
+            audit_export_lag: SortedFamily::default(),
         };
         let mut registry = Registry::default();
         register! {
@@ -237,6 +251,14 @@ impl Metrics {
             UPSTREAM_TOOL_CHANGES => metrics.upstream_tool_changes,
                 "Changes of an upstream tool's definition this process found (each held for an \
                 admin), by upstream";
+            AUDIT_EXPORTED => metrics.audit_exported,
+                "Entries of the audit chain this process delivered to an export ([audit.export]), \
+                by sink (otlp, syslog)";
+            AUDIT_EXPORT_FAILURES => metrics.audit_export_failures,
+                "Attempts of an audit export that failed (each retried), by sink";
+            AUDIT_EXPORT_LAG => metrics.audit_export_lag,
+                "Entries of the audit chain not yet delivered to an export, as this process last \
+                saw it, by sink";
         }
         Metrics {
             registry,
@@ -364,6 +386,30 @@ pub(crate) fn notification(channel: &str, outcome: &'static str) {
             outcome,
         })
         .inc();
+}
+
+/// Counts `entries` entries of the audit chain delivered to the export `sink`.
+pub(crate) fn audit_exported(sink: &'static str, entries: u64) {
+    METRICS
+        .audit_exported
+        .get_or_create(&SinkLabel { sink })
+        .inc_by(entries);
+}
+
+/// Counts a failed attempt of the audit export `sink`.
+pub(crate) fn audit_export_failed(sink: &'static str) {
+    METRICS
+        .audit_export_failures
+        .get_or_create(&SinkLabel { sink })
+        .inc();
+}
+
+/// How many entries the audit export `sink` has yet to deliver.
+pub(crate) fn audit_export_lag(sink: &'static str, entries: i64) {
+    METRICS
+        .audit_export_lag
+        .get_or_create(&SinkLabel { sink })
+        .set(entries);
 }
 
 /// Counts `spans` spans of the trace exporter that came to `result` (`exported`,

@@ -36,6 +36,10 @@ pub(super) fn router(gates: &Gates) -> Router<RestState> {
             get(entries).route_layer(gates.route(Access::Admin)),
         )
         .route(
+            "/audit/exports",
+            get(exports).route_layer(gates.route(Access::Admin)),
+        )
+        .route(
             "/calls/{call_id}/receipt",
             get(receipt).route_layer(gates.route(Access::Admin)),
         )
@@ -88,6 +92,33 @@ pub(super) async fn entries(
         body.push('\n');
     }
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}
+
+/// Where each export of the chain (`[audit.export]`) stands, and the chain's head.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ExportList {
+    /// The number of the chain's last entry (0: none yet).
+    pub head_seq: i64,
+    /// Each export that has run: the last entry it delivered, how many in all, its failures.
+    pub exports: Vec<crate::store::ExportState>,
+}
+
+/// Where each export of the audit chain stands: the last entry it delivered, how many in all,
+/// and its failures (the last one's error); `head_seq - after_seq` is its backlog.
+#[utoipa::path(
+    get, path = "/audit/exports", tag = "audit", operation_id = "auditExports",
+    responses(
+        (status = 200, description = "`{\"head_seq\", \"exports\": [{\"sink\", \"after_seq\", \"delivered\", \"failures\", \"last_error\", \"last_at\"}]}`.", body = ExportList),
+        StoreFailed,
+    )
+)]
+pub(super) async fn exports(
+    State(app): State<RestState>,
+) -> Result<axum::Json<ExportList>, ApiError> {
+    let store = app.dispatcher.store();
+    let exports = store.audit_exports().await?;
+    let head_seq = store.audit_head().await?.map_or(0, |head| head.seq);
+    Ok(axum::Json(ExportList { head_seq, exports }))
 }
 
 /// A call's receipt: its entries of the audit chain, the checkpoint that signs them, and every

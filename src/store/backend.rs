@@ -175,6 +175,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
         limit: u32,
     ) -> impl Future<Output = Result<Option<super::AuditPath>, StoreError>> + Send;
 
+    /// [`AuditStore::audit_exports`](super::AuditStore::audit_exports).
+    fn read_audit_exports(
+        &self,
+    ) -> impl Future<Output = Result<Vec<super::ExportState>, StoreError>> + Send;
+
     /// Before the audit chain is read: what was written is committed, and chained.
     fn settle_audit(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         async move { self.write(WriteOp::Ping).await.map(drop) }

@@ -87,6 +87,13 @@
 //!   `needs_reconciliation`, by effect). SQLite: `sqlite/recovery.rs` at open, safe because
 //!   `sqlite/mod.rs` (`lock`) makes one server the file's only owner. PostgreSQL:
 //!   `postgres/leases.rs`, the heartbeat's sweep of calls whose owner has no live lease.
+//! - **every change of a call is on the audit chain, in the transaction that makes it, one chain
+//!   with no gap.** SQLite: `sqlite/audit.rs` (`append`), called by each write of `writes.rs`
+//!   that changes a call (`append_event*`, `insert`, `record_outcome`) and by the writer's
+//!   records written behind, in the same savepoint. PostgreSQL: the triggers of
+//!   `migrations/postgres/0017_audit.sql` capture each change into `audit_pending`, and
+//!   `postgres/audit.rs` (`chain_final`) chains the rows below the feed's horizon, one chainer at
+//!   a time. Both build entries with `audit/chain.rs`.
 //! - **the schema is brought up to date at open**, and a newer one refused:
 //!   `sqlite/migrations.rs` (`user_version`), `postgres/migrations.rs` (under an advisory lock);
 //!   the SQL in `migrations/`.
@@ -120,7 +127,8 @@ mod timestamp;
 use async_trait::async_trait;
 
 pub use audit::{
-    AuditEntry, AuditPath, AuditStore, CHECKPOINT, GENESIS, NewCheckpoint, canonical_json, link,
+    AuditEntry, AuditPath, AuditStore, CHECKPOINT, ExportState, GENESIS, NewCheckpoint,
+    canonical_json, link,
 };
 pub use calls::{
     Actor, CallError, CallEvent, CallFilter, CallPage, CallRecord, CallStatus, CallSummary,

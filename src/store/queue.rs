@@ -198,6 +198,8 @@ pub(crate) enum WriteOp {
     PruneSigningKeys(i64),
     /// Appends a checkpoint to the audit chain, and keeps the key that signed it.
     Checkpoint(Box<super::NewCheckpoint>),
+    /// An export of the audit chain claimed, or its attempt settled.
+    AuditExport(Box<super::audit::ExportOp>),
     /// Nothing: proves the writer thread is alive and can take the write lock.
     Ping,
 }
@@ -230,6 +232,8 @@ pub(crate) enum Reply {
     Pins(Vec<super::ToolPin>),
     /// The signing key of a period, as stored.
     SigningKey(Box<super::SigningKey>),
+    /// Where a claimed export of the audit chain stands; `None`: another process has it.
+    Export(Option<i64>),
 }
 
 impl WriteOp {
@@ -257,6 +261,7 @@ impl WriteOp {
             WriteOp::SigningKey(_) => "signing_key",
             WriteOp::PruneSigningKeys(_) => "prune_signing_keys",
             WriteOp::Checkpoint(_) => "audit_checkpoint",
+            WriteOp::AuditExport(_) => "audit_export",
             WriteOp::Ping => "ping",
         }
     }
@@ -291,6 +296,7 @@ impl WriteOp {
             | WriteOp::SigningKey(_)
             | WriteOp::PruneSigningKeys(_)
             | WriteOp::Checkpoint(_)
+            | WriteOp::AuditExport(_)
             | WriteOp::Ping => false,
         }
     }
@@ -401,6 +407,7 @@ answers! {
     link_key -> super::LinkKey { Reply::LinkKey(key) => *key }
     pins -> Vec<super::ToolPin> { Reply::Pins(pins) => pins }
     signing_key -> super::SigningKey { Reply::SigningKey(key) => *key }
+    export -> Option<i64> { Reply::Export(after) => after }
 }
 
 fn unexpected() -> StoreError {

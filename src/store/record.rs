@@ -164,6 +164,12 @@ impl Prepared {
         Ok(event_json(now, "late_outcome", None, Some(&details)))
     }
 
+    /// The details of the outcome's event (JSON text), if it has any.
+    pub(crate) fn event_details(&self) -> Option<String> {
+        let event: Value = serde_json::from_str(self.event.as_deref()?).ok()?;
+        event.get("details").map(Value::to_string)
+    }
+
     /// The outcome's event, as stored in the call's `events` array. A call inserted already
     /// completed does not store it (see [`DERIVED_EVENTS`]), so it is written only here.
     pub(crate) fn event(&self) -> std::borrow::Cow<'_, str> {

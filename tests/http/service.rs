@@ -384,6 +384,40 @@ impl toolgate::store::AuditStore for BrokenStore {
     ) -> Result<(), toolgate::store::StoreError> {
         broken()
     }
+
+    async fn claim_audit_export(
+        &self,
+        _sink: &str,
+        _owner: &str,
+        _lease_ms: i64,
+    ) -> Result<Option<i64>, toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn settle_audit_export(
+        &self,
+        _sink: &str,
+        _owner: &str,
+        _after: i64,
+        _delivered: i64,
+        _error: Option<String>,
+    ) -> Result<(), toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn release_audit_export(
+        &self,
+        _sink: &str,
+        _owner: &str,
+    ) -> Result<(), toolgate::store::StoreError> {
+        broken()
+    }
+
+    async fn audit_exports(
+        &self,
+    ) -> Result<Vec<toolgate::store::ExportState>, toolgate::store::StoreError> {
+        broken()
+    }
 }
 #[toolgate::async_trait]
 impl toolgate::store::SigningKeyStore for BrokenStore {

@@ -3,6 +3,7 @@
 //! the head, written as canonical JSON (RFC 8785) and linked to the previous hash.
 
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 use super::{CHECKPOINT, GENESIS};
 use crate::contract::attest::arguments_sha256;
@@ -65,7 +66,13 @@ pub(crate) struct Chained {
 /// empty). A change that cannot be read is chained as an entry saying so, never skipped: the
 /// chain has no gap, and what it could not read is itself on record.
 pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<Chained> {
-    let (mut seq, mut prev) = head.unwrap_or((0, GENESIS.to_owned()));
+    let (mut seq, prev) = head.unwrap_or((0, GENESIS.to_owned()));
+    // A stored head that is not 32 bytes of hex chains on from its text's hash: the chain then
+    // fails to verify there, where it was broken, rather than here.
+    let mut prev: [u8; 32] = hex::decode(&prev)
+        .ok()
+        .and_then(|bytes| bytes.try_into().ok())
+        .unwrap_or_else(|| Sha256::digest(prev.as_bytes()).into());
     let mut out = Vec::with_capacity(pending.len());
     for change in pending {
         seq += 1;
@@ -87,8 +94,8 @@ pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<C
         entry.push_str(",\"seq\":");
         entry.push_str(&seq.to_string());
         entry.push('}');
-        let hash = link(&prev, &entry);
-        prev.clone_from(&hash);
+        prev = link_bytes(&prev, &entry);
+        let hash = to_hex(&prev);
         out.push(Chained {
             seq,
             at: change.at,
@@ -104,14 +111,33 @@ pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<C
 /// `SHA-256(prev || entry)`, hex: `prev` the previous hash's 32 bytes (from its hex), `entry`
 /// the canonical JSON's bytes.
 pub fn link(prev: &str, entry: &str) -> String {
-    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut hash = Sha256::new();
     match hex::decode(prev) {
-        Ok(bytes) => hash.update(&bytes),
+        Ok(bytes) => hash.update(bytes),
         // Never from the chain itself; a verifier's bad input hashes as given, and mismatches.
         Err(_) => hash.update(prev.as_bytes()),
     }
     hash.update(entry.as_bytes());
-    hex::encode(hash.finish())
+    to_hex(&hash.finalize())
+}
+
+/// [`link`] from the previous hash's bytes, giving the new hash's bytes.
+fn link_bytes(prev: &[u8; 32], entry: &str) -> [u8; 32] {
+    let mut hash = Sha256::new();
+    hash.update(prev);
+    hash.update(entry.as_bytes());
+    hash.finalize().into()
+}
+
+/// Lowercase hex, written straight out (`hex::encode` goes a `char` at a time).
+fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(DIGITS[usize::from(byte >> 4)]);
+        out.push(DIGITS[usize::from(byte & 0x0f)]);
+    }
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 /// The SHA-256 of a JSON text as the store keeps it, hex. The store writes inputs, outputs and
@@ -119,7 +145,7 @@ pub fn link(prev: &str, entry: &str) -> String {
 /// canonical JSON that `arguments_sha256` hashes (keys sorted, no whitespace): the same hash,
 /// with no parse (`a_stored_text_hashes_as_its_canonical_json` checks it).
 fn text_sha256(text: &str) -> String {
-    hex::encode(ring::digest::digest(&ring::digest::SHA256, text.as_bytes()))
+    to_hex(&Sha256::digest(text.as_bytes()))
 }
 
 /// The members of one JSON object, written in the order given (which must be sorted).
@@ -292,6 +318,11 @@ fn write_canonical(value: &Value, out: &mut String) {
 fn write_string(s: &str, out: &mut String) {
     out.reserve(s.len() + 2);
     out.push('"');
+    if !s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     let mut plain = 0;
     for (at, byte) in s.bytes().enumerate() {
         let escaped = match byte {

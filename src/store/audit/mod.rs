@@ -9,10 +9,11 @@
 //! Inputs, outputs and answers appear as the SHA-256 of their canonical JSON: the chain keeps no
 //! secret a caller sent.
 //!
-//! How entries are captured is the backends' (triggers in the migrations, so no writing path can
-//! forget one, in the transaction that makes the change); how a captured change becomes an entry
-//! is here ([`chain`]), shared by both: the SQLite writer chains before each commit, PostgreSQL's
-//! chainer below the feed's horizon. What signs the head, and what checks an export, is
+//! How changes are captured is the backends', always in the transaction that makes the change:
+//! the SQLite writer appends each entry in the savepoint of its write (`sqlite/audit.rs`);
+//! PostgreSQL's triggers capture every change of a call whatever statement makes it, and its
+//! chainer chains them below the feed's horizon (`postgres/audit.rs`). How a captured change
+//! becomes an entry is here ([`chain`]), shared by both, so both write the same entries. What signs the head, and what checks an export, is
 //! `crate::audit`'s.
 
 mod chain;
@@ -131,6 +132,47 @@ pub struct NewCheckpoint {
     pub jws: String,
 }
 
+/// Where an export of the chain (`[audit.export]`'s `otlp` or `syslog`) stands.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct ExportState {
+    /// The export: `otlp` or `syslog`.
+    pub sink: String,
+    /// The last entry it delivered (0: none yet).
+    pub after_seq: i64,
+    /// Entries delivered, in all.
+    pub delivered: i64,
+    /// Attempts that failed, in all.
+    pub failures: i64,
+    /// Why the last attempt failed, if it did.
+    pub last_error: Option<String>,
+    /// When it last tried (Unix ms).
+    pub last_at: Option<i64>,
+}
+
+/// A write of an export's state.
+#[derive(Debug, Clone)]
+pub(crate) enum ExportOp {
+    /// `owner` claims the export `sink` until `until` (Unix ms), unless another owner's claim
+    /// holds at `now`; answers where it stands (`after_seq`) when claimed.
+    Claim {
+        sink: String,
+        owner: String,
+        now: i64,
+        until: i64,
+    },
+    /// `owner` lets go of the export `sink`, so that another process may send it at once.
+    Release { sink: String, owner: String },
+    /// `owner`'s attempt ended: delivered up to `after` (`delivered` entries), or failed.
+    Settle {
+        sink: String,
+        owner: String,
+        after: i64,
+        delivered: i64,
+        error: Option<String>,
+        now: i64,
+    },
+}
+
 /// The audit chain, as every backend keeps it.
 #[async_trait]
 pub trait AuditStore: Send + Sync {
@@ -148,6 +190,32 @@ pub trait AuditStore: Send + Sync {
     /// Appends a checkpoint: chained after every change already written, and the key that
     /// signed it kept published from then on.
     async fn append_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<(), StoreError>;
+
+    /// `owner` claims the export `sink` for `lease_ms` (unless another owner's claim holds):
+    /// the last entry it delivered, or `None` when another owner has it.
+    async fn claim_audit_export(
+        &self,
+        sink: &str,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, StoreError>;
+
+    /// Records how `owner`'s attempt of the export `sink` ended: delivered through `after`
+    /// (`delivered` entries), or failed with `error`.
+    async fn settle_audit_export(
+        &self,
+        sink: &str,
+        owner: &str,
+        after: i64,
+        delivered: i64,
+        error: Option<String>,
+    ) -> Result<(), StoreError>;
+
+    /// `owner` lets go of the export `sink` (at a graceful stop).
+    async fn release_audit_export(&self, sink: &str, owner: &str) -> Result<(), StoreError>;
+
+    /// Every export's state.
+    async fn audit_exports(&self) -> Result<Vec<ExportState>, StoreError>;
 }
 
 /// What a checkpoint's pending row holds.
@@ -183,5 +251,58 @@ impl<B: super::backend::Backend> AuditStore for B {
         self.write(super::queue::WriteOp::Checkpoint(Box::new(checkpoint)))
             .await
             .map(drop)
+    }
+
+    async fn claim_audit_export(
+        &self,
+        sink: &str,
+        owner: &str,
+        lease_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        let now = super::Timestamp::now().0;
+        let op = ExportOp::Claim {
+            sink: sink.to_owned(),
+            owner: owner.to_owned(),
+            now,
+            until: now.saturating_add(lease_ms),
+        };
+        self.write(super::queue::WriteOp::AuditExport(Box::new(op)))
+            .await?
+            .export()
+    }
+
+    async fn settle_audit_export(
+        &self,
+        sink: &str,
+        owner: &str,
+        after: i64,
+        delivered: i64,
+        error: Option<String>,
+    ) -> Result<(), StoreError> {
+        let op = ExportOp::Settle {
+            sink: sink.to_owned(),
+            owner: owner.to_owned(),
+            after,
+            delivered,
+            error,
+            now: super::Timestamp::now().0,
+        };
+        self.write(super::queue::WriteOp::AuditExport(Box::new(op)))
+            .await
+            .map(drop)
+    }
+
+    async fn release_audit_export(&self, sink: &str, owner: &str) -> Result<(), StoreError> {
+        let op = ExportOp::Release {
+            sink: sink.to_owned(),
+            owner: owner.to_owned(),
+        };
+        self.write(super::queue::WriteOp::AuditExport(Box::new(op)))
+            .await
+            .map(drop)
+    }
+
+    async fn audit_exports(&self) -> Result<Vec<ExportState>, StoreError> {
+        self.read_audit_exports().await
     }
 }

@@ -15,8 +15,8 @@ use tokio::sync::watch;
 
 use super::pg_error;
 use super::reads::Conn;
-use crate::store::audit::{PENDING_COLUMNS, Pending, chain};
-use crate::store::{AuditEntry, AuditPath, NewCheckpoint, StoreError};
+use crate::store::audit::{ExportOp, PENDING_COLUMNS, Pending, chain};
+use crate::store::{AuditEntry, AuditPath, ExportState, NewCheckpoint, StoreError};
 
 /// The chainers' lock: keys "tool" and "audi" in ASCII.
 const TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock(1953460076, 1635083369)";
@@ -274,4 +274,87 @@ pub(super) async fn path(
         call_entries,
         checkpoint,
     )))
+}
+
+/// An export's claim, or its attempt settled (`ExportOp`), in the writer's transaction.
+pub(super) async fn export(c: &Conn<'_>, op: &ExportOp) -> Result<Option<i64>, StoreError> {
+    match op {
+        ExportOp::Claim {
+            sink,
+            owner,
+            now,
+            until,
+        } => {
+            c.execute(
+                "INSERT INTO audit_exports (sink, after_seq, delivered, failures) \
+                 VALUES ($1, 0, 0, 0) ON CONFLICT (sink) DO NOTHING",
+                &[sink],
+            )
+            .await
+            .map_err(pg_error)?;
+            Ok(c.query_opt(
+                "UPDATE audit_exports SET claimed_by = $2, claimed_until = $4 \
+                     WHERE sink = $1 \
+                     AND (claimed_by IS NULL OR claimed_by = $2 OR claimed_until < $3) \
+                     RETURNING after_seq",
+                &[sink, owner, now, until],
+            )
+            .await
+            .map_err(pg_error)?
+            .map(|row| row.get(0)))
+        }
+        ExportOp::Release { sink, owner } => {
+            c.execute(
+                "UPDATE audit_exports SET claimed_by = NULL, claimed_until = NULL \
+                 WHERE sink = $1 AND claimed_by = $2",
+                &[sink, owner],
+            )
+            .await
+            .map_err(pg_error)?;
+            Ok(None)
+        }
+        ExportOp::Settle {
+            sink,
+            owner,
+            after,
+            delivered,
+            error,
+            now,
+        } => {
+            c.execute(
+                "UPDATE audit_exports SET after_seq = greatest(after_seq, $3), \
+                 delivered = delivered + $4, \
+                 failures = failures + CASE WHEN $5::text IS NULL THEN 0 ELSE 1 END, \
+                 last_error = $5, last_at = $6 WHERE sink = $1 AND claimed_by = $2",
+                &[sink, owner, after, delivered, error, now],
+            )
+            .await
+            .map_err(pg_error)?;
+            Ok(None)
+        }
+    }
+}
+
+/// Every export's state.
+pub(super) async fn exports(c: &Conn<'_>) -> Result<Vec<ExportState>, StoreError> {
+    c.query(
+        "SELECT sink, after_seq, delivered, failures, last_error, last_at FROM audit_exports \
+         ORDER BY sink",
+        &[],
+    )
+    .await
+    .map_err(pg_error)?
+    .iter()
+    .map(|row| {
+        Ok(ExportState {
+            sink: row.try_get(0)?,
+            after_seq: row.try_get(1)?,
+            delivered: row.try_get(2)?,
+            failures: row.try_get(3)?,
+            last_error: row.try_get(4)?,
+            last_at: row.try_get(5)?,
+        })
+    })
+    .collect::<Result<_, tokio_postgres::Error>>()
+    .map_err(pg_error)
 }

@@ -480,6 +480,10 @@ impl Backend for PostgresStore {
             .await
     }
 
+    async fn read_audit_exports(&self) -> Result<Vec<crate::store::ExportState>, StoreError> {
+        self.read(async |c| audit::exports(c).await).await
+    }
+
     async fn settle_audit(&self) -> Result<(), StoreError> {
         // What this process wrote is committed, then chained (once final), waiting for another
         // replica's chainer rather than reading before it is done.

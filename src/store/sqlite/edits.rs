@@ -43,6 +43,7 @@ pub(super) fn hold(
     )
     .and_then(|mut st| st.execute(params![call_id, held.event(by)]))
     .map_err(backend)?;
+    super::audit::stored_event(conn, call_id, &held.event(by))?;
     Ok(true)
 }
 

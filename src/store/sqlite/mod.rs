@@ -360,6 +360,10 @@ impl Backend for SqliteStore {
             .await
     }
 
+    async fn read_audit_exports(&self) -> Result<Vec<crate::store::ExportState>, StoreError> {
+        self.read(audit::exports).await
+    }
+
     async fn read_one(&self) -> Result<(), StoreError> {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
             .await

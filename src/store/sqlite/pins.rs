@@ -96,8 +96,13 @@ fn append(
          VALUES (?1, ?2, '', 0, ?3, ?4)",
     )
     .and_then(|mut st| st.execute(params![at, kind, upstream, detail]))
-    .map_err(backend)
-    .map(drop)
+    .map_err(backend)?;
+    if kind == crate::store::CHANGE_ACCEPTED {
+        let change: serde_json::Value = serde_json::from_str(detail).unwrap_or_default();
+        let source = serde_json::json!({"kind": kind, "upstream": upstream, "change": change});
+        super::audit::other(conn, at, source)?;
+    }
+    Ok(())
 }
 
 /// Inserts `pin`; over the tool's pin when `replace`, else only when it has none.

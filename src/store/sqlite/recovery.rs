@@ -56,8 +56,6 @@ pub(super) fn recover(conn: &mut Connection) -> Result<(), StoreError> {
             settled.push((tool, status));
         }
     }
-    // What a crash left pending (a batch whose chaining failed), and what was settled here.
-    super::audit::chain_pending(&tx)?;
     tx.commit().map_err(backend)?;
     for (tool, status) in settled {
         crate::metrics::call_outcome(&tool, status.as_str());

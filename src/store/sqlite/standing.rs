@@ -84,13 +84,18 @@ pub(super) fn apply(
         }
         StandingOp::Get(id) => Ok(StandingReply::One(find(conn, &id)?.map(Box::new))),
         StandingOp::Revoke { id, by, at } => {
-            conn.prepare_cached(
-                "UPDATE standing_approvals SET revoked_at = ?2, revoked_by = ?3 \
-                 WHERE id = ?1 AND revoked_at IS NULL",
-            )
-            .and_then(|mut st| st.execute(params![id, at, by]))
-            .map_err(backend)?;
-            Ok(StandingReply::One(find(conn, &id)?.map(Box::new)))
+            let revoked = conn
+                .prepare_cached(
+                    "UPDATE standing_approvals SET revoked_at = ?2, revoked_by = ?3 \
+                     WHERE id = ?1 AND revoked_at IS NULL",
+                )
+                .and_then(|mut st| st.execute(params![id, at, by]))
+                .map_err(backend)?;
+            let found = find(conn, &id)?;
+            if let (1, Some(standing)) = (revoked, &found) {
+                super::audit::other(conn, at, revoked_source(standing, by.as_deref()))?;
+            }
+            Ok(StandingReply::One(found.map(Box::new)))
         }
     }
 }
@@ -166,4 +171,16 @@ fn insert_call(
     let details = standing_details(&id);
     append_event_by(conn, &call_id, now, STANDING_APPROVED, &by, Some(&details))?;
     Ok((Inserted::New, Some(StandingUse { id, approver })))
+}
+
+/// The audit chain's record of a standing approval revoked (`standing.revoked`), as PostgreSQL's
+/// trigger writes it too.
+fn revoked_source(standing: &StandingApproval, by: Option<&str>) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "standing.revoked",
+        "id": standing.id,
+        "tool": standing.tool,
+        "caller": standing.caller,
+        "by": by,
+    })
 }

@@ -123,11 +123,6 @@ fn apply_batch(
         results.push(result);
     }
     insert_read_records(&tx, records);
-    // Every change the batch made is chained in its transaction. Should that fail, the rows
-    // stay pending (captured, unhashed) and the next batch chains them.
-    if let Err(err) = super::audit::chain_pending(&tx) {
-        tracing::error!(error = %err, "cannot chain the audit entries of this batch now");
-    }
     match tx.commit() {
         Ok(()) => results,
         Err(err) => fail_all(err),
@@ -192,6 +187,7 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
         WriteOp::Checkpoint(checkpoint) => {
             super::audit::checkpoint(conn, &checkpoint, now).map(|()| Reply::Done)
         }
+        WriteOp::AuditExport(op) => super::audit::export(conn, &op).map(Reply::Export),
         WriteOp::Ping => Ok(Reply::Done),
     }
 }
@@ -208,19 +204,20 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
     });
     let mut chunks = completed.chunks_exact(COMPLETED_READS_PER_INSERT);
     for chunk in chunks.by_ref() {
-        let result = conn
-            .prepare_cached(insert_completed_reads_sql(COMPLETED_READS_PER_INSERT))
-            .and_then(|mut statement| {
-                for (row, (call, outcome)) in chunk.iter().enumerate() {
-                    bind_completed_read(
-                        &mut statement,
-                        row * COMPLETED_READ_PARAMS,
-                        call,
-                        outcome,
-                    )?;
-                }
-                statement.raw_execute()
-            });
+        let result = chained(conn, chunk, |conn| {
+            conn.prepare_cached(insert_completed_reads_sql(COMPLETED_READS_PER_INSERT))
+                .and_then(|mut statement| {
+                    for (row, (call, outcome)) in chunk.iter().enumerate() {
+                        bind_completed_read(
+                            &mut statement,
+                            row * COMPLETED_READ_PARAMS,
+                            call,
+                            outcome,
+                        )?;
+                    }
+                    statement.raw_execute()
+                })
+        });
         match result {
             Ok(written) if written == chunk.len() => {}
             Ok(written) => tracing::error!(
@@ -234,24 +231,66 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
             ),
         }
     }
-    for (call, outcome) in chunks.remainder() {
-        let result =
+    for record in chunks.remainder() {
+        let result = chained(conn, std::slice::from_ref(record), |conn| {
             conn.prepare_cached(insert_completed_reads_sql(1))
                 .and_then(|mut statement| {
-                    bind_completed_read(&mut statement, 0, call, outcome)?;
+                    bind_completed_read(&mut statement, 0, &record.0, &record.1)?;
                     statement.raw_execute()
-                });
-        log_read_record_result(&call.call_id, result);
+                })
+        });
+        log_read_record_result(&record.0.call_id, result);
     }
-    for (call, outcome) in &others {
-        let result = conn
-            .prepare_cached(INSERT_CALL)
-            .and_then(|mut statement| execute_insert(&mut statement, call, Some(outcome)));
-        log_read_record_result(&call.call_id, result);
+    for record in &others {
+        let result = chained(conn, std::slice::from_ref(record), |conn| {
+            conn.prepare_cached(INSERT_CALL).and_then(|mut statement| {
+                execute_insert(&mut statement, &record.0, Some(&record.1))
+            })
+        });
+        log_read_record_result(&record.0.call_id, result);
     }
 }
 
-fn log_read_record_result(call_id: &str, result: rusqlite::Result<usize>) {
+/// Runs `insert` (of the read records `records`) and chains their audit entries (each call's
+/// creation and outcome), together or not at all: a savepoint, rolled back when either fails.
+/// Records an insert skipped (a call id taken) get no entry.
+fn chained(
+    conn: &Connection,
+    records: &[(PreparedCall, Prepared)],
+    insert: impl FnOnce(&Connection) -> rusqlite::Result<usize>,
+) -> Result<usize, StoreError> {
+    conn.execute_batch("SAVEPOINT reads").map_err(backend)?;
+    let done = insert(conn).map_err(backend).and_then(|written| {
+        let entries = if written == records.len() {
+            records.iter().collect::<Vec<_>>()
+        } else {
+            // Some were not written: only those that were get entries.
+            records
+                .iter()
+                .filter(|(call, _)| super::audit::holds(conn, call).unwrap_or(false))
+                .collect()
+        };
+        let changes = entries
+            .into_iter()
+            .flat_map(|(call, outcome)| {
+                [
+                    super::audit::created(call),
+                    super::audit::outcome(&call.call_id, &call.tool, outcome),
+                ]
+            })
+            .collect();
+        super::audit::append(conn, changes).map(|()| written)
+    });
+    let end = if done.is_ok() {
+        "RELEASE reads"
+    } else {
+        "ROLLBACK TO reads; RELEASE reads"
+    };
+    conn.execute_batch(end).map_err(backend)?;
+    done
+}
+
+fn log_read_record_result(call_id: &str, result: Result<usize, StoreError>) {
     let error = match result {
         Ok(1) => return,
         Ok(_) => "the call id is taken".to_owned(),

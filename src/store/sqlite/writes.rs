@@ -11,11 +11,11 @@
 use rusqlite::{Connection, OptionalExtension, params};
 use serde_json::{Value, json};
 
-use super::backend;
 use super::reads::{find_call, load_call};
+use super::{audit, backend};
 use crate::store::record::{
     APPROVAL_RECORDED, ESCALATED, Prepared, PreparedCall, Vote, actor_event_json, approvals_so_far,
-    approved_details, event_json, events_json, expired_error, feed_type, json_text, parse_json,
+    approved_details, events_json, expired_error, feed_type, json_text, parse_json,
     rejected_details, rejected_error, settled_columns, to_json,
 };
 use crate::store::{
@@ -140,6 +140,13 @@ pub(super) fn insert(
             ))),
         };
     }
+    let mut entries = vec![audit::created(&call)];
+    entries.extend(
+        outcome
+            .as_ref()
+            .map(|o| audit::outcome(&call.call_id, &call.tool, o)),
+    );
+    audit::append(conn, entries)?;
     if let Some(outcome) = outcome {
         let token = outcome.suspension.as_ref().map(|s| s.0.clone());
         if let Some(suspension) = outcome.suspension {
@@ -181,7 +188,7 @@ fn insert_suspension(
     })
 }
 
-/// Appends one event to the call's history.
+/// Appends one event to the call's history, and to the audit chain.
 pub(super) fn append_event(
     conn: &Connection,
     call_id: &str,
@@ -190,15 +197,15 @@ pub(super) fn append_event(
     actor: Option<&str>,
     details: Option<&Value>,
 ) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "UPDATE calls SET events = json_insert(events, '$[#]', json(?2)) WHERE call_id = ?1",
-    )
-    .and_then(|mut st| st.execute(params![call_id, event_json(at, kind, actor, details)]))
-    .map_err(backend)?;
-    Ok(())
+    let by = Actor {
+        name: actor.map(str::to_owned),
+        display: None,
+    };
+    append_event_by(conn, call_id, at, kind, &by, details)
 }
 
-/// Appends one event caused by `by` (its name and display name) to the call's history.
+/// Appends one event caused by `by` (its name and display name) to the call's history, and to
+/// the audit chain.
 pub(super) fn append_event_by(
     conn: &Connection,
     call_id: &str,
@@ -212,7 +219,8 @@ pub(super) fn append_event_by(
     )
     .and_then(|mut st| st.execute(params![call_id, actor_event_json(at, kind, by, details)]))
     .map_err(backend)?;
-    Ok(())
+    let who = (by.name.as_deref(), by.display.as_deref());
+    audit::event(conn, call_id, at, kind, who, details.map(Value::to_string))
 }
 
 /// Moves the running call `call_id` to its outcome, with its event; a suspension is created
@@ -260,8 +268,10 @@ pub(super) fn record_outcome(
                 call_id: call_id.to_owned(),
             });
         }
+        audit::stored_event(conn, call_id, &late)?;
         return load_call(conn, call_id, now).map(Some);
     }
+    audit::recorded_outcome(conn, call_id, &outcome)?;
     let token = outcome.suspension.as_ref().map(|s| s.0.clone());
     if let Some(suspension) = outcome.suspension {
         insert_suspension(conn, call_id, suspension, now)?;

@@ -1,6 +1,7 @@
--- The audit chain (`crate::store::audit`), as on SQLite: triggers capture every change of a
--- call (its events), every standing approval granted or revoked, and every upstream tool change
--- an admin accepted, in the transaction that makes it, as a row of `audit_pending`.
+-- The audit chain (`crate::store::audit`), the same entries as on SQLite: here triggers capture
+-- every change of a call (its events), every standing approval revoked, and every upstream tool
+-- change an admin accepted, in the transaction that makes it (whatever statement makes it: the
+-- writer's batches, the lease sweep's), as a row of `audit_pending`.
 --
 -- Pending rows are ordered as the feed's entries are, by (xid, pos): every transaction that
 -- writes them holds the feed writers' lock (`postgres/feed.rs`), so rows below the feed's
@@ -76,21 +77,17 @@ END $$;
 CREATE TRIGGER audit_call AFTER INSERT OR UPDATE OF events ON calls
     FOR EACH ROW EXECUTE FUNCTION audit_call();
 
+-- A standing approval revoked (its grant is an event of the call that granted it).
 CREATE FUNCTION audit_standing() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO audit_pending (at, source) VALUES (NEW.created_at, jsonb_build_object(
-            'kind', 'standing.granted', 'id', NEW.id, 'tool', NEW.tool, 'caller', NEW.caller,
-            'by', NEW.approver, 'by_name', NEW.approver_name, 'call_id', NEW.call_id,
-            'calls', NEW.calls, 'expires_at', NEW.expires_at)::text);
-    ELSIF OLD.revoked_at IS NULL AND NEW.revoked_at IS NOT NULL THEN
+    IF OLD.revoked_at IS NULL AND NEW.revoked_at IS NOT NULL THEN
         INSERT INTO audit_pending (at, source) VALUES (NEW.revoked_at, jsonb_build_object(
             'kind', 'standing.revoked', 'id', NEW.id, 'tool', NEW.tool, 'caller', NEW.caller,
             'by', NEW.revoked_by)::text);
     END IF;
     RETURN NULL;
 END $$;
-CREATE TRIGGER audit_standing AFTER INSERT OR UPDATE OF revoked_at ON standing_approvals
+CREATE TRIGGER audit_standing AFTER UPDATE OF revoked_at ON standing_approvals
     FOR EACH ROW EXECUTE FUNCTION audit_standing();
 
 CREATE FUNCTION audit_change_accepted() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -103,3 +100,16 @@ END $$;
 CREATE TRIGGER audit_change_accepted AFTER INSERT ON feed
     FOR EACH ROW WHEN (NEW.type = 'upstream.change_accepted')
     EXECUTE FUNCTION audit_change_accepted();
+
+-- Each export of the chain (`[audit.export]`), as on SQLite: the last entry it delivered, and
+-- the replica that sends it now (a claim with a deadline, so that one replica at a time does).
+CREATE TABLE audit_exports (
+    sink          text PRIMARY KEY,
+    after_seq     bigint NOT NULL,
+    delivered     bigint NOT NULL,
+    failures      bigint NOT NULL,
+    last_error    text,
+    last_at       bigint,
+    claimed_by    text,
+    claimed_until bigint
+);

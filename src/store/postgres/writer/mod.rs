@@ -421,6 +421,7 @@ async fn applied(
             WriteOp::Checkpoint(checkpoint) => super::audit::checkpoint(c, checkpoint, now)
                 .await
                 .map(|()| Reply::Done),
+            WriteOp::AuditExport(op) => super::audit::export(c, op).await.map(Reply::Export),
             WriteOp::Ping => Ok(Reply::Done),
         };
         // A statement that failed aborted the transaction: the whole batch is retried op by op.
