@@ -263,6 +263,27 @@ async fn every_tampering_with_the_chain_is_named(backend: Backend) {
     assert_eq!(by_type("call.rejected")["event"]["details"]["reason"], "no");
     assert!(by_type("call.created")["event"]["input_sha256"].is_string());
 
+    // Cut below a checkpoint (retention), the chain verifies from it; cut anywhere else, not.
+    let first_checkpoint = chain
+        .iter()
+        .position(|e| e["event"]["type"] == "audit.checkpoint")
+        .unwrap();
+    let lines: Vec<&str> = clean.lines().collect();
+    let cut = lines[first_checkpoint..].join("\n");
+    let (code, printed) = verify_aside(dir.path(), "cut.jsonl", &cut).await;
+    assert_eq!(code, 0, "{printed}");
+    let from = chain[first_checkpoint]["seq"].clone();
+    assert!(
+        printed.contains(&format!("entries {from} to ")),
+        "{printed}"
+    );
+    let (code, printed) = verify_aside(dir.path(), "cut-badly.jsonl", &lines[1..].join("\n")).await;
+    assert_eq!(code, 1, "{printed}");
+    assert!(
+        printed.contains("at neither entry 1 nor a checkpoint"),
+        "{printed}"
+    );
+
     // One field of one row changed.
     let seq = approval["seq"].as_i64().unwrap();
     let (entry, hash) = stored(&approval);

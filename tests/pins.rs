@@ -203,6 +203,22 @@ async fn a_changed_tool_is_held_on_every_door_until_an_admin_accepts_it(backend:
     let (status, body) = api.post(accept, json!({"hash": current})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["hash"], current.as_str());
+    // On the audit chain, with the hash accepted.
+    let chain = api
+        .client
+        .get(format!("{}/audit", api.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let accepted: Vec<&str> = chain
+        .lines()
+        .filter(|line| line.contains("\"type\":\"upstream.change_accepted\""))
+        .collect();
+    assert_eq!(accepted.len(), 1, "{chain}");
+    assert!(accepted[0].contains(current.as_str()), "{}", accepted[0]);
     assert!(!held(api).await);
     assert!(changes(api).await.is_empty());
     let listed = descriptor(api, "files__write_file").await;

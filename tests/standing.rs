@@ -372,6 +372,21 @@ async fn it_ends_when_it_expires_or_is_revoked(backend: Backend) {
     // Revoking again changes nothing.
     let (status, _, _) = send(&server.api, Method::DELETE, &path, None, Some(OPS)).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
+    // On the audit chain: the grant (an event of the call approved), the use, the revocation
+    // (once).
+    let chain = server.store.audit_entries(0, 10_000).await.unwrap();
+    let kinds = |kind: &str| {
+        chain
+            .iter()
+            .filter(|e| e.entry.contains(&format!("\"type\":\"{kind}\"")))
+            .map(|e| e.entry.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(kinds("call.standing_granted").len(), 2);
+    assert!(!kinds("call.standing_approved").is_empty());
+    let revoked = kinds("standing.revoked");
+    assert_eq!(revoked.len(), 1, "{revoked:?}");
+    assert!(revoked[0].contains(&format!("\"id\":\"{id}\"")) && revoked[0].contains("\"by\":\"ops\""));
     server.stop().await;
 }
 

@@ -3,7 +3,7 @@
 //! the head, written as canonical JSON (RFC 8785) and linked to the previous hash.
 
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
+use ring::digest::{Context, SHA256};
 
 use super::{CHECKPOINT, GENESIS};
 use crate::contract::attest::arguments_sha256;
@@ -72,7 +72,11 @@ pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<C
     let mut prev: [u8; 32] = hex::decode(&prev)
         .ok()
         .and_then(|bytes| bytes.try_into().ok())
-        .unwrap_or_else(|| Sha256::digest(prev.as_bytes()).into());
+        .unwrap_or_else(|| {
+            let mut out = [0u8; 32];
+            out.copy_from_slice(ring::digest::digest(&SHA256, prev.as_bytes()).as_ref());
+            out
+        });
     let mut out = Vec::with_capacity(pending.len());
     for change in pending {
         seq += 1;
@@ -111,31 +115,36 @@ pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<C
 /// `SHA-256(prev || entry)`, hex: `prev` the previous hash's 32 bytes (from its hex), `entry`
 /// the canonical JSON's bytes.
 pub fn link(prev: &str, entry: &str) -> String {
-    let mut hash = Sha256::new();
+    let mut hash = Context::new(&SHA256);
     match hex::decode(prev) {
-        Ok(bytes) => hash.update(bytes),
+        Ok(bytes) => hash.update(&bytes),
         // Never from the chain itself; a verifier's bad input hashes as given, and mismatches.
         Err(_) => hash.update(prev.as_bytes()),
     }
     hash.update(entry.as_bytes());
-    to_hex(&hash.finalize())
+    to_hex(hash.finish().as_ref())
 }
 
-/// [`link`] from the previous hash's bytes, giving the new hash's bytes.
+/// [`link`] from the previous hash's bytes, giving the new hash's bytes. ring's SHA-256: on
+/// this path, per entry, it runs about a third fewer instructions than the `sha2` crate's
+/// (measured under callgrind, `bench/budget echo`), and uses the CPU's SHA extensions where
+/// there are.
 fn link_bytes(prev: &[u8; 32], entry: &str) -> [u8; 32] {
-    let mut hash = Sha256::new();
+    let mut hash = Context::new(&SHA256);
     hash.update(prev);
     hash.update(entry.as_bytes());
-    hash.finalize().into()
+    let mut out = [0u8; 32];
+    out.copy_from_slice(hash.finish().as_ref());
+    out
 }
 
 /// Lowercase hex, written straight out (`hex::encode` goes a `char` at a time).
 fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = Vec::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(DIGITS[usize::from(byte >> 4)]);
-        out.push(DIGITS[usize::from(byte & 0x0f)]);
+    let mut out = vec![0u8; bytes.len() * 2];
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0x0f)];
     }
     String::from_utf8(out).expect("hex digits are ASCII")
 }
@@ -145,7 +154,7 @@ fn to_hex(bytes: &[u8]) -> String {
 /// canonical JSON that `arguments_sha256` hashes (keys sorted, no whitespace): the same hash,
 /// with no parse (`a_stored_text_hashes_as_its_canonical_json` checks it).
 fn text_sha256(text: &str) -> String {
-    to_hex(&Sha256::digest(text.as_bytes()))
+    to_hex(ring::digest::digest(&SHA256, text.as_bytes()).as_ref())
 }
 
 /// The members of one JSON object, written in the order given (which must be sorted).
@@ -242,6 +251,12 @@ fn other_event(source: &str) -> (Value, Option<i64>) {
         .then(|| source["head_seq"].as_i64())
         .flatten();
     let mut event = sanitize(&source);
+    // A change of an upstream's tool names it, and the hashes of the definitions: kept as they
+    // are (a definition is an upstream's, not a caller's secret), so the record says which.
+    if let Some(change) = source.get("change").filter(|c| c.is_object()) {
+        event.remove("change_sha256");
+        event.insert("change".into(), Value::Object(sanitize(change)));
+    }
     event.remove("kind");
     event.insert("type".into(), kind.into());
     (Value::Object(event), covers)
