@@ -386,7 +386,9 @@ async fn it_ends_when_it_expires_or_is_revoked(backend: Backend) {
     assert!(!kinds("call.standing_approved").is_empty());
     let revoked = kinds("standing.revoked");
     assert_eq!(revoked.len(), 1, "{revoked:?}");
-    assert!(revoked[0].contains(&format!("\"id\":\"{id}\"")) && revoked[0].contains("\"by\":\"ops\""));
+    assert!(
+        revoked[0].contains(&format!("\"id\":\"{id}\"")) && revoked[0].contains("\"by\":\"ops\"")
+    );
     server.stop().await;
 }
 

@@ -2,8 +2,8 @@
 //! built from what the trigger captured (inputs, outputs and answers as hashes), numbered after
 //! the head, written as canonical JSON (RFC 8785) and linked to the previous hash.
 
-use serde_json::{Map, Value};
 use ring::digest::{Context, SHA256};
+use serde_json::{Map, Value};
 
 use super::{CHECKPOINT, GENESIS};
 use crate::contract::attest::arguments_sha256;

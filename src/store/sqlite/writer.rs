@@ -202,28 +202,43 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
     let (completed, others): (Vec<_>, Vec<_>) = records.into_iter().partition(|(call, outcome)| {
         outcome.status == CallStatus::Completed && call.idempotency_key.is_none()
     });
+    // The records and their audit entries (each call's creation and outcome) are committed
+    // together or not at all: one savepoint, rolled back (and the records logged as lost) when
+    // the entries cannot be written.
+    if let Err(err) = conn
+        .prepare_cached("SAVEPOINT reads")
+        .and_then(|mut st| st.execute([]))
+    {
+        tracing::error!(error = %err, lost = completed.len() + others.len(), "read call records could not be written");
+        return;
+    }
+    let mut written: Vec<&(PreparedCall, Prepared)> = Vec::with_capacity(completed.len());
     let mut chunks = completed.chunks_exact(COMPLETED_READS_PER_INSERT);
     for chunk in chunks.by_ref() {
-        let result = chained(conn, chunk, |conn| {
-            conn.prepare_cached(insert_completed_reads_sql(COMPLETED_READS_PER_INSERT))
-                .and_then(|mut statement| {
-                    for (row, (call, outcome)) in chunk.iter().enumerate() {
-                        bind_completed_read(
-                            &mut statement,
-                            row * COMPLETED_READ_PARAMS,
-                            call,
-                            outcome,
-                        )?;
-                    }
-                    statement.raw_execute()
-                })
-        });
+        let result = conn
+            .prepare_cached(insert_completed_reads_sql(COMPLETED_READS_PER_INSERT))
+            .and_then(|mut statement| {
+                for (row, (call, outcome)) in chunk.iter().enumerate() {
+                    bind_completed_read(
+                        &mut statement,
+                        row * COMPLETED_READ_PARAMS,
+                        call,
+                        outcome,
+                    )?;
+                }
+                statement.raw_execute()
+            });
         match result {
-            Ok(written) if written == chunk.len() => {}
-            Ok(written) => tracing::error!(
-                lost = chunk.len() - written,
-                "read call records could not be written: their call ids are taken"
-            ),
+            Ok(n) if n == chunk.len() => written.extend(chunk),
+            Ok(n) => {
+                tracing::error!(
+                    lost = chunk.len() - n,
+                    "read call records could not be written: their call ids are taken"
+                );
+                // Only those written get entries.
+                let held = |call: &PreparedCall| super::audit::holds(conn, call).unwrap_or(false);
+                written.extend(chunk.iter().filter(|(call, _)| held(call)));
+            }
             Err(err) => tracing::error!(
                 error = %err,
                 lost = chunk.len(),
@@ -232,71 +247,59 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
         }
     }
     for record in chunks.remainder() {
-        let result = chained(conn, std::slice::from_ref(record), |conn| {
+        let result =
             conn.prepare_cached(insert_completed_reads_sql(1))
                 .and_then(|mut statement| {
                     bind_completed_read(&mut statement, 0, &record.0, &record.1)?;
                     statement.raw_execute()
-                })
-        });
-        log_read_record_result(&record.0.call_id, result);
+                });
+        if log_read_record_result(&record.0.call_id, result) {
+            written.push(record);
+        }
     }
     for record in &others {
-        let result = chained(conn, std::slice::from_ref(record), |conn| {
-            conn.prepare_cached(INSERT_CALL).and_then(|mut statement| {
-                execute_insert(&mut statement, &record.0, Some(&record.1))
-            })
-        });
-        log_read_record_result(&record.0.call_id, result);
+        let result = conn
+            .prepare_cached(INSERT_CALL)
+            .and_then(|mut statement| execute_insert(&mut statement, &record.0, Some(&record.1)));
+        if log_read_record_result(&record.0.call_id, result) {
+            written.push(record);
+        }
+    }
+    let changes = written
+        .iter()
+        .flat_map(|(call, outcome)| {
+            [
+                super::audit::created(call),
+                super::audit::outcome(&call.call_id, &call.tool, outcome),
+            ]
+        })
+        .collect();
+    let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([]));
+    let ended = match super::audit::append(conn, changes) {
+        Ok(()) => run("RELEASE reads"),
+        Err(err) => {
+            tracing::error!(
+                error = %err,
+                lost = written.len(),
+                "read call records could not be written: their audit entries could not be"
+            );
+            run("ROLLBACK TO reads").and_then(|_| run("RELEASE reads"))
+        }
+    };
+    if let Err(err) = ended {
+        tracing::error!(error = %err, "the read records' savepoint did not end");
     }
 }
 
-/// Runs `insert` (of the read records `records`) and chains their audit entries (each call's
-/// creation and outcome), together or not at all: a savepoint, rolled back when either fails.
-/// Records an insert skipped (a call id taken) get no entry.
-fn chained(
-    conn: &Connection,
-    records: &[(PreparedCall, Prepared)],
-    insert: impl FnOnce(&Connection) -> rusqlite::Result<usize>,
-) -> Result<usize, StoreError> {
-    conn.execute_batch("SAVEPOINT reads").map_err(backend)?;
-    let done = insert(conn).map_err(backend).and_then(|written| {
-        let entries = if written == records.len() {
-            records.iter().collect::<Vec<_>>()
-        } else {
-            // Some were not written: only those that were get entries.
-            records
-                .iter()
-                .filter(|(call, _)| super::audit::holds(conn, call).unwrap_or(false))
-                .collect()
-        };
-        let changes = entries
-            .into_iter()
-            .flat_map(|(call, outcome)| {
-                [
-                    super::audit::created(call),
-                    super::audit::outcome(&call.call_id, &call.tool, outcome),
-                ]
-            })
-            .collect();
-        super::audit::append(conn, changes).map(|()| written)
-    });
-    let end = if done.is_ok() {
-        "RELEASE reads"
-    } else {
-        "ROLLBACK TO reads; RELEASE reads"
-    };
-    conn.execute_batch(end).map_err(backend)?;
-    done
-}
-
-fn log_read_record_result(call_id: &str, result: Result<usize, StoreError>) {
+/// Whether the record was written; logs why not.
+fn log_read_record_result(call_id: &str, result: rusqlite::Result<usize>) -> bool {
     let error = match result {
-        Ok(1) => return,
+        Ok(1) => return true,
         Ok(_) => "the call id is taken".to_owned(),
         Err(err) => err.to_string(),
     };
     tracing::error!(error, call_id, "a read call's record could not be written");
+    false
 }
 
 /// How many completed reads one statement inserts: SQLite's work per statement (opening a
