@@ -156,35 +156,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
         now: Timestamp,
     ) -> impl Future<Output = Result<Vec<SigningKey>, StoreError>> + Send;
 
-    /// [`AuditStore::audit_entries`](super::AuditStore::audit_entries), from what is chained.
-    fn read_audit(
-        &self,
-        after: i64,
-        limit: u32,
-    ) -> impl Future<Output = Result<Vec<super::AuditEntry>, StoreError>> + Send;
-
-    /// The last entry chained.
-    fn read_audit_head(
-        &self,
-    ) -> impl Future<Output = Result<Option<super::AuditEntry>, StoreError>> + Send;
-
-    /// [`AuditStore::audit_path`](super::AuditStore::audit_path), from what is chained.
-    fn read_audit_path(
-        &self,
-        call_id: &str,
-        limit: u32,
-    ) -> impl Future<Output = Result<Option<super::AuditPath>, StoreError>> + Send;
-
-    /// [`AuditStore::audit_exports`](super::AuditStore::audit_exports).
-    fn read_audit_exports(
-        &self,
-    ) -> impl Future<Output = Result<Vec<super::ExportState>, StoreError>> + Send;
-
-    /// Before the audit chain is read: what was written is committed, and chained.
-    fn settle_audit(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
-        async move { self.write(WriteOp::Ping).await.map(drop) }
-    }
-
     /// One trivial read: the readers can reach the database.
     fn read_one(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
 
@@ -243,7 +214,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
 }
 
 #[async_trait]
-impl<B: Backend> Store for B {
+impl<B: Backend + super::audit::AuditBackend> Store for B {
     async fn ping(&self) -> Result<(), StoreError> {
         self.probe().await
     }

@@ -230,8 +230,41 @@ pub(crate) fn checkpoint_source(checkpoint: &NewCheckpoint) -> String {
     .to_string()
 }
 
+/// What a backend brings to [`AuditStore`]: its reads of the chain (from what is chained), and
+/// how it makes sure what was written is chained before a read.
+pub(crate) trait AuditBackend: super::backend::Backend {
+    /// [`AuditStore::audit_entries`], from what is chained.
+    fn read_audit(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> impl Future<Output = Result<Vec<AuditEntry>, StoreError>> + Send;
+
+    /// The last entry chained.
+    fn read_audit_head(
+        &self,
+    ) -> impl Future<Output = Result<Option<AuditEntry>, StoreError>> + Send;
+
+    /// [`AuditStore::audit_path`], from what is chained.
+    fn read_audit_path(
+        &self,
+        call_id: &str,
+        limit: u32,
+    ) -> impl Future<Output = Result<Option<AuditPath>, StoreError>> + Send;
+
+    /// [`AuditStore::audit_exports`].
+    fn read_audit_exports(
+        &self,
+    ) -> impl Future<Output = Result<Vec<ExportState>, StoreError>> + Send;
+
+    /// Before the chain is read: what was written is committed, and chained.
+    fn settle_audit(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async move { self.write(super::queue::WriteOp::Ping).await.map(drop) }
+    }
+}
+
 #[async_trait]
-impl<B: super::backend::Backend> AuditStore for B {
+impl<B: AuditBackend> AuditStore for B {
     async fn audit_entries(&self, after: i64, limit: u32) -> Result<Vec<AuditEntry>, StoreError> {
         self.settle_audit().await?;
         self.read_audit(after, limit).await

@@ -458,40 +458,6 @@ impl Backend for PostgresStore {
             .await
     }
 
-    async fn read_audit(
-        &self,
-        after: i64,
-        limit: u32,
-    ) -> Result<Vec<crate::store::AuditEntry>, StoreError> {
-        self.read(async |c| audit::entries(c, after, limit).await)
-            .await
-    }
-
-    async fn read_audit_head(&self) -> Result<Option<crate::store::AuditEntry>, StoreError> {
-        self.read(async |c| audit::head(c).await).await
-    }
-
-    async fn read_audit_path(
-        &self,
-        call_id: &str,
-        limit: u32,
-    ) -> Result<Option<crate::store::AuditPath>, StoreError> {
-        self.read(async |c| audit::path(c, call_id, limit).await)
-            .await
-    }
-
-    async fn read_audit_exports(&self) -> Result<Vec<crate::store::ExportState>, StoreError> {
-        self.read(async |c| audit::exports(c).await).await
-    }
-
-    async fn settle_audit(&self) -> Result<(), StoreError> {
-        // What this process wrote is committed, then chained (once final), waiting for another
-        // replica's chainer rather than reading before it is done.
-        self.write(WriteOp::Ping).await?;
-        self.read(async |c| audit::chain_final(c, true).await.map(drop))
-            .await
-    }
-
     async fn read_one(&self) -> Result<(), StoreError> {
         bounded(async {
             let conn = self.reader().await?;
@@ -538,5 +504,41 @@ impl Backend for PostgresStore {
         let released = leases::release(&self.inner.own, &self.inner.replica).await;
         tracing::info!(replica = %self.inner.replica, target = %self.inner.target, "left the database");
         flushed.map(drop).and(released)
+    }
+}
+
+impl crate::store::audit::AuditBackend for PostgresStore {
+    async fn read_audit(
+        &self,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<crate::store::AuditEntry>, StoreError> {
+        self.read(async |c| audit::entries(c, after, limit).await)
+            .await
+    }
+
+    async fn read_audit_head(&self) -> Result<Option<crate::store::AuditEntry>, StoreError> {
+        self.read(async |c| audit::head(c).await).await
+    }
+
+    async fn read_audit_path(
+        &self,
+        call_id: &str,
+        limit: u32,
+    ) -> Result<Option<crate::store::AuditPath>, StoreError> {
+        self.read(async |c| audit::path(c, call_id, limit).await)
+            .await
+    }
+
+    async fn read_audit_exports(&self) -> Result<Vec<crate::store::ExportState>, StoreError> {
+        self.read(async |c| audit::exports(c).await).await
+    }
+
+    async fn settle_audit(&self) -> Result<(), StoreError> {
+        // What this process wrote is committed, then chained (once final), waiting for another
+        // replica's chainer rather than reading before it is done.
+        self.write(WriteOp::Ping).await?;
+        self.read(async |c| audit::chain_final(c, true).await.map(drop))
+            .await
     }
 }

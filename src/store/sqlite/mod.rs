@@ -337,6 +337,13 @@ impl Backend for SqliteStore {
         self.read(move |conn| signing_keys::live(conn, now.0)).await
     }
 
+    async fn read_one(&self) -> Result<(), StoreError> {
+        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
+            .await
+    }
+}
+
+impl crate::store::audit::AuditBackend for SqliteStore {
     async fn read_audit(
         &self,
         after: i64,
@@ -362,10 +369,5 @@ impl Backend for SqliteStore {
 
     async fn read_audit_exports(&self) -> Result<Vec<crate::store::ExportState>, StoreError> {
         self.read(audit::exports).await
-    }
-
-    async fn read_one(&self) -> Result<(), StoreError> {
-        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
-            .await
     }
 }
