@@ -33,6 +33,8 @@ pub(super) fn endpoint(endpoint: &str) -> Result<url::Url, String> {
 pub(super) struct Otlp {
     client: reqwest::Client,
     url: url::Url,
+    /// The URL as errors name it: without a user or password it may carry.
+    shown: String,
 }
 
 impl Otlp {
@@ -44,9 +46,14 @@ impl Otlp {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|err| format!("no HTTP client: {err}"))?;
+        let url = endpoint(endpoint_url)?;
+        let mut shown = url.clone();
+        let _ = shown.set_password(None);
+        let _ = shown.set_username("");
         Ok(Otlp {
             client,
-            url: endpoint(endpoint_url)?,
+            url,
+            shown: shown.to_string(),
         })
     }
 }
@@ -140,12 +147,12 @@ impl Sink for Otlp {
                 .body(body)
                 .send()
                 .await
-                .map_err(|err| format!("{}: {err}", self.url))?;
+                .map_err(|err| format!("{}: {}", self.shown, err.without_url()))?;
             let status = response.status();
             if status.is_success() {
                 Ok(())
             } else {
-                Err(format!("{} answered {status}", self.url))
+                Err(format!("{} answered {status}", self.shown))
             }
         })
     }
