@@ -305,7 +305,7 @@ async fn sqlite_migration_4_names_the_tool_of_suspensions_made_before_it() {
          ALTER TABLE calls DROP COLUMN trace; \
          ALTER TABLE suspensions DROP COLUMN edit; ALTER TABLE calls DROP COLUMN edited; \
          DROP TABLE standing_approvals; DROP TABLE tool_pins; DROP TABLE pinned_upstreams; \
-         DROP TABLE tool_changes; \
+         DROP TABLE tool_changes; DROP TABLE audit; DROP TABLE audit_exports; \
          PRAGMA user_version = 3;",
     )
     .unwrap();
