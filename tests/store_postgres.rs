@@ -301,7 +301,10 @@ async fn replicas_that_start_together_migrate_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(versions, 17, "each of the seventeen migrations applied once");
+    assert_eq!(
+        versions, 17,
+        "each of the seventeen migrations applied once"
+    );
     let leases: i64 = client
         .query_one("SELECT count(*) FROM replicas", &[])
         .await
