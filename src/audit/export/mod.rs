@@ -154,15 +154,22 @@ async fn round(
         .audit_entries(after, BATCH)
         .await
         .map_err(|err| err.to_string())?;
-    let head = store
-        .audit_head()
-        .await
-        .map_err(|err| err.to_string())?
-        .map_or(0, |head| head.seq);
-    crate::metrics::audit_export_lag(name, head.saturating_sub(after));
-    let Some(last) = entries.last().map(|entry| entry.seq) else {
-        return Ok(false);
+    let last = entries.last().map_or(after, |entry| entry.seq);
+    // A batch short of full is the whole chain as it stood (the read settles what was written
+    // first): its last entry is the head. Only a full one asks for the head, again.
+    let full = entries.len() == BATCH as usize;
+    let head = match full {
+        true => store
+            .audit_head()
+            .await
+            .map_err(|err| err.to_string())?
+            .map_or(last, |head| head.seq),
+        false => last,
     };
+    crate::metrics::audit_export_lag(name, head.saturating_sub(after));
+    if entries.is_empty() {
+        return Ok(false);
+    }
     if let Err(err) = sink.send(&entries).await {
         let _ = store
             .settle_audit_export(name, owner, after, 0, Some(err.clone()))
@@ -176,5 +183,5 @@ async fn round(
         .map_err(|err| err.to_string())?;
     crate::metrics::audit_exported(name, sent.unsigned_abs());
     crate::metrics::audit_export_lag(name, head.saturating_sub(last));
-    Ok(entries.len() == BATCH as usize)
+    Ok(full)
 }

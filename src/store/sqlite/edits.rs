@@ -38,12 +38,13 @@ pub(super) fn hold(
     conn.prepare_cached("UPDATE suspensions SET edit = ?2 WHERE token = ?1")
         .and_then(|mut st| st.execute(params![token, stored]))
         .map_err(backend)?;
+    let event = held.event(by);
     conn.prepare_cached(
         "UPDATE calls SET events = json_insert(events, '$[#]', json(?2)) WHERE call_id = ?1",
     )
-    .and_then(|mut st| st.execute(params![call_id, held.event(by)]))
+    .and_then(|mut st| st.execute(params![call_id, event]))
     .map_err(backend)?;
-    super::audit::stored_event(conn, call_id, &held.event(by))?;
+    super::audit::stored_event(conn, call_id, &event)?;
     Ok(true)
 }
 
