@@ -222,7 +222,7 @@ async fn every_tampering_with_the_chain_is_named(backend: Backend) {
     let at = Location::new(backend).await;
     let server = serve(&at, "1");
     let api = &server.api;
-    call(api, "echo", json!({"text": "one"})).await;
+    let read = call(api, "echo", json!({"text": "one"})).await;
     let (approved, token) = ask(api, "refund 40 EUR?").await;
     decide(
         api,
@@ -263,6 +263,24 @@ async fn every_tampering_with_the_chain_is_named(backend: Backend) {
     );
     assert_eq!(by_type("call.rejected")["event"]["details"]["reason"], "no");
     assert!(by_type("call.created")["event"]["input_sha256"].is_string());
+    // A read is recorded already completed: one entry records its creation and its outcome,
+    // the output as the hash of its canonical JSON.
+    let read_entries: Vec<&Value> = chain
+        .iter()
+        .filter(|e| e["event"]["call_id"] == read["call_id"])
+        .collect();
+    assert_eq!(read_entries.len(), 1, "{clean}");
+    let event = &read_entries[0]["event"];
+    assert_eq!(event["type"], "call.created", "{event}");
+    assert_eq!(event["status"], "completed", "{event}");
+    assert_eq!(event["attempts"], 1, "{event}");
+    let output = toolgate::store::canonical_json(&read["output"]);
+    let digest = ring::digest::digest(&ring::digest::SHA256, output.as_bytes());
+    assert_eq!(
+        event["output_sha256"],
+        hex::encode(digest.as_ref()),
+        "{event}"
+    );
 
     // Cut below a checkpoint (retention), the chain verifies from it; cut anywhere else, not.
     let first_checkpoint = chain
@@ -536,11 +554,12 @@ async fn load(api: &common::Api, lanes: usize, most: usize, tag: &str) -> Vec<St
     all
 }
 
-/// The ids of the calls the chain says completed.
+/// The ids of the calls the chain says completed (`call.completed`, or `call.created` already
+/// completed).
 fn completed(chain: &[Value]) -> std::collections::HashSet<String> {
     chain
         .iter()
-        .filter(|e| e["event"]["type"] == "call.completed")
+        .filter(|e| e["event"]["status"] == "completed")
         .map(|e| e["event"]["call_id"].as_str().unwrap().to_owned())
         .collect()
 }

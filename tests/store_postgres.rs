@@ -301,10 +301,7 @@ async fn replicas_that_start_together_migrate_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(
-        versions, 17,
-        "each of the seventeen migrations applied once"
-    );
+    assert_eq!(versions, 18, "each of the eighteen migrations applied once");
     let leases: i64 = client
         .query_one("SELECT count(*) FROM replicas", &[])
         .await

@@ -6,6 +6,9 @@ use ring::digest::{Context, SHA256};
 use serde_json::{Map, Value};
 
 use super::{CHECKPOINT, GENESIS};
+
+/// The status of a completed call.
+const COMPLETED: &str = "completed";
 use crate::contract::attest::arguments_sha256;
 
 /// A change captured by a trigger, not yet chained.
@@ -69,14 +72,11 @@ pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<C
     let (mut seq, prev) = head.unwrap_or((0, GENESIS.to_owned()));
     // A stored head that is not 32 bytes of hex chains on from its text's hash: the chain then
     // fails to verify there, where it was broken, rather than here.
-    let mut prev: [u8; 32] = hex::decode(&prev)
-        .ok()
-        .and_then(|bytes| bytes.try_into().ok())
-        .unwrap_or_else(|| {
-            let mut out = [0u8; 32];
-            out.copy_from_slice(ring::digest::digest(&SHA256, prev.as_bytes()).as_ref());
-            out
-        });
+    let mut prev: [u8; 32] = hash_bytes(&prev).unwrap_or_else(|| {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ring::digest::digest(&SHA256, prev.as_bytes()).as_ref());
+        out
+    });
     let mut out = Vec::with_capacity(pending.len());
     for change in pending {
         seq += 1;
@@ -138,6 +138,28 @@ fn link_bytes(prev: &[u8; 32], entry: &str) -> [u8; 32] {
     out
 }
 
+/// A hash's 32 bytes from its 64 hex digits (either case), read straight out (`hex::decode`
+/// allocates and goes through an iterator of results).
+fn hash_bytes(hex: &str) -> Option<[u8; 32]> {
+    fn digit(byte: u8) -> Option<u8> {
+        match byte {
+            b'0'..=b'9' => Some(byte - b'0'),
+            b'a'..=b'f' => Some(byte - b'a' + 10),
+            b'A'..=b'F' => Some(byte - b'A' + 10),
+            _ => None,
+        }
+    }
+    let hex = hex.as_bytes();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
+        *byte = (digit(pair[0])? << 4) | digit(pair[1])?;
+    }
+    Some(out)
+}
+
 /// Lowercase hex, written straight out (`hex::encode` goes a `char` at a time).
 fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -192,11 +214,18 @@ impl<'a> Members<'a> {
 }
 
 /// The event of a change of a call, written as canonical JSON: its type (`call.<kind>`), the
-/// call, its status and attempts after the change (not for `created`), who made it, its details
-/// with inputs as hashes, the input's hash (`created`) and the output's (a completion), and the
-/// error's code (a change into an error).
+/// call, its status and attempts after the change (not for `created`, unless the call was
+/// recorded already completed), who made it, its details with inputs as hashes, the input's
+/// hash (`created`) and the output's (a completion), and the error's code (a change into an
+/// error).
+///
+/// A call recorded already completed (every read, and every call that finished before its
+/// record was written) is one entry, `call.created` with `status` `completed`, its attempts
+/// and its output's hash: its creation and its outcome are one write, so one entry records
+/// both (and the chain's cost per read is one entry's, not two).
 fn write_call_event(out: &mut String, call_id: Option<&str>, call: &CallChange) {
     let created = call.kind == "created";
+    let settled = !created || call.status.as_deref() == Some(COMPLETED);
     let details = call
         .details
         .as_deref()
@@ -213,7 +242,7 @@ fn write_call_event(out: &mut String, call_id: Option<&str>, call: &CallChange) 
     // In sorted order: attempts, by, by_name, call_id, details, effect, error_code,
     // input_sha256, output_sha256, status, tool, type.
     let mut event = Members::open(out);
-    if let (false, Some(attempts)) = (created, call.attempts) {
+    if let (true, Some(attempts)) = (settled, call.attempts) {
         event.name("attempts");
         event.out.push_str(&attempts.to_string());
     }
@@ -228,7 +257,7 @@ fn write_call_event(out: &mut String, call_id: Option<&str>, call: &CallChange) 
     event.text("error_code", error_code.as_deref());
     event.text("input_sha256", input.as_deref());
     event.text("output_sha256", output.as_deref());
-    event.text("status", call.status.as_deref().filter(|_| !created));
+    event.text("status", call.status.as_deref().filter(|_| settled));
     event.text("tool", call.tool.as_deref());
     event.name("type");
     write_string(&format!("call.{}", call.kind), event.out);
@@ -413,6 +442,50 @@ mod tests {
             !chained[0].entry.contains("\"x\""),
             "the answer itself is not kept"
         );
+    }
+
+    #[test]
+    fn a_call_recorded_completed_is_one_entry_and_a_created_one_has_no_status() {
+        let created = |status: &str, output: Option<&str>| Pending {
+            pos: 1,
+            at: 5,
+            call_id: Some("c1".into()),
+            change: Change::Call(Box::new(CallChange {
+                kind: "created".into(),
+                tool: Some("echo".into()),
+                effect: Some("read".into()),
+                status: Some(status.into()),
+                attempts: Some(1),
+                input: Some(r#"{"text":"hi"}"#.into()),
+                output: output.map(str::to_owned),
+                ..CallChange::default()
+            })),
+        };
+        let done = chain(None, vec![created("completed", Some(r#"{"text":"hi"}"#))]);
+        let entry: Value = serde_json::from_str(&done[0].entry).unwrap();
+        let event = &entry["event"];
+        assert_eq!(event["type"], "call.created");
+        assert_eq!(event["status"], "completed");
+        assert_eq!(event["attempts"], 1);
+        assert_eq!(event["effect"], "read");
+        assert_eq!(event["output_sha256"], event["input_sha256"]);
+        assert_eq!(canonical_json(&entry), done[0].entry);
+        // A created call that runs on (a row's status, as a trigger captures it) says only
+        // that it was created: its outcome is an entry of its own.
+        let running = chain(None, vec![created("running", None)]);
+        let entry: Value = serde_json::from_str(&running[0].entry).unwrap();
+        assert!(entry["event"].get("status").is_none(), "{entry}");
+        assert!(entry["event"].get("attempts").is_none(), "{entry}");
+    }
+
+    #[test]
+    fn a_hash_reads_back_from_its_hex_and_nothing_else_does() {
+        let bytes: [u8; 32] = core::array::from_fn(|i| (i * 37) as u8);
+        let hex = to_hex(&bytes);
+        assert_eq!(hash_bytes(&hex), Some(bytes));
+        assert_eq!(hash_bytes(&hex.to_uppercase()), Some(bytes));
+        assert_eq!(hash_bytes(&hex[..62]), None);
+        assert_eq!(hash_bytes(&format!("{}zz", &hex[..62])), None);
     }
 
     #[test]

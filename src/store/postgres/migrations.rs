@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0015_tool_pins.sql"),
     include_str!("../migrations/postgres/0016_signing_keys.sql"),
     include_str!("../migrations/postgres/0017_audit.sql"),
+    include_str!("../migrations/postgres/0018_audit_completed.sql"),
 ];
 
 /// The advisory lock key migrations run under (an arbitrary constant: "toolgate" in ASCII).

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::backend;
 use crate::store::audit::{CallChange, Change, ExportOp, Pending, chain};
 use crate::store::record::{Prepared, PreparedCall};
-use crate::store::{AuditEntry, AuditPath, ExportState, NewCheckpoint, StoreError};
+use crate::store::{AuditEntry, AuditPath, CallStatus, ExportState, NewCheckpoint, StoreError};
 
 /// Chains `changes` (time, call, change) after the head, in order.
 pub(super) fn append(
@@ -79,7 +79,7 @@ fn completes(kind: &str) -> bool {
 }
 
 /// The `created` change of `call`, as inserted.
-pub(super) fn created(call: &PreparedCall) -> (i64, Option<String>, Change) {
+fn created(call: &PreparedCall) -> (i64, Option<String>, Change) {
     let change = CallChange {
         kind: "created".into(),
         actor: call.caller.clone(),
@@ -95,12 +95,35 @@ pub(super) fn created(call: &PreparedCall) -> (i64, Option<String>, Change) {
     )
 }
 
+/// The changes of `call`, just inserted, finished with `outcome` when it has one, pushed onto
+/// `changes`: `created`, then the outcome's. A call inserted already completed (every read
+/// record) is one entry (`chain::write_call_event` says how): its creation and its outcome are
+/// one write.
+pub(super) fn inserted(
+    changes: &mut Vec<(i64, Option<String>, Change)>,
+    call: &PreparedCall,
+    outcome: Option<&Prepared>,
+) {
+    let mut created = created(call);
+    match outcome {
+        Some(outcome) if outcome.status == CallStatus::Completed => {
+            if let Change::Call(change) = &mut created.2 {
+                change.status = Some(outcome.status.as_str().into());
+                change.attempts = Some(i64::from(outcome.attempts));
+                change.output.clone_from(&outcome.output);
+            }
+            changes.push(created);
+        }
+        Some(outcome) => {
+            changes.push(created);
+            changes.push(self::outcome(&call.call_id, &call.tool, outcome));
+        }
+        None => changes.push(created),
+    }
+}
+
 /// The change of the call `call_id` of `tool` into `outcome`.
-pub(super) fn outcome(
-    call_id: &str,
-    tool: &str,
-    outcome: &Prepared,
-) -> (i64, Option<String>, Change) {
+fn outcome(call_id: &str, tool: &str, outcome: &Prepared) -> (i64, Option<String>, Change) {
     let kind = outcome.status.as_str();
     let details = outcome.event_details();
     let change = CallChange {

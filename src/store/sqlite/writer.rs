@@ -265,15 +265,10 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
             written.push(record);
         }
     }
-    let changes = written
-        .iter()
-        .flat_map(|(call, outcome)| {
-            [
-                super::audit::created(call),
-                super::audit::outcome(&call.call_id, &call.tool, outcome),
-            ]
-        })
-        .collect();
+    let mut changes = Vec::with_capacity(written.len());
+    for (call, outcome) in &written {
+        super::audit::inserted(&mut changes, call, Some(outcome));
+    }
     let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([]));
     let ended = match super::audit::append(conn, changes) {
         Ok(()) => run("RELEASE reads"),

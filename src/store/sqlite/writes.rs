@@ -140,12 +140,8 @@ pub(super) fn insert(
             ))),
         };
     }
-    let mut entries = vec![audit::created(&call)];
-    entries.extend(
-        outcome
-            .as_ref()
-            .map(|o| audit::outcome(&call.call_id, &call.tool, o)),
-    );
+    let mut entries = Vec::with_capacity(2);
+    audit::inserted(&mut entries, &call, outcome.as_ref());
     audit::append(conn, entries)?;
     if let Some(outcome) = outcome {
         let token = outcome.suspension.as_ref().map(|s| s.0.clone());
