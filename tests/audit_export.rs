@@ -2,11 +2,13 @@
 //! receiver on the OTLP protobuf types, `/v1/logs`) and a syslog receiver (RFC 5424, octet
 //! counting, over TCP) once and in order, across a restart of toolgate and an outage of both
 //! receivers, whose backlog is delivered when they return; the failures are visible to admins
-//! (`GET /audit/exports`) and in `/metrics`.
+//! (`GET /audit/exports`) and in `/metrics`. Over TLS, only a receiver whose certificate the
+//! trusted roots vouch for gets anything.
 
 mod common;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -93,31 +95,38 @@ struct SyslogReceiver {
 
 impl SyslogReceiver {
     async fn start(port: u16, messages: Arc<Mutex<Vec<String>>>) -> Self {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-            .await
-            .unwrap();
+        Self::start_on(port, messages, None).await
+    }
+
+    /// [`SyslogReceiver::start`], over TLS with `tls`'s certificate when given.
+    async fn start_on(
+        port: u16,
+        messages: Arc<Mutex<Vec<String>>>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Self {
+        // The port of a receiver just stopped is free once its aborted task is dropped.
+        let listener = eventually("the receiver's port is free", async || {
+            tokio::net::TcpListener::bind(("127.0.0.1", port))
+                .await
+                .ok()
+        })
+        .await;
         let port = listener.local_addr().unwrap().port();
         let tasks = Arc::new(Mutex::new(Vec::new()));
         let (kept, spawned) = (messages, tasks.clone());
         let accept = tokio::spawn(async move {
             loop {
-                let Ok((mut socket, _)) = listener.accept().await else {
+                let Ok((socket, _)) = listener.accept().await else {
                     return;
                 };
-                let kept = kept.clone();
+                let (kept, tls) = (kept.clone(), tls.clone());
                 let reader = tokio::spawn(async move {
-                    let mut buffer = Vec::new();
-                    let mut chunk = [0u8; 8192];
-                    loop {
-                        let Ok(n) = socket.read(&mut chunk).await else {
-                            return;
-                        };
-                        if n == 0 {
-                            return;
-                        }
-                        buffer.extend_from_slice(&chunk[..n]);
-                        while let Some(message) = take_frame(&mut buffer) {
-                            kept.lock().unwrap().push(checked(&message));
+                    match tls {
+                        None => read_frames(socket, kept).await,
+                        Some(tls) => {
+                            if let Ok(socket) = tls.accept(socket).await {
+                                read_frames(socket, kept).await;
+                            }
                         }
                     }
                 });
@@ -132,6 +141,24 @@ impl SyslogReceiver {
     fn stop(&self) {
         for task in self.tasks.lock().unwrap().drain(..) {
             task.abort();
+        }
+    }
+}
+
+/// Each message read off `socket`, its header checked, kept in `kept`.
+async fn read_frames(mut socket: impl tokio::io::AsyncRead + Unpin, kept: Arc<Mutex<Vec<String>>>) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let Ok(n) = socket.read(&mut chunk).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        while let Some(message) = take_frame(&mut buffer) {
+            kept.lock().unwrap().push(checked(&message));
         }
     }
 }
@@ -176,7 +203,8 @@ fn checked(message: &str) -> String {
     line.to_owned()
 }
 
-fn serve(at: &Location, collector: &Collector, syslog_port: u16) -> Binary {
+/// A configuration file that makes `ROOT` an admin's key.
+fn root_config(at: &Location) -> PathBuf {
     let hash = hex::encode(toolgate::http::auth::token_sha256(ROOT));
     let path = at.data_dir().join("toolgate.toml");
     std::fs::write(
@@ -184,6 +212,11 @@ fn serve(at: &Location, collector: &Collector, syslog_port: u16) -> Binary {
         format!("[[auth.keys]]\nname = \"root\"\nrole = \"admin\"\ntoken_sha256 = \"{hash}\"\n"),
     )
     .unwrap();
+    path
+}
+
+fn serve(at: &Location, collector: &Collector, syslog_port: u16) -> Binary {
+    let path = root_config(at);
     let otlp = format!("http://{}", collector.addr);
     let syslog = format!("tcp://127.0.0.1:{syslog_port}");
     Binary::start_with(
@@ -312,6 +345,169 @@ async fn every_entry_is_exported_once_across_a_restart_and_an_outage(backend: Ba
         "{metrics}"
     );
     syslog.stop();
+}
+
+/// A certificate authority of its own (`<name>-ca.pem`) and a certificate it signed for
+/// `localhost` and 127.0.0.1 with its key, made in `dir` by the openssl command line: the
+/// authority's PEM, the server's acceptor.
+fn authority(dir: &Path, name: &str) -> (PathBuf, tokio_rustls::TlsAcceptor) {
+    let file = |what: &str| dir.join(format!("{name}-{what}"));
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("the openssl command line");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    std::fs::write(
+        file("ca.ext"),
+        "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n",
+    )
+    .unwrap();
+    std::fs::write(
+        file("server.ext"),
+        "basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n\
+         extendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let path = |what: &str| file(what).to_str().unwrap().to_owned();
+    let (ca_key, ca_csr, ca) = (path("ca.key"), path("ca.csr"), path("ca.pem"));
+    let (key, csr, cert) = (path("server.key"), path("server.csr"), path("server.pem"));
+    let subject = format!("/CN={name} test authority");
+    openssl(
+        &[
+            &["req", "-new"][..],
+            &ec,
+            &["-keyout", &ca_key, "-subj", &subject, "-out", &ca_csr],
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &ca_csr,
+        "-signkey",
+        &ca_key,
+        "-days",
+        "2",
+        "-extfile",
+        &path("ca.ext"),
+        "-out",
+        &ca,
+    ]);
+    openssl(
+        &[
+            &["req", "-new"][..],
+            &ec,
+            &["-keyout", &key, "-subj", "/CN=localhost", "-out", &csr],
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        &path("server.ext"),
+        "-out",
+        &cert,
+    ]);
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, PrivateKeyDer::from_pem_file(&key).unwrap())
+    .unwrap();
+    (
+        file("ca.pem"),
+        tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+    )
+}
+
+/// `[audit.export] syslog_url = "tls://..."`: toolgate sends the chain only to a receiver whose
+/// certificate the trusted roots vouch for (here `SSL_CERT_FILE`, read by the platform's
+/// verifier). An impostor on the receiver's port, with a certificate of another authority, gets
+/// nothing, and the failure is visible; the genuine receiver then gets every entry, in order.
+#[tokio::test]
+async fn syslog_over_tls_reaches_only_a_receiver_the_trusted_roots_vouch_for() {
+    let dir = common::temp_dir();
+    let (trusted, genuine) = authority(dir.path(), "trusted");
+    let (_, impostor) = authority(dir.path(), "impostor");
+    let stolen = Arc::new(Mutex::new(Vec::new()));
+    let fake = SyslogReceiver::start_on(0, stolen.clone(), Some(impostor)).await;
+    let port = fake.port;
+
+    let at = Location::new(Backend::Sqlite).await;
+    let config = root_config(&at);
+    let url = format!("tls://localhost:{port}");
+    let server = Binary::start_with(
+        &at,
+        &["--config", config.to_str().unwrap()],
+        &[
+            ("TOOLGATE_AUDIT__EXPORT__SYSLOG_URL", url.as_str()),
+            ("SSL_CERT_FILE", trusted.to_str().unwrap()),
+        ],
+    );
+    echo(&server.api, "for the auditors only").await;
+    let error = eventually("the export to the impostor fails, visibly", async || {
+        let (_, _, body) = send(&server.api, Method::GET, "/audit/exports", None, Some(ROOT)).await;
+        let syslog = body["exports"]
+            .as_array()?
+            .iter()
+            .find(|e| e["sink"] == "syslog")?
+            .clone();
+        (syslog["failures"].as_i64()? > 0).then(|| syslog["last_error"].to_string())
+    })
+    .await;
+    assert!(error.contains("certificate"), "{error}");
+    assert!(
+        stolen.lock().unwrap().is_empty(),
+        "the impostor got entries"
+    );
+    fake.stop();
+
+    let messages = Arc::new(Mutex::new(Vec::new()));
+    let receiver = SyslogReceiver::start_on(port, messages.clone(), Some(genuine)).await;
+    echo(&server.api, "and after").await;
+    eventually("the genuine receiver holds the whole chain", async || {
+        let lines = chain(&server.api).await;
+        (*messages.lock().unwrap() == lines).then_some(())
+    })
+    .await;
+    assert!(
+        stolen.lock().unwrap().is_empty(),
+        "the impostor got entries"
+    );
+    receiver.stop();
 }
 
 /// A key no one configured.
