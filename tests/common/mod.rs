@@ -662,6 +662,11 @@ impl Binary {
         self.log.lock().unwrap().clone()
     }
 
+    /// The server's process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// `kill -9`: no shutdown, no flush, nothing.
     pub fn kill(mut self) {
         self.child.kill().unwrap();

@@ -1,0 +1,224 @@
+//! The clients of a run: each sends one request after another to whichever process is up, and
+//! records it in the history with its times and its answer (or that none came).
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::{Fault, Rng, Server};
+
+/// How long a client waits for an answer (a stopped server gives none).
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The idempotency keys the clients share: [`KEYS`] new ones every [`KEY_WINDOW_MS`], each
+/// sent by several clients at once, so that faults land while keyed writes run.
+const KEYS: u64 = 3;
+const KEY_WINDOW_MS: u64 = 500;
+
+/// How often a keyed write that got no answer is sent again, with its key, as an orchestrator
+/// would.
+const KEYED_ATTEMPTS: usize = 6;
+
+/// What a request was.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Op {
+    /// `send_email` with an `Idempotency-Key`; the email's body names the key.
+    Keyed { key: String },
+    /// `send_email` without a key; the body is the request's tag.
+    Unkeyed { tag: String },
+    /// `echo`.
+    Read { tag: String },
+    /// `ask_human`: a suspension.
+    Ask { tag: String },
+    /// A decision on a suspension, sent at the same moment as another.
+    Decide {
+        token: String,
+        call_id: String,
+        approve: bool,
+        answer: String,
+    },
+}
+
+/// One request of the history.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub client: usize,
+    pub op: Op,
+    pub sent_ms: u64,
+    pub done_ms: u64,
+    /// The answer's status; `None` when no answer came (the connection failed, or timed out).
+    pub status: Option<u16>,
+    /// The answer's body, or why none came.
+    pub body: Value,
+}
+
+impl Record {
+    /// Whether the server acknowledged the request with a call (`200` or `202`, naming it).
+    pub fn acknowledged(&self) -> Option<&str> {
+        match self.status {
+            Some(200 | 202) => self.body["call_id"].as_str(),
+            _ => None,
+        }
+    }
+
+    /// Whether the answer was the call completed.
+    pub fn completed(&self) -> bool {
+        self.status == Some(200) && self.body["status"] == "completed"
+    }
+}
+
+/// Client `n`'s loop until `deadline`.
+pub async fn drive(
+    n: usize,
+    server: Arc<Server>,
+    mut rng: Rng,
+    deadline: Instant,
+    history: Arc<Mutex<Vec<Record>>>,
+) {
+    let http = reqwest::Client::builder().timeout(TIMEOUT).build().unwrap();
+    let mut count = 0;
+    while Instant::now() < deadline {
+        if server.base().is_none() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        count += 1;
+        let tag = format!("{n}-{count}");
+        let email =
+            |body: String| json!({"to": "chaos@example.com", "subject": "chaos", "body": body});
+        let roll = rng.between(0, 100);
+        let record = if roll < 35 {
+            let key = format!("k{}-{}", server.now() / KEY_WINDOW_MS, rng.between(0, KEYS));
+            let input = email(format!("key:{key}"));
+            let mut attempt = 1;
+            loop {
+                let op = Op::Keyed { key: key.clone() };
+                let path = "/tools/send_email/call";
+                let sent = send(&http, &server, n, op, path, input.clone(), Some(&key)).await;
+                if sent.status.is_some() || attempt == KEYED_ATTEMPTS {
+                    break sent;
+                }
+                history.lock().unwrap().push(sent);
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        } else if roll < 55 {
+            let op = Op::Unkeyed { tag: tag.clone() };
+            let input = email(format!("op:{tag}"));
+            send(&http, &server, n, op, "/tools/send_email/call", input, None).await
+        } else if roll < 80 {
+            let op = Op::Read { tag: tag.clone() };
+            let input = json!({"text": format!("op:{tag}")});
+            send(&http, &server, n, op, "/tools/echo/call", input, None).await
+        } else {
+            let op = Op::Ask { tag: tag.clone() };
+            let input = json!({"question": format!("op:{tag}")});
+            let asked = send(&http, &server, n, op, "/tools/ask_human/call", input, None).await;
+            if let (Some(202), Some(token), Some(call_id)) = (
+                asked.status,
+                asked.body["suspension"]["token"].as_str(),
+                asked.body["call_id"].as_str(),
+            ) {
+                let both_approve = rng.between(0, 2) == 0;
+                let decide = |approve: bool, answer: &str| {
+                    let op = Op::Decide {
+                        token: token.to_owned(),
+                        call_id: call_id.to_owned(),
+                        approve,
+                        answer: answer.to_owned(),
+                    };
+                    let (path, body) = if approve {
+                        (
+                            format!("/approvals/{token}/approve"),
+                            json!({"input": {"answer": answer}}),
+                        )
+                    } else {
+                        (
+                            format!("/approvals/{token}/reject"),
+                            json!({"reason": answer}),
+                        )
+                    };
+                    let (http, server) = (&http, &server);
+                    async move { send(http, server, n, op, &path, body, None).await }
+                };
+                let first = decide(true, &format!("yes-{tag}"));
+                let second = decide(both_approve, &format!("also-{tag}"));
+                let (first, second) = tokio::join!(first, second);
+                let mut kept = history.lock().unwrap();
+                kept.push(first);
+                kept.push(second);
+            }
+            asked
+        };
+        history.lock().unwrap().push(record);
+    }
+}
+
+/// Sends one request (a call's `input`, or a decision's body as it is) to the server up now.
+async fn send(
+    http: &reqwest::Client,
+    server: &Server,
+    client: usize,
+    op: Op,
+    path: &str,
+    body: Value,
+    key: Option<&str>,
+) -> Record {
+    let sent_ms = server.now();
+    let Some(base) = server.base() else {
+        return Record {
+            client,
+            op,
+            sent_ms,
+            done_ms: sent_ms,
+            status: None,
+            body: json!("the server is down"),
+        };
+    };
+    let body = if path.starts_with("/tools/") {
+        json!({"input": body})
+    } else {
+        body
+    };
+    let mut request = http.post(format!("{base}{path}")).json(&body);
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let answer = match request.send().await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            match response.json::<Value>().await {
+                Ok(body) => (Some(status), body),
+                Err(err) => (None, json!(format!("the answer's body: {err}"))),
+            }
+        }
+        Err(err) => (None, json!(err.to_string())),
+    };
+    Record {
+        client,
+        op,
+        sent_ms,
+        done_ms: server.now(),
+        status: answer.0,
+        body: answer.1,
+    }
+}
+
+/// Writes the faults and the history to `file`, a JSON line each.
+pub fn save(history: &[Record], faults: &[Fault], file: &Path) {
+    let mut text = String::new();
+    for fault in faults {
+        let line = json!({"fault": fault.kind, "at_ms": fault.at_ms, "for_ms": fault.for_ms});
+        text.push_str(&line.to_string());
+        text.push('\n');
+    }
+    for record in history {
+        text.push_str(&serde_json::to_string(record).unwrap());
+        text.push('\n');
+    }
+    std::fs::write(file, text).unwrap();
+}
