@@ -48,6 +48,8 @@ pub enum Op {
 pub struct Record {
     pub client: usize,
     pub op: Op,
+    /// The process it went to (its address), or `""` when none answered.
+    pub base: String,
     pub sent_ms: u64,
     pub done_ms: u64,
     /// The answer's status; `None` when no answer came (the connection failed, or timed out).
@@ -82,7 +84,7 @@ pub async fn drive(
     let http = reqwest::Client::builder().timeout(TIMEOUT).build().unwrap();
     let mut count = 0;
     while Instant::now() < deadline {
-        if server.base().is_none() {
+        if server.base(&mut rng).is_none() {
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         }
@@ -98,7 +100,8 @@ pub async fn drive(
             loop {
                 let op = Op::Keyed { key: key.clone() };
                 let path = "/tools/send_email/call";
-                let sent = send(&http, &server, n, op, path, input.clone(), Some(&key)).await;
+                let to = (&*server, server.base(&mut rng));
+                let sent = send(&http, to, n, op, path, input.clone(), Some(&key)).await;
                 if sent.status.is_some() || attempt == KEYED_ATTEMPTS {
                     break sent;
                 }
@@ -109,22 +112,28 @@ pub async fn drive(
         } else if roll < 55 {
             let op = Op::Unkeyed { tag: tag.clone() };
             let input = email(format!("op:{tag}"));
-            send(&http, &server, n, op, "/tools/send_email/call", input, None).await
+            let to = (&*server, server.base(&mut rng));
+            send(&http, to, n, op, "/tools/send_email/call", input, None).await
         } else if roll < 80 {
             let op = Op::Read { tag: tag.clone() };
             let input = json!({"text": format!("op:{tag}")});
-            send(&http, &server, n, op, "/tools/echo/call", input, None).await
+            let to = (&*server, server.base(&mut rng));
+            send(&http, to, n, op, "/tools/echo/call", input, None).await
         } else {
             let op = Op::Ask { tag: tag.clone() };
             let input = json!({"question": format!("op:{tag}")});
-            let asked = send(&http, &server, n, op, "/tools/ask_human/call", input, None).await;
+            let to = (&*server, server.base(&mut rng));
+            let asked = send(&http, to, n, op, "/tools/ask_human/call", input, None).await;
             if let (Some(202), Some(token), Some(call_id)) = (
                 asked.status,
                 asked.body["suspension"]["token"].as_str(),
                 asked.body["call_id"].as_str(),
             ) {
                 let both_approve = rng.between(0, 2) == 0;
-                let decide = |approve: bool, answer: &str| {
+                // Each decision to a process of its own choosing: with replicas, most often
+                // two at once.
+                let mut decide = |approve: bool, answer: &str| {
+                    let to = (&*server, server.base(&mut rng));
                     let op = Op::Decide {
                         token: token.to_owned(),
                         call_id: call_id.to_owned(),
@@ -142,8 +151,8 @@ pub async fn drive(
                             json!({"reason": answer}),
                         )
                     };
-                    let (http, server) = (&http, &server);
-                    async move { send(http, server, n, op, &path, body, None).await }
+                    let http = &http;
+                    async move { send(http, to, n, op, &path, body, None).await }
                 };
                 let first = decide(true, &format!("yes-{tag}"));
                 let second = decide(both_approve, &format!("also-{tag}"));
@@ -158,10 +167,11 @@ pub async fn drive(
     }
 }
 
-/// Sends one request (a call's `input`, or a decision's body as it is) to the server up now.
+/// Sends one request (a call's `input`, or a decision's body as it is) to `base`, a process
+/// that answered a moment ago.
 async fn send(
     http: &reqwest::Client,
-    server: &Server,
+    (server, base): (&Server, Option<String>),
     client: usize,
     op: Op,
     path: &str,
@@ -169,10 +179,11 @@ async fn send(
     key: Option<&str>,
 ) -> Record {
     let sent_ms = server.now();
-    let Some(base) = server.base() else {
+    let Some(base) = base else {
         return Record {
             client,
             op,
+            base: String::new(),
             sent_ms,
             done_ms: sent_ms,
             status: None,
@@ -201,6 +212,7 @@ async fn send(
     Record {
         client,
         op,
+        base,
         sent_ms,
         done_ms: server.now(),
         status: answer.0,
@@ -212,7 +224,13 @@ async fn send(
 pub fn save(history: &[Record], faults: &[Fault], file: &Path) {
     let mut text = String::new();
     for fault in faults {
-        let line = json!({"fault": fault.kind, "at_ms": fault.at_ms, "for_ms": fault.for_ms});
+        let line = json!({
+            "fault": fault.kind,
+            "process": fault.process,
+            "base": fault.base,
+            "at_ms": fault.at_ms,
+            "for_ms": fault.for_ms,
+        });
         text.push_str(&line.to_string());
         text.push('\n');
     }

@@ -1,12 +1,14 @@
-//! Faults at random, the short run (issue 38): one toolgate process on SQLite, the real binary,
-//! clients recording every request and answer, and faults from a seeded schedule (`kill -9`
-//! and a restart, `SIGSTOP` then `SIGCONT`); then the checker ([`checker`]) reads the history,
-//! the database and the tools' ledger (the example `send_email`'s outbox, where each effect is a
-//! line naming its call) and fails naming the first promise broken.
+//! Faults at random, the short run (issue 38): the real binary, one process on SQLite or three
+//! replicas on one PostgreSQL database, clients recording every request and answer, and faults
+//! from a seeded schedule (`kill -9` and a restart of a process, `SIGSTOP` then `SIGCONT`, on
+//! PostgreSQL past the lease: a zombie whose calls the others settle); then the checker
+//! ([`checker`]) reads the history, the database and the tools' ledger (the example
+//! `send_email`'s outbox, where each effect is a line naming its call) and fails naming the
+//! first promise broken.
 //!
-//! Two runs: a fixed seed, and a random one, printed. `TOOLGATE_CHAOS_SEED` repeats a run and
-//! `TOOLGATE_CHAOS_SECONDS` sets each run's length (8 s by default). A failure names its seed
-//! and the file the history was written to.
+//! On each backend, a fixed seed and a random one, printed. `TOOLGATE_CHAOS_SEED` repeats a
+//! run and `TOOLGATE_CHAOS_SECONDS` sets each run's length (8 s by default). A failure names its
+//! seed and the file the history was written to.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -49,40 +51,115 @@ impl Rng {
     }
 }
 
-/// The server under test: its current process, and its address while it is up.
-pub struct Server {
-    at: Location,
+/// One process: its data directory (its outbox), the process while it runs, and its address
+/// while it answers.
+struct Process {
+    dir: std::path::PathBuf,
     binary: Mutex<Option<Binary>>,
     base: RwLock<Option<String>>,
+}
+
+/// Where a process keeps what it records: its data directory, and the shared database.
+pub struct Place<'a> {
+    dir: &'a std::path::Path,
+    url: Option<&'a str>,
+}
+
+impl Site for Place<'_> {
+    fn data_dir(&self) -> &std::path::Path {
+        self.dir
+    }
+
+    fn database_url(&self) -> Option<&str> {
+        self.url
+    }
+}
+
+/// The server under test: one process on SQLite, or three replicas on PostgreSQL, each with a
+/// data directory of its own.
+pub struct Server {
+    at: Location,
+    /// The replicas' data directories (on SQLite, the one process's is `at`'s).
+    _dirs: Vec<tempfile::TempDir>,
+    processes: Vec<Process>,
     started: Instant,
 }
 
 impl Server {
+    async fn new(backend: Backend) -> Self {
+        let at = Location::new(backend).await;
+        let dirs: Vec<tempfile::TempDir> = match backend {
+            Backend::Sqlite => Vec::new(),
+            Backend::Postgres => (0..3).map(|_| common::temp_dir()).collect(),
+        };
+        let mut paths: Vec<std::path::PathBuf> =
+            dirs.iter().map(|dir| dir.path().to_owned()).collect();
+        if paths.is_empty() {
+            paths.push(at.data_dir().to_owned());
+        }
+        let processes = paths
+            .into_iter()
+            .map(|dir| Process {
+                dir,
+                binary: Mutex::new(None),
+                base: RwLock::new(None),
+            })
+            .collect();
+        Server {
+            at,
+            _dirs: dirs,
+            processes,
+            started: Instant::now(),
+        }
+    }
+
     /// Milliseconds since the run began: the one clock of the history.
     pub fn now(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// The address to send to, while the server is up.
-    pub fn base(&self) -> Option<String> {
-        self.base.read().unwrap().clone()
+    /// The address of a process that answers now, `rng`'s choice; `None` while none does.
+    pub fn base(&self, rng: &mut Rng) -> Option<String> {
+        let up: Vec<String> = self
+            .processes
+            .iter()
+            .filter_map(|p| p.base.read().unwrap().clone())
+            .collect();
+        if up.is_empty() {
+            return None;
+        }
+        Some(up[rng.between(0, up.len() as u64) as usize].clone())
     }
 
-    fn start(&self) {
-        let binary = Binary::start(&self.at, SERVER_ENV);
-        *self.base.write().unwrap() = Some(binary.api.base.clone());
-        *self.binary.lock().unwrap() = Some(binary);
+    /// The data directories of every process, each with the database: where their outboxes are.
+    pub fn places(&self) -> impl Iterator<Item = Place<'_>> {
+        self.processes.iter().map(|p| Place {
+            dir: &p.dir,
+            url: self.at.database_url(),
+        })
     }
 
-    fn kill(&self) {
-        *self.base.write().unwrap() = None;
-        if let Some(binary) = self.binary.lock().unwrap().take() {
+    fn start(&self, n: usize) {
+        let process = &self.processes[n];
+        let place = Place {
+            dir: &process.dir,
+            url: self.at.database_url(),
+        };
+        let binary = Binary::start(&place, SERVER_ENV);
+        *process.base.write().unwrap() = Some(binary.api.base.clone());
+        *process.binary.lock().unwrap() = Some(binary);
+    }
+
+    fn kill(&self, n: usize) {
+        let process = &self.processes[n];
+        *process.base.write().unwrap() = None;
+        if let Some(binary) = process.binary.lock().unwrap().take() {
             binary.kill();
         }
     }
 
-    fn signal(&self, signal: &str) {
-        if let Some(binary) = self.binary.lock().unwrap().as_ref() {
+    fn signal(&self, n: usize, signal: &str) {
+        if let Some(binary) = self.processes[n].binary.lock().unwrap().as_ref() {
             let status = std::process::Command::new("kill")
                 .args([signal, &binary.pid().to_string()])
                 .status()
@@ -96,55 +173,71 @@ impl Server {
 #[derive(Debug, Clone)]
 pub struct Fault {
     pub at_ms: u64,
-    /// How long the server was gone or stopped.
+    /// How long the process was gone or stopped.
     pub for_ms: u64,
     pub kind: &'static str,
+    /// Which process, and its address before the fault.
+    pub process: usize,
+    pub base: String,
 }
 
-/// Injects faults until `deadline`: a `kill -9` and a restart (after a pause), or a `SIGSTOP`
-/// and a `SIGCONT`; the server is up when it returns.
+/// Injects faults until `deadline`, each on one process: a `kill -9` and a restart (after a
+/// pause), or a `SIGSTOP` and a `SIGCONT` (with replicas, sometimes past the lease); every
+/// process is up when it returns.
 fn inject(server: &Server, mut rng: Rng, deadline: Instant) -> Vec<Fault> {
+    let replicas = server.processes.len() as u64;
+    // A replica stopped past its lease (1.5 s in the tests' environment) is a zombie: the
+    // others settle its calls, and what it records when it wakes must be refused.
+    let longest_stop = if replicas > 1 { 2500 } else { 400 };
     let mut faults = Vec::new();
     loop {
         std::thread::sleep(Duration::from_millis(rng.between(300, 1200)));
         if Instant::now() >= deadline {
             return faults;
         }
+        let process = rng.between(0, replicas) as usize;
+        let base = server.processes[process].base.read().unwrap().clone();
         let at_ms = server.now();
-        let pause = Duration::from_millis(rng.between(0, 400));
         let kind = if rng.between(0, 10) < 7 {
-            server.kill();
-            std::thread::sleep(pause);
-            server.start();
+            server.kill(process);
+            std::thread::sleep(Duration::from_millis(rng.between(0, 400)));
+            server.start(process);
             "kill -9"
         } else {
-            server.signal("-STOP");
-            std::thread::sleep(pause);
-            server.signal("-CONT");
+            server.signal(process, "-STOP");
+            std::thread::sleep(Duration::from_millis(rng.between(100, longest_stop)));
+            server.signal(process, "-CONT");
             "SIGSTOP"
         };
         faults.push(Fault {
             at_ms,
             for_ms: server.now() - at_ms,
             kind,
+            process,
+            base: base.unwrap_or_default(),
         });
     }
 }
 
-/// One run: the clients and the faults for `seconds`, then the checker. Panics naming the seed
-/// and the history's file when a promise is broken.
-async fn run(seed: u64, seconds: u64) {
-    eprintln!("chaos: seed {seed}, {seconds} s (TOOLGATE_CHAOS_SEED={seed} repeats it)");
-    let server = Arc::new(Server {
-        at: Location::new(Backend::Sqlite).await,
-        binary: Mutex::new(None),
-        base: RwLock::new(None),
-        started: Instant::now(),
-    });
-    let starting = server.clone();
-    tokio::task::spawn_blocking(move || starting.start())
+/// Runs `work` on a blocking thread (starting and killing processes waits on them).
+async fn blocking(server: &Arc<Server>, work: impl FnOnce(&Server) + Send + 'static) {
+    let server = server.clone();
+    tokio::task::spawn_blocking(move || work(&server))
         .await
         .unwrap();
+}
+
+/// One run on `backend`: the clients and the faults for `seconds`, then the checker. Panics
+/// naming the seed and the history's file when a promise is broken.
+async fn run(backend: Backend, seed: u64, seconds: u64) {
+    eprintln!(
+        "chaos on {backend:?}: seed {seed}, {seconds} s (TOOLGATE_CHAOS_SEED={seed} repeats it)"
+    );
+    let server = Arc::new(Server::new(backend).await);
+    blocking(&server, |server| {
+        (0..server.processes.len()).for_each(|n| server.start(n));
+    })
+    .await;
     let mut rng = Rng::new(seed);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let history = Arc::new(Mutex::new(Vec::new()));
@@ -163,35 +256,33 @@ async fn run(seed: u64, seconds: u64) {
     for client in clients {
         client.await.unwrap();
     }
-    // A last crash, so that whatever ran at the end is settled as a restart settles it.
-    let last = server.clone();
-    tokio::task::spawn_blocking(move || {
-        last.kill();
-        last.start();
+    // A last crash, so that whatever ran on that process at the end is settled as a crash
+    // settles it: by its restart on SQLite, by the other replicas' sweep on PostgreSQL.
+    blocking(&server, |server| {
+        server.kill(0);
+        server.start(0);
     })
-    .await
-    .unwrap();
+    .await;
     let history = history.lock().unwrap().clone();
     let file = server.at.data_dir().join("history.jsonl");
     client::save(&history, &faults, &file);
-    let report = checker::check(&server, &history, &faults).await;
-    match report {
-        Ok(summary) => eprintln!("chaos: seed {seed}: {summary}"),
+    match checker::check(&server, &history, &faults).await {
+        Ok(summary) => eprintln!("chaos on {backend:?}: seed {seed}: {summary}"),
         Err(violation) => {
             // Kept for whoever reads the failure.
             let kept = std::env::temp_dir().join(format!("toolgate-chaos-{seed}.jsonl"));
             std::fs::copy(&file, &kept).unwrap();
             panic!(
-                "chaos: seed {seed}: {violation}\nthe history: {} (TOOLGATE_CHAOS_SEED={seed} \
-                 repeats the run)",
+                "chaos on {backend:?}: seed {seed}: {violation}\nthe history: {} \
+                 (TOOLGATE_CHAOS_SEED={seed} repeats the run)",
                 kept.display()
             );
         }
     }
-    let stopping = server.clone();
-    tokio::task::spawn_blocking(move || stopping.kill())
-        .await
-        .unwrap();
+    blocking(&server, |server| {
+        (0..server.processes.len()).for_each(|n| server.kill(n));
+    })
+    .await;
 }
 
 fn seconds() -> u64 {
@@ -201,23 +292,34 @@ fn seconds() -> u64 {
         .unwrap_or(8)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fixed_seed_keeps_every_promise_through_kills_and_stops() {
-    let seed = std::env::var("TOOLGATE_CHAOS_SEED")
-        .ok()
+/// The seed `TOOLGATE_CHAOS_SEED` names; else `fixed`, or (`None`) one from the clock.
+fn seed(fixed: Option<u64>) -> u64 {
+    let named = std::env::var("TOOLGATE_CHAOS_SEED").ok();
+    named
         .and_then(|s| s.parse().ok())
-        .unwrap_or(38);
-    run(seed, seconds()).await;
+        .or(fixed)
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_random_seed_keeps_every_promise_through_kills_and_stops() {
+async fn a_fixed_seed_keeps_every_promise_through_kills_and_stops(backend: Backend) {
+    run(backend, seed(Some(38)), seconds()).await;
+}
+
+async fn a_random_seed_keeps_every_promise_through_kills_and_stops(backend: Backend) {
     if std::env::var_os("TOOLGATE_CHAOS_SEED").is_some() {
         return;
     }
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    run(seed, seconds()).await;
+    run(backend, seed(None), seconds()).await;
+}
+
+on_each_backend! {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fixed_seed_keeps_every_promise_through_kills_and_stops;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_random_seed_keeps_every_promise_through_kills_and_stops;
 }
