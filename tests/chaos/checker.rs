@@ -11,7 +11,9 @@
 //! - a suspension is decided at most once (of two decisions at once, one wins), and the call
 //!   ends as its winner said;
 //! - a call's history never goes on past its end (a late outcome aside, kept as evidence), so
-//!   a zombie past its lease cannot overwrite what the others settled.
+//!   a zombie past its lease cannot overwrite what the others settled;
+//! - the event stream, read from its cursor across the faults, is the feed: in order, nothing
+//!   twice, nothing missing ([`super::stream`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -31,6 +33,7 @@ pub async fn check(
     server: &Server,
     history: &[Record],
     faults: &[Fault],
+    seen: &[super::stream::Seen],
 ) -> Result<String, String> {
     let stored = settled(server).await?;
     let base = server
@@ -106,8 +109,11 @@ pub async fn check(
     for call_id in stored.keys() {
         ended_once(call_id, &record_of(call_id).await)?;
     }
+    let streamed = super::stream::check(server, seen).await?;
     Ok(format!(
-        "{}; {lost_reads} read records lost to a kill -9 right after their answer (as documented)",
+        "{}; {lost_reads} read records lost to a kill -9 right after their answer (as \
+         documented); the event stream read {streamed} events across the faults, none twice, \
+         none missing",
         summary(history, faults)
     ))
 }

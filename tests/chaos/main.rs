@@ -15,6 +15,7 @@ mod common;
 
 mod checker;
 mod client;
+mod stream;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -248,6 +249,12 @@ async fn run(backend: Backend, seed: u64, seconds: u64) {
             tokio::spawn(client::drive(n, server, rng, deadline, history))
         })
         .collect();
+    // The stream's reader goes on a little past the faults, so that it reads what they left.
+    let follower = {
+        let (server, rng) = (server.clone(), Rng::new(rng.draw()));
+        let until = deadline + Duration::from_secs(2);
+        tokio::spawn(async move { stream::follow(&server, rng, until).await })
+    };
     let faulty = server.clone();
     let fault_rng = Rng::new(rng.draw());
     let faults = tokio::task::spawn_blocking(move || inject(&faulty, fault_rng, deadline))
@@ -256,6 +263,7 @@ async fn run(backend: Backend, seed: u64, seconds: u64) {
     for client in clients {
         client.await.unwrap();
     }
+    let seen = follower.await.unwrap();
     // A last crash, so that whatever ran on that process at the end is settled as a crash
     // settles it: by its restart on SQLite, by the other replicas' sweep on PostgreSQL.
     blocking(&server, |server| {
@@ -266,7 +274,7 @@ async fn run(backend: Backend, seed: u64, seconds: u64) {
     let history = history.lock().unwrap().clone();
     let file = server.at.data_dir().join("history.jsonl");
     client::save(&history, &faults, &file);
-    match checker::check(&server, &history, &faults).await {
+    match checker::check(&server, &history, &faults, &seen).await {
         Ok(summary) => eprintln!("chaos on {backend:?}: seed {seed}: {summary}"),
         Err(violation) => {
             // Kept for whoever reads the failure.
