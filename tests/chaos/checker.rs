@@ -13,7 +13,8 @@
 //! - a call's history never goes on past its end (a late outcome aside, kept as evidence), so
 //!   a zombie past its lease cannot overwrite what the others settled;
 //! - the event stream, read from its cursor across the faults, is the feed: in order, nothing
-//!   twice, nothing missing ([`super::stream`]).
+//!   twice, nothing missing ([`super::stream`]); and every change reaches the webhook at least
+//!   once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -110,10 +111,11 @@ pub async fn check(
         ended_once(call_id, &record_of(call_id).await)?;
     }
     let streamed = super::stream::check(server, seen).await?;
+    let hooked = super::stream::check_webhooks(server).await?;
     Ok(format!(
         "{}; {lost_reads} read records lost to a kill -9 right after their answer (as \
          documented); the event stream read {streamed} events across the faults, none twice, \
-         none missing",
+         none missing; the webhook got every change of the feed ({hooked} deliveries)",
         summary(history, faults)
     ))
 }

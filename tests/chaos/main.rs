@@ -80,6 +80,9 @@ impl Site for Place<'_> {
 /// data directory of its own.
 pub struct Server {
     at: Location,
+    /// The webhook receiver every process sends the feed to, and their configuration file.
+    hooks: common::receiver::Receiver,
+    config: std::path::PathBuf,
     /// The replicas' data directories (on SQLite, the one process's is `at`'s).
     _dirs: Vec<tempfile::TempDir>,
     processes: Vec<Process>,
@@ -89,6 +92,9 @@ pub struct Server {
 impl Server {
     async fn new(backend: Backend) -> Self {
         let at = Location::new(backend).await;
+        let (hooks, webhook) = common::receiver::Receiver::start("").await;
+        let config = at.data_dir().join("chaos.toml");
+        std::fs::write(&config, webhook).unwrap();
         let dirs: Vec<tempfile::TempDir> = match backend {
             Backend::Sqlite => Vec::new(),
             Backend::Postgres => (0..3).map(|_| common::temp_dir()).collect(),
@@ -108,6 +114,8 @@ impl Server {
             .collect();
         Server {
             at,
+            hooks,
+            config,
             _dirs: dirs,
             processes,
             started: Instant::now(),
@@ -146,7 +154,8 @@ impl Server {
             dir: &process.dir,
             url: self.at.database_url(),
         };
-        let binary = Binary::start(&place, SERVER_ENV);
+        let config = ["--config", self.config.to_str().unwrap()];
+        let binary = Binary::start_with(&place, &config, SERVER_ENV);
         *process.base.write().unwrap() = Some(binary.api.base.clone());
         *process.binary.lock().unwrap() = Some(binary);
     }

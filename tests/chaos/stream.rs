@@ -1,7 +1,8 @@
 //! The event stream across faults: a reader follows `GET /events` on one process after another,
 //! resuming from its cursor (`Last-Event-ID`) whenever its process dies, stops or ends the
 //! stream; the checker then holds what it read against the change feed in the database: in
-//! order, nothing twice, and nothing missing between its first event and its last.
+//! order, nothing twice, and nothing missing between its first event and its last. And the
+//! webhook receiver gets every change of the feed, at least once.
 
 use std::time::{Duration, Instant};
 
@@ -167,4 +168,35 @@ pub async fn check(server: &Server, seen: &[Seen]) -> Result<usize, String> {
         ));
     }
     Ok(seen.len())
+}
+
+/// Every change of the feed reaches the webhook receiver at least once (within 30 s of the
+/// run's end: deliveries a fault interrupted are retried with a growing pause). How many
+/// deliveries it got, or the first change it never got.
+pub async fn check_webhooks(server: &Server) -> Result<usize, String> {
+    let stored = stored_feed(server).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = server.hooks.got();
+        let delivered: std::collections::HashSet<(String, String)> = got
+            .iter()
+            .filter_map(|body| {
+                let kind = body["type"].as_str()?.to_owned();
+                let call_id = body["data"]["call"]["call_id"].as_str()?.to_owned();
+                Some((kind, call_id))
+            })
+            .collect();
+        let missing = stored
+            .iter()
+            .find(|(_, kind, call_id)| !delivered.contains(&(kind.clone(), call_id.clone())));
+        match missing {
+            None => return Ok(got.len()),
+            Some((at, kind, call_id)) if Instant::now() > deadline => {
+                return Err(format!(
+                    "the webhook never got {kind} of {call_id} (the feed's {at:?})"
+                ));
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
