@@ -271,11 +271,13 @@ fn summary(history: &[Record], faults: &[Fault]) -> String {
             .map_or_else(|| "no answer".to_owned(), |s| s.to_string());
         *counts.entry(format!("{kind} {result}")).or_default() += 1;
     }
-    let kills = faults.iter().filter(|f| f.kind == "kill -9").count();
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for fault in faults {
+        *kinds.entry(fault.kind).or_default() += 1;
+    }
     format!(
-        "{} requests ({counts:?}); {} faults ({kills} kill -9, {} SIGSTOP); every promise kept",
+        "{} requests ({counts:?}); {} faults ({kinds:?}); every promise kept",
         history.len(),
         faults.len(),
-        faults.len() - kills
     )
 }

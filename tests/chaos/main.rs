@@ -1,7 +1,8 @@
 //! Faults at random, the short run (issue 38): the real binary, one process on SQLite or three
 //! replicas on one PostgreSQL database, clients recording every request and answer, and faults
 //! from a seeded schedule (`kill -9` and a restart of a process, `SIGSTOP` then `SIGCONT`, on
-//! PostgreSQL past the lease: a zombie whose calls the others settle); then the checker
+//! PostgreSQL a replica's connection to the database cut through a proxy, a stop or a cut
+//! sometimes past the lease: a zombie whose calls the others settle); then the checker
 //! ([`checker`]) reads the history, the database and the tools' ledger (the example
 //! `send_email`'s outbox, where each effect is a line naming its call) and fails naming the
 //! first promise broken.
@@ -15,6 +16,7 @@ mod common;
 
 mod checker;
 mod client;
+mod proxy;
 mod stream;
 
 use std::sync::{Arc, Mutex, RwLock};
@@ -56,6 +58,8 @@ impl Rng {
 /// while it answers.
 struct Process {
     dir: std::path::PathBuf,
+    /// On PostgreSQL: its way to the database, through a proxy the run can cut.
+    database: Option<(String, proxy::Proxy)>,
     binary: Mutex<Option<Binary>>,
     base: RwLock<Option<String>>,
 }
@@ -104,14 +108,31 @@ impl Server {
         if paths.is_empty() {
             paths.push(at.data_dir().to_owned());
         }
-        let processes = paths
-            .into_iter()
-            .map(|dir| Process {
+        let mut processes = Vec::new();
+        for dir in paths {
+            let database = match at.database_url() {
+                Some(url) => {
+                    let mut url = url::Url::parse(url).unwrap();
+                    let host = url.host_str().unwrap().to_owned();
+                    let upstream = tokio::net::lookup_host((host, url.port().unwrap_or(5432)))
+                        .await
+                        .unwrap()
+                        .next()
+                        .unwrap();
+                    let proxy = proxy::Proxy::start(upstream).await;
+                    url.set_host(Some("127.0.0.1")).unwrap();
+                    url.set_port(Some(proxy.port)).unwrap();
+                    Some((url.to_string(), proxy))
+                }
+                None => None,
+            };
+            processes.push(Process {
                 dir,
+                database,
                 binary: Mutex::new(None),
                 base: RwLock::new(None),
-            })
-            .collect();
+            });
+        }
         Server {
             at,
             hooks,
@@ -152,7 +173,7 @@ impl Server {
         let process = &self.processes[n];
         let place = Place {
             dir: &process.dir,
-            url: self.at.database_url(),
+            url: process.database.as_ref().map(|(url, _)| url.as_str()),
         };
         let config = ["--config", self.config.to_str().unwrap()];
         let binary = Binary::start_with(&place, &config, SERVER_ENV);
@@ -192,8 +213,9 @@ pub struct Fault {
 }
 
 /// Injects faults until `deadline`, each on one process: a `kill -9` and a restart (after a
-/// pause), or a `SIGSTOP` and a `SIGCONT` (with replicas, sometimes past the lease); every
-/// process is up when it returns.
+/// pause), a `SIGSTOP` and a `SIGCONT`, or (on PostgreSQL) its connection to the database cut
+/// and restored (with replicas, a stop or a cut sometimes outlasts the lease); every process is
+/// up and connected when it returns.
 fn inject(server: &Server, mut rng: Rng, deadline: Instant) -> Vec<Fault> {
     let replicas = server.processes.len() as u64;
     // A replica stopped past its lease (1.5 s in the tests' environment) is a zombie: the
@@ -208,7 +230,14 @@ fn inject(server: &Server, mut rng: Rng, deadline: Instant) -> Vec<Fault> {
         let process = rng.between(0, replicas) as usize;
         let base = server.processes[process].base.read().unwrap().clone();
         let at_ms = server.now();
-        let kind = if rng.between(0, 10) < 7 {
+        let roll = rng.between(0, 10);
+        let proxy = server.processes[process].database.as_ref().map(|(_, p)| p);
+        let kind = if let (true, Some(proxy)) = (roll >= 8, proxy) {
+            proxy.cut();
+            std::thread::sleep(Duration::from_millis(rng.between(100, longest_stop)));
+            proxy.restore();
+            "cut from the database"
+        } else if roll < 6 {
             server.kill(process);
             std::thread::sleep(Duration::from_millis(rng.between(0, 400)));
             server.start(process);
