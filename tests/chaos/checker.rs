@@ -2,8 +2,9 @@
 //! email sent, naming its call), and names the first promise broken:
 //!
 //! - nothing is left `running` once the last restart has settled what a crash interrupted;
-//! - every acknowledged call (`200`/`202` naming it) exists, and one answered completed is
-//!   stored completed with the output it was answered with; the exception is the documented
+//! - every acknowledged call (`200`/`202` naming it) exists, and one answered completed (a
+//!   call, a decision, or a long-poll of a suspended call) is stored completed with the output
+//!   it was answered with; the exception is the documented
 //!   one, a read's record written behind its answer when a `kill -9` came right after it;
 //! - every effect has its call on record, runs at most once per call, at most once per
 //!   idempotency key, and exactly once for a call answered or stored completed, with the message
@@ -72,7 +73,9 @@ pub async fn check(
                 "an acknowledged call is not in the database: {call_id}, {record:?}"
             ));
         }
-        if record.completed() && !matches!(record.op, Op::Decide { .. }) {
+        // A decision's answer is the call's after it; a long-poll's is the call's then: both
+        // say where it stays once completed.
+        if record.completed() {
             let now = record_of(call_id).await;
             if now["status"] != "completed" || now["output"] != record.body["output"] {
                 return Err(format!(
@@ -265,6 +268,7 @@ fn summary(history: &[Record], faults: &[Fault]) -> String {
             Op::Read { .. } => "read",
             Op::Ask { .. } => "suspension",
             Op::Decide { .. } => "decision",
+            Op::Wait { .. } => "long-poll",
         };
         let result = record
             .status

@@ -34,6 +34,8 @@ pub enum Op {
     Read { tag: String },
     /// `ask_human`: a suspension.
     Ask { tag: String },
+    /// `GET /calls/{id}?wait=5` on a suspended call, sent with its decisions.
+    Wait { call_id: String },
     /// A decision on a suspension, sent at the same moment as another.
     Decide {
         token: String,
@@ -156,10 +158,11 @@ pub async fn drive(
                 };
                 let first = decide(true, &format!("yes-{tag}"));
                 let second = decide(both_approve, &format!("also-{tag}"));
-                let (first, second) = tokio::join!(first, second);
-                let mut kept = history.lock().unwrap();
-                kept.push(first);
-                kept.push(second);
+                // And a long-poll on the call, from a process of its own choosing, at the same
+                // moment: what it answers must be where the call stays.
+                let waited = wait(&http, (&*server, server.base(&mut rng)), n, call_id);
+                let (first, second, waited) = tokio::join!(first, second, waited);
+                history.lock().unwrap().extend([first, second, waited]);
             }
             asked
         };
@@ -217,6 +220,43 @@ async fn send(
         done_ms: server.now(),
         status: answer.0,
         body: answer.1,
+    }
+}
+
+/// Long-polls the call `call_id` at `base` until it leaves `suspended` (or 5 s pass).
+async fn wait(
+    http: &reqwest::Client,
+    (server, base): (&Server, Option<String>),
+    client: usize,
+    call_id: &str,
+) -> Record {
+    let op = Op::Wait {
+        call_id: call_id.to_owned(),
+    };
+    let sent_ms = server.now();
+    let base = base.unwrap_or_default();
+    let answer = http
+        .get(format!("{base}/calls/{call_id}?wait=5"))
+        .send()
+        .await;
+    let (status, body) = match answer {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            match response.json::<Value>().await {
+                Ok(body) => (Some(status), body),
+                Err(err) => (None, json!(format!("the answer's body: {err}"))),
+            }
+        }
+        Err(err) => (None, json!(err.to_string())),
+    };
+    Record {
+        client,
+        op,
+        base,
+        sent_ms,
+        done_ms: server.now(),
+        status,
+        body,
     }
 }
 
