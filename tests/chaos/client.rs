@@ -202,25 +202,7 @@ async fn send(
     if let Some(key) = key {
         request = request.header("idempotency-key", key);
     }
-    let answer = match request.send().await {
-        Ok(response) => {
-            let status = response.status().as_u16();
-            match response.json::<Value>().await {
-                Ok(body) => (Some(status), body),
-                Err(err) => (None, json!(format!("the answer's body: {err}"))),
-            }
-        }
-        Err(err) => (None, json!(err.to_string())),
-    };
-    Record {
-        client,
-        op,
-        base,
-        sent_ms,
-        done_ms: server.now(),
-        status: answer.0,
-        body: answer.1,
-    }
+    exchange(server, client, op, base, sent_ms, request).await
 }
 
 /// Long-polls the call `call_id` at `base` until it leaves `suspended` (or 5 s pass).
@@ -235,11 +217,20 @@ async fn wait(
     };
     let sent_ms = server.now();
     let base = base.unwrap_or_default();
-    let answer = http
-        .get(format!("{base}/calls/{call_id}?wait=5"))
-        .send()
-        .await;
-    let (status, body) = match answer {
+    let request = http.get(format!("{base}/calls/{call_id}?wait=5"));
+    exchange(server, client, op, base, sent_ms, request).await
+}
+
+/// Sends `request` to `base`, and records it as `op` sent at `sent_ms`, with its answer.
+async fn exchange(
+    server: &Server,
+    client: usize,
+    op: Op,
+    base: String,
+    sent_ms: u64,
+    request: reqwest::RequestBuilder,
+) -> Record {
+    let (status, body) = match request.send().await {
         Ok(response) => {
             let status = response.status().as_u16();
             match response.json::<Value>().await {
