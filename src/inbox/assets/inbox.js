@@ -1,6 +1,7 @@
 // toolgate inbox: the few things a page does by itself. No framework, no build step.
 // - The queue refreshes its list when approvals arrive or are decided elsewhere (the event
-//   stream), without touching anything else on the page: a filter being chosen stays chosen.
+//   stream), without touching anything else on the page: a filter being chosen stays chosen;
+//   and once when the stream opens, for what arrived before it did.
 // - A call's page says when the call was decided elsewhere, without touching its forms.
 // - Array fields get rows added and removed.
 // - Times, written by the server in UTC, are shown in the viewer's local time (UTC stays on
@@ -13,9 +14,13 @@
     "call.expired", "call.interrupted", "call.needs_reconciliation",
   ];
 
-  function listen(url, onEvent) {
+  function listen(url, onEvent, onOpen) {
     if (!window.EventSource) return;
     const source = new EventSource(url);
+    // A stream without a cursor starts with the next change, fixed before it opens: what changed
+    // between the page's making and the stream's opening (or while it reconnected) is caught up
+    // once it is open.
+    if (onOpen) source.addEventListener("open", onOpen);
     for (const type of TYPES) {
       source.addEventListener(type, (event) => {
         let data = null;
@@ -48,7 +53,7 @@
   const queue = document.querySelector("[data-live-queue]");
   if (queue) {
     let timer = null;
-    const refresh = () => {
+    const refresh = (announce) => {
       timer = null;
       fetch(queue.dataset.fragment, { credentials: "same-origin", headers: { "Accept": "text/html" } })
         .then((response) => {
@@ -65,13 +70,13 @@
             const again = queue.querySelector(`a[href="${CSS.escape(focused)}"]`);
             if (again) again.focus();
           }
-          say("The list was updated.");
+          if (announce) say("The list was updated.");
         })
         .catch(() => {});
     };
     listen(queue.dataset.events, () => {
-      if (timer === null) timer = setTimeout(refresh, 150);
-    });
+      if (timer === null) timer = setTimeout(() => refresh(true), 150);
+    }, () => refresh(false));
   }
 
   // One call: say so when it changes elsewhere; leave the forms as they are.
