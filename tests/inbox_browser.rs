@@ -156,6 +156,7 @@ async fn a_person_signs_in_and_decides_in_a_real_browser() {
         serde_json::json!([
             "caller refused",
             "live queue",
+            "caught up on open",
             "refused, fixed, approved",
             "rejected",
             "completed externally",

@@ -218,6 +218,19 @@ try {
     check((await page.locator(".queue").textContent()).includes("<script>alert(1)</script>"), "the payload shows as text");
     seen.steps.push("live queue");
 
+    // A suspension made after the queue was rendered, before its script opened the stream (the
+    // script held back until then): the queue catches up once the stream opens.
+    let release;
+    const held = new Promise((resolve) => { release = resolve; });
+    const script = /\/inbox\/assets\/inbox\.[0-9a-f]+\.js$/;
+    await page.route(script, async (route) => { await held; await route.continue(); });
+    await page.goto(`${base}/inbox`, { waitUntil: "commit" });
+    const early = await suspend("ask_human", { question: "Asked before the stream opened?" });
+    release();
+    await page.locator(`a[href$="/calls/${early}"]`).waitFor({ timeout: 10000 });
+    await page.unroute(script);
+    seen.steps.push("caught up on open");
+
     // A refund with payloads in its input, for the screenshots and the escaping check.
     const refund = await suspend("issue_refund", { order_id: "o-1042", amount_cents: 25000, reason: "Damaged in transit" });
     await page.locator(`a[href$="/calls/${refund}"]`).waitFor({ timeout: 20000 });
