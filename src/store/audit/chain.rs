@@ -6,10 +6,10 @@ use ring::digest::{Context, SHA256};
 use serde_json::{Map, Value};
 
 use super::{CHECKPOINT, GENESIS};
+use crate::contract::attest::arguments_sha256;
 
 /// The status of a completed call.
 const COMPLETED: &str = "completed";
-use crate::contract::attest::arguments_sha256;
 
 /// A change captured by a trigger, not yet chained.
 #[derive(Debug, Clone)]
@@ -72,11 +72,14 @@ pub(crate) fn chain(head: Option<(i64, String)>, pending: Vec<Pending>) -> Vec<C
     let (mut seq, prev) = head.unwrap_or((0, GENESIS.to_owned()));
     // A stored head that is not 32 bytes of hex chains on from its text's hash: the chain then
     // fails to verify there, where it was broken, rather than here.
-    let mut prev: [u8; 32] = hash_bytes(&prev).unwrap_or_else(|| {
-        let mut out = [0u8; 32];
-        out.copy_from_slice(ring::digest::digest(&SHA256, prev.as_bytes()).as_ref());
-        out
-    });
+    let mut bytes = [0u8; 32];
+    let mut prev: [u8; 32] = match hex::decode_to_slice(&prev, &mut bytes) {
+        Ok(()) => bytes,
+        Err(_) => {
+            bytes.copy_from_slice(ring::digest::digest(&SHA256, prev.as_bytes()).as_ref());
+            bytes
+        }
+    };
     let mut out = Vec::with_capacity(pending.len());
     for change in pending {
         seq += 1;
@@ -136,28 +139,6 @@ fn link_bytes(prev: &[u8; 32], entry: &str) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(hash.finish().as_ref());
     out
-}
-
-/// A hash's 32 bytes from its 64 hex digits (either case), read straight out (`hex::decode`
-/// allocates and goes through an iterator of results).
-fn hash_bytes(hex: &str) -> Option<[u8; 32]> {
-    fn digit(byte: u8) -> Option<u8> {
-        match byte {
-            b'0'..=b'9' => Some(byte - b'0'),
-            b'a'..=b'f' => Some(byte - b'a' + 10),
-            b'A'..=b'F' => Some(byte - b'A' + 10),
-            _ => None,
-        }
-    }
-    let hex = hex.as_bytes();
-    if hex.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (byte, pair) in out.iter_mut().zip(hex.chunks_exact(2)) {
-        *byte = (digit(pair[0])? << 4) | digit(pair[1])?;
-    }
-    Some(out)
 }
 
 /// Lowercase hex, written straight out (`hex::encode` goes a `char` at a time).
@@ -476,16 +457,6 @@ mod tests {
         let entry: Value = serde_json::from_str(&running[0].entry).unwrap();
         assert!(entry["event"].get("status").is_none(), "{entry}");
         assert!(entry["event"].get("attempts").is_none(), "{entry}");
-    }
-
-    #[test]
-    fn a_hash_reads_back_from_its_hex_and_nothing_else_does() {
-        let bytes: [u8; 32] = core::array::from_fn(|i| (i * 37) as u8);
-        let hex = to_hex(&bytes);
-        assert_eq!(hash_bytes(&hex), Some(bytes));
-        assert_eq!(hash_bytes(&hex.to_uppercase()), Some(bytes));
-        assert_eq!(hash_bytes(&hex[..62]), None);
-        assert_eq!(hash_bytes(&format!("{}zz", &hex[..62])), None);
     }
 
     #[test]

@@ -78,14 +78,18 @@ fn completes(kind: &str) -> bool {
     kind == "completed" || kind == "completed_externally"
 }
 
-/// The `created` change of `call`, as inserted.
-fn created(call: &PreparedCall) -> (i64, Option<String>, Change) {
+/// The `created` change of `call`, as inserted; with its status, attempts and output when it
+/// was inserted already `completed` (one entry records both: `chain::write_call_event`).
+fn created(call: &PreparedCall, completed: Option<&Prepared>) -> (i64, Option<String>, Change) {
     let change = CallChange {
         kind: "created".into(),
         actor: call.caller.clone(),
         tool: Some(call.tool.clone()),
         effect: Some(call.effect.into()),
         input: Some(call.input.clone()),
+        status: completed.map(|done| done.status.as_str().into()),
+        attempts: completed.map(|done| i64::from(done.attempts)),
+        output: completed.and_then(|done| done.output.clone()),
         ..CallChange::default()
     };
     (
@@ -97,28 +101,21 @@ fn created(call: &PreparedCall) -> (i64, Option<String>, Change) {
 
 /// The changes of `call`, just inserted, finished with `outcome` when it has one, pushed onto
 /// `changes`: `created`, then the outcome's. A call inserted already completed (every read
-/// record) is one entry (`chain::write_call_event` says how): its creation and its outcome are
-/// one write.
+/// record) is one entry: its creation and its outcome are one write.
 pub(super) fn inserted(
     changes: &mut Vec<(i64, Option<String>, Change)>,
     call: &PreparedCall,
     outcome: Option<&Prepared>,
 ) {
-    let mut created = created(call);
     match outcome {
-        Some(outcome) if outcome.status == CallStatus::Completed => {
-            if let Change::Call(change) = &mut created.2 {
-                change.status = Some(outcome.status.as_str().into());
-                change.attempts = Some(i64::from(outcome.attempts));
-                change.output.clone_from(&outcome.output);
-            }
-            changes.push(created);
+        Some(done) if done.status == CallStatus::Completed => {
+            changes.push(created(call, Some(done)))
         }
         Some(outcome) => {
-            changes.push(created);
+            changes.push(created(call, None));
             changes.push(self::outcome(&call.call_id, &call.tool, outcome));
         }
-        None => changes.push(created),
+        None => changes.push(created(call, None)),
     }
 }
 
