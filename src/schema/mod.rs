@@ -23,7 +23,7 @@ pub mod gemini;
 pub mod mcp;
 pub mod openai;
 mod refs;
-mod walk;
+pub(crate) mod walk;
 
 pub use clean::{clean_input_schema, clean_schema};
 

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 /// Keywords whose value is one schema.
-const SINGLE: [&str; 12] = [
+pub(crate) const SINGLE: [&str; 12] = [
     "additionalProperties",
     "items",
     "not",
@@ -20,10 +20,10 @@ const SINGLE: [&str; 12] = [
 ];
 
 /// Keywords whose value is an array of schemas (`items` too, in draft 7's tuple form).
-const LISTS: [&str; 5] = ["allOf", "anyOf", "oneOf", "prefixItems", "items"];
+pub(crate) const LISTS: [&str; 5] = ["allOf", "anyOf", "oneOf", "prefixItems", "items"];
 
 /// Keywords whose value is an object of schemas, keyed by name.
-const MAPS: [&str; 6] = [
+pub(crate) const MAPS: [&str; 6] = [
     "properties",
     "patternProperties",
     "$defs",

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub use super::auth::{AuthMode, ClientAuth, ExchangeSettings, UpstreamAuthConfig};
+pub use super::key::KeyTemplate;
 pub use super::pins::{OnNewTool, PinMode};
 pub use crate::base::Invalid;
 use crate::base::{expand, invalid};
@@ -66,9 +67,27 @@ pub struct UpstreamConfig {
     /// connection, `hold` afterwards.
     #[serde(default)]
     pub on_new_tool: Option<OnNewTool>,
-    /// Streamable HTTP: each call acts as its caller upstream (`[upstreams.auth]`).
+    /// Streamable HTTP or OpenAPI: each call acts as its caller upstream (`[upstreams.auth]`).
     #[serde(default)]
     pub auth: Option<UpstreamAuthConfig>,
+    /// OpenAPI: the document (an `http(s)://` URL or a file's path, JSON or YAML) whose
+    /// operations are served as tools.
+    #[serde(default)]
+    pub openapi: Option<String>,
+    /// OpenAPI: where requests go; unset, the document's first server.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// OpenAPI: the operations to serve (by id glob, `tag:<glob>` or a `/path` glob); empty,
+    /// every operation.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// OpenAPI: operations left out (as `include`).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// OpenAPI: a secret per security scheme of the document, by the scheme's name; `${NAME}`
+    /// in a value is read from the environment. Never logged.
+    #[serde(default)]
+    pub credentials: BTreeMap<String, String>,
 }
 
 fn every_tool() -> Vec<String> {
@@ -90,6 +109,11 @@ impl fmt::Debug for UpstreamConfig {
             .field("pins", &self.pins)
             .field("on_new_tool", &self.on_new_tool)
             .field("auth", &self.auth)
+            .field("openapi", &self.openapi)
+            .field("base_url", &self.base_url)
+            .field("include", &self.include)
+            .field("exclude", &self.exclude)
+            .field("credentials", &self.credentials.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -155,6 +179,8 @@ pub enum Transport {
         /// Headers for every request (secrets, maybe).
         headers: Vec<(String, String)>,
     },
+    /// A REST API described by an OpenAPI document.
+    OpenApi(super::openapi::Source),
 }
 
 impl fmt::Debug for Transport {
@@ -164,6 +190,7 @@ impl fmt::Debug for Transport {
                 write!(f, "stdio `{program}` {args:?}")
             }
             Transport::Http { url, .. } => write!(f, "{}", super::link::shown_url(url)),
+            Transport::OpenApi(source) => write!(f, "OpenAPI {source:?}"),
         }
     }
 }
@@ -210,49 +237,47 @@ impl UpstreamConfig {
                  tool's name)",
             ));
         }
-        match (&self.command, &self.url) {
-            (Some(command), None) => {
-                if command.first().is_none_or(|program| program.is_empty()) {
-                    return Err(invalid("command", "must name a program"));
-                }
-                if !self.headers.is_empty() {
-                    return Err(invalid(
-                        "headers",
-                        "only an upstream with a `url` sends headers",
-                    ));
-                }
-            }
-            (None, Some(url)) => {
-                let parsed = url::Url::parse(url)
-                    .map_err(|err| invalid("url", format!("is not a URL: {err}")))?;
-                if !matches!(parsed.scheme(), "http" | "https") {
-                    return Err(invalid("url", "must be http:// or https://"));
-                }
-                // A URL is logged; a secret goes in a header, from the environment.
-                if !parsed.username().is_empty() || parsed.password().is_some() {
-                    return Err(invalid(
-                        "url",
-                        "must not carry credentials (they would be logged): send them in \
-                         `headers`, e.g. Authorization = \"Bearer ${TOKEN}\"",
-                    ));
-                }
-                if !self.env.is_empty() {
-                    return Err(invalid(
-                        "env",
-                        "only an upstream with a `command` has an environment",
-                    ));
-                }
-            }
-            (Some(_), Some(_)) => {
+        let ways = [
+            self.command.is_some(),
+            self.url.is_some(),
+            self.openapi.is_some(),
+        ];
+        match ways.iter().filter(|set| **set).count() {
+            0 => {
                 return Err(invalid(
-                    "url",
-                    "set `command` (stdio) or `url` (HTTP), not both",
+                    "command",
+                    "set `command` (stdio), `url` (Streamable HTTP) or `openapi` (a REST API)",
                 ));
             }
-            (None, None) => {
-                return Err(invalid("command", "set `command` (stdio) or `url` (HTTP)"));
+            1 => {}
+            _ => {
+                return Err(invalid(
+                    if self.url.is_some() { "url" } else { "openapi" },
+                    "set one of `command` (stdio), `url` (Streamable HTTP) and `openapi` (a \
+                     REST API), not more",
+                ));
             }
         }
+        if let Some(command) = &self.command {
+            if command.first().is_none_or(|program| program.is_empty()) {
+                return Err(invalid("command", "must name a program"));
+            }
+            if !self.headers.is_empty() {
+                return Err(invalid(
+                    "headers",
+                    "only an upstream with a `url` or an `openapi` document sends headers",
+                ));
+            }
+        } else if !self.env.is_empty() {
+            return Err(invalid(
+                "env",
+                "only an upstream with a `command` has an environment",
+            ));
+        }
+        if let Some(url) = &self.url {
+            check_http_url("url", url)?;
+        }
+        super::openapi::check(self)?;
         for (table, entries) in [("headers", &self.headers), ("env", &self.env)] {
             for (key, value) in entries {
                 expand(value, |_| Some(String::new()))
@@ -267,7 +292,7 @@ impl UpstreamConfig {
             }
         }
         if let Some(auth) = &self.auth {
-            auth.check(self.url.is_some())?;
+            auth.check(self.command.is_none())?;
         }
         if self.tools.is_empty() {
             return Err(invalid(
@@ -354,7 +379,11 @@ impl UpstreamConfig {
                 url: url.clone(),
                 headers: expand_all(&self.headers, "headers")?,
             },
-            (None, None) => return Err(invalid("command", "set `command` or `url`")),
+            (None, None) => Transport::OpenApi(super::openapi::Source::resolve(
+                self,
+                expand_all(&self.headers, "headers")?,
+                expand_all(&self.credentials, "credentials")?,
+            )?),
         };
         Ok(Upstream {
             name: self.name.clone(),
@@ -377,100 +406,27 @@ impl UpstreamConfig {
     }
 }
 
-/// An idempotency key template: literal text and `{field}`s, each a top-level input field.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyTemplate {
-    parts: Vec<Part>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Part {
-    Text(String),
-    Field(String),
-}
-
-impl KeyTemplate {
-    /// Parses `write:{path}`; `{{` and `}}` are literal braces.
-    pub fn parse(template: &str) -> Result<KeyTemplate, String> {
-        let mut parts = Vec::new();
-        let mut text = String::new();
-        let mut chars = template.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '{' if chars.peek() == Some(&'{') => {
-                    chars.next();
-                    text.push('{');
-                }
-                '}' if chars.peek() == Some(&'}') => {
-                    chars.next();
-                    text.push('}');
-                }
-                '{' => {
-                    let mut field = String::new();
-                    let mut closed = false;
-                    for c in chars.by_ref() {
-                        if c == '}' {
-                            closed = true;
-                            break;
-                        }
-                        field.push(c);
-                    }
-                    if !closed || field.is_empty() || field.contains('{') {
-                        return Err("has a `{` that does not close around a field name".into());
-                    }
-                    if !text.is_empty() {
-                        parts.push(Part::Text(std::mem::take(&mut text)));
-                    }
-                    parts.push(Part::Field(field));
-                }
-                '}' => return Err("has a `}` that opens nothing (write `}}` for a brace)".into()),
-                c => text.push(c),
-            }
-        }
-        if !text.is_empty() {
-            parts.push(Part::Text(text));
-        }
-        if !parts.iter().any(|part| matches!(part, Part::Field(_))) {
-            return Err(
-                "names no input field: a key the same for every input would make every call \
-                 after the first a replay of it"
-                    .into(),
-            );
-        }
-        Ok(KeyTemplate { parts })
+/// Checks an `http(s)://` URL of an entry: parsed, and without credentials (a URL is logged;
+/// a secret goes in a header, from the environment).
+pub(super) fn check_http_url(field: &str, url: &str) -> Result<url::Url, Invalid> {
+    let parsed =
+        url::Url::parse(url).map_err(|err| invalid(field, format!("is not a URL: {err}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(field, "must be http:// or https://"));
     }
-
-    /// The fields the template reads.
-    pub fn fields(&self) -> impl Iterator<Item = &str> {
-        self.parts.iter().filter_map(|part| match part {
-            Part::Field(field) => Some(field.as_str()),
-            Part::Text(_) => None,
-        })
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(invalid(
+            field,
+            "must not carry credentials (they would be logged): send them in `headers`, e.g. \
+             Authorization = \"Bearer ${TOKEN}\"",
+        ));
     }
-
-    /// The key of `input`; `None` when a field is missing or not a string, number or boolean
-    /// (the call then runs without a key of its own).
-    pub fn render(&self, input: &Value) -> Option<String> {
-        let mut key = String::new();
-        for part in &self.parts {
-            match part {
-                Part::Text(text) => key.push_str(text),
-                Part::Field(field) => match input.get(field)? {
-                    Value::String(s) => key.push_str(s),
-                    Value::Number(n) => key.push_str(&n.to_string()),
-                    Value::Bool(b) => key.push_str(if *b { "true" } else { "false" }),
-                    _ => return None,
-                },
-            }
-        }
-        Some(key)
-    }
+    Ok(parsed)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn globs_match_as_shells_do() {
@@ -506,24 +462,6 @@ mod tests {
         assert!(!crate::contract::registry::glob_matches("", "x"));
         assert!(crate::contract::registry::glob_matches("a*b*c", "aXXbYYc"));
         assert!(!crate::contract::registry::glob_matches("a*b*c", "aXXbYY"));
-    }
-
-    #[test]
-    fn key_templates_render_top_level_fields() {
-        let template = KeyTemplate::parse("write:{path}:{n}{{x}}").unwrap();
-        assert_eq!(template.fields().collect::<Vec<_>>(), ["path", "n"]);
-        assert_eq!(
-            template
-                .render(&json!({"path": "a.txt", "n": 3}))
-                .as_deref(),
-            Some("write:a.txt:3{x}")
-        );
-        assert_eq!(template.render(&json!({"path": "a.txt"})), None);
-        assert_eq!(template.render(&json!({"path": {"x": 1}, "n": 1})), None);
-        assert!(KeyTemplate::parse("constant").is_err());
-        assert!(KeyTemplate::parse("a:{path").is_err());
-        assert!(KeyTemplate::parse("a:}").is_err());
-        assert!(KeyTemplate::parse("a:{}").is_err());
     }
 
     #[test]

@@ -88,6 +88,8 @@ pub(crate) struct Link {
     pub(super) exchange: Option<super::exchange::Exchanger>,
     /// The bearers of the calls in flight, by pass (see `super::http`).
     pub(super) passes: Arc<super::http::Passes>,
+    /// For a REST API (`openapi`): its document's operations and its HTTP client.
+    pub(super) api: Option<super::openapi::Api>,
 }
 
 impl Link {
@@ -98,7 +100,12 @@ impl Link {
             Some(auth) => Some(super::exchange::Exchanger::new(&config.name, auth.clone())?),
             None => None,
         };
+        let api = match &config.transport {
+            Transport::OpenApi(source) => Some(super::openapi::Api::new(source.clone())?),
+            _ => None,
+        };
         Ok(Arc::new(Link {
+            api,
             exchange,
             passes: Arc::default(),
             config,
@@ -153,7 +160,7 @@ impl Link {
                 }
                 text
             }
-            Transport::Stdio { .. } => text.to_owned(),
+            Transport::Stdio { .. } | Transport::OpenApi(_) => text.to_owned(),
         }
     }
 
@@ -215,6 +222,7 @@ impl Link {
                         format!("cannot reach {}: {err}", shown_url(url))
                     })
                 }
+                Transport::OpenApi(_) => Err("a REST API has no MCP session".to_owned()),
             }
         };
         tokio::time::timeout(CONNECT_TIMEOUT, connecting)

@@ -21,7 +21,9 @@ mod changes;
 pub mod config;
 mod exchange;
 mod http;
+mod key;
 mod link;
+pub mod openapi;
 pub mod pins;
 mod tool;
 
@@ -90,9 +92,11 @@ pub struct Upstreams {
 
 struct Started {
     link: Arc<Link>,
-    /// The session made at start and the tool list it read; `None` for an HTTP server that did
-    /// not answer.
-    session: Option<(Session, Vec<McpTool>)>,
+    /// The MCP session made at start; `None` for a REST API, or an HTTP server that did not
+    /// answer.
+    session: Option<Session>,
+    /// The tool list read at start; `None` for an HTTP server that did not answer.
+    listed: Option<Vec<McpTool>>,
     tools: Vec<Arc<dyn DynTool>>,
     /// Whether `tools` are as the pins say (always, with pins off); if not, the supervisor
     /// publishes the start's list once it has read the pins.
@@ -119,13 +123,21 @@ impl Upstreams {
                 message,
             })?;
             let reached = async {
+                if let Some(api) = &link.api {
+                    let listed = api
+                        .load(link.name(), &link.config.tools, link.exchange.is_some())
+                        .await?;
+                    return Ok((None, listed));
+                }
                 let session = link.connect().await?;
                 let listed = Link::list(session.peer()).await?;
-                Ok::<_, String>((session, listed))
+                Ok::<_, String>((Some(session), listed))
             };
             match reached.await {
-                Ok((session, listed)) => Ok((link, Some(session), listed)),
-                Err(message) if matches!(link.config.transport, Transport::Stdio { .. }) => {
+                Ok((session, listed)) => Ok((link, session, Some(listed))),
+                // A stdio server that cannot start, or a document that cannot be read, stops
+                // the start.
+                Err(message) if !matches!(link.config.transport, Transport::Http { .. }) => {
                     Err(UpstreamError::Start {
                         upstream: link.name().to_owned(),
                         message,
@@ -139,7 +151,7 @@ impl Upstreams {
                         "the upstream MCP server does not answer with its tools; they appear \
                          once it does"
                     );
-                    Ok((link, None, Vec::new()))
+                    Ok((link, None, None))
                 }
             }
         });
@@ -157,7 +169,7 @@ impl Upstreams {
         for connected in futures_util::future::join_all(connecting).await {
             let (link, session, listed) = connected?;
             let mut tools = Vec::new();
-            for remote in selected(&link, &listed) {
+            for remote in selected(&link, listed.as_deref().unwrap_or_default()) {
                 let name = prefixed(link.name(), &remote.name);
                 if !is_valid_tool_name(&name) {
                     return Err(UpstreamError::InvalidName {
@@ -176,10 +188,11 @@ impl Upstreams {
                 }
                 tools.push(upstream_tool(&link, remote));
             }
-            let pinned = link.config.pins.is_none() || session.is_none();
+            let pinned = link.config.pins.is_none() || listed.is_none();
             started.push(Started {
                 link,
-                session: session.map(|session| (session, listed)),
+                session,
+                listed,
                 tools,
                 pinned,
             });
@@ -198,7 +211,7 @@ impl Upstreams {
             if started.pinned {
                 continue;
             }
-            if let Some((_, listed)) = &started.session {
+            if let Some(listed) = &started.listed {
                 started.tools = self.book.served(store, &started.link, listed).await;
                 started.pinned = true;
             }
@@ -243,14 +256,15 @@ impl Upstreams {
         for Started {
             link,
             session,
+            listed,
             tools,
             pinned,
         } in self.started
         {
             // Tools not compared with their pins yet (a builder not started with
             // `ServerBuilder::start`) are served once they are, by the supervisor.
-            let unpinned = match (&session, pinned) {
-                (Some((_, listed)), false) => Some(listed.clone()),
+            let unpinned = match (&listed, pinned) {
+                (Some(listed), false) => Some(listed.clone()),
                 _ => {
                     for err in dispatcher.replace_upstream_tools(link.name(), tools) {
                         tracing::error!(upstream = link.name(), error = %err, "an upstream tool is not served");
@@ -276,7 +290,11 @@ impl Upstreams {
                 if let Some(listed) = unpinned {
                     on_list(listed).await;
                 }
-                link.supervise(session, on_list).await;
+                if link.api.is_some() {
+                    openapi::refresh(link, listed.unwrap_or_default(), on_list).await;
+                } else {
+                    link.supervise(session.zip(listed), on_list).await;
+                }
             });
         }
     }

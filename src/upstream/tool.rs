@@ -15,7 +15,7 @@ use rmcp::ServiceError;
 use rmcp::model::{
     CallToolRequestParams, ContentBlock, MetaObject, RequestMetaObject, Tool as McpTool,
 };
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tracing::Instrument as _;
 
 use super::config::{KeyTemplate, SEPARATOR, UpstreamPolicy};
@@ -33,22 +33,24 @@ use crate::telemetry::spans;
 pub(crate) const ATTESTATION_META: &str = "dev.toolgate/attestation";
 
 /// When to try a tool whose server is down again.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
+pub(super) const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The most characters of an upstream's error text kept: it is recorded on the call, and shown
 /// to callers and approvers.
 const MAX_ERROR_CHARS: usize = 4000;
 
 /// A tool served by an upstream MCP server.
 pub(crate) struct UpstreamTool {
-    name: String,
+    pub(super) name: String,
     /// Its name on the upstream server.
-    remote: Arc<str>,
+    pub(super) remote: Arc<str>,
     description: String,
-    effect: Effect,
+    pub(super) effect: Effect,
     input_schema: Value,
     output_schema: Option<Value>,
     key: Option<KeyTemplate>,
-    link: Arc<Link>,
+    pub(super) link: Arc<Link>,
+    /// The operation a call sends, for a tool of an OpenAPI document.
+    operation: Option<Arc<super::openapi::Operation>>,
     /// The pin it is served under, when its upstream's pins are on.
     pin: Option<Pinned>,
 }
@@ -83,6 +85,7 @@ impl UpstreamTool {
             key: policy
                 .and_then(|p| p.idempotency_key.as_deref())
                 .and_then(|template| KeyTemplate::parse(template).ok()),
+            operation: link.api.as_ref().and_then(|api| api.operation(&tool.name)),
             link,
             pin: None,
         }
@@ -100,7 +103,7 @@ impl UpstreamTool {
         self
     }
 
-    fn unavailable(&self, message: String, may_have_run: bool) -> ToolError {
+    pub(super) fn unavailable(&self, message: String, may_have_run: bool) -> ToolError {
         ToolError::Unavailable {
             tool: self.name.clone(),
             unavailable: Unavailable {
@@ -108,6 +111,39 @@ impl UpstreamTool {
                 retry_after: RETRY_AFTER,
             },
             may_have_run,
+        }
+    }
+
+    /// The call's attestation, for this upstream, over the arguments as sent: a call that
+    /// cannot carry one is not sent (nothing left, so it may be tried again).
+    pub(super) async fn attestation(
+        &self,
+        ctx: &ToolCtx,
+        input: &Value,
+    ) -> Result<Option<String>, ToolError> {
+        ctx.attestation(self.link.name(), input)
+            .await
+            .map_err(|err| {
+                tracing::warn!(tool = %self.name, error = %err, "a call to an upstream was not sent");
+                self.unavailable(
+                    "toolgate could not sign the call's attestation now.".into(),
+                    false,
+                )
+            })
+    }
+
+    /// The call's arguments: its input, an object (the input schema's root is one, and the
+    /// check before this lets nothing else in).
+    pub(super) fn arguments(&self, input: Value) -> Result<Map<String, Value>, ToolError> {
+        match input {
+            Value::Object(arguments) => Ok(arguments),
+            _ => Err(ToolError::InvalidInput {
+                tool: self.name.clone(),
+                violations: vec![crate::contract::error::InputViolation {
+                    path: String::new(),
+                    message: "the input must be an object".into(),
+                }],
+            }),
         }
     }
 
@@ -158,6 +194,10 @@ impl DynTool for UpstreamTool {
     }
 
     fn ready(&self) -> Result<(), Unavailable> {
+        if self.link.api.is_some() {
+            // A REST API has no session to lose: each call finds out for itself.
+            return Ok(());
+        }
         match self.link.peer() {
             Some((_, peer)) if !peer.is_transport_closed() => Ok(()),
             _ => Err(self.down()),
@@ -194,6 +234,9 @@ impl DynTool for UpstreamTool {
                 .permanent(),
             });
         }
+        if let Some(operation) = &self.operation {
+            return self.call_api(operation, ctx, input).await;
+        }
         let Some((session, peer)) = self
             .link
             .peer()
@@ -201,18 +244,7 @@ impl DynTool for UpstreamTool {
         else {
             return Err(self.unavailable(self.down().message, false));
         };
-        // The call's attestation, for this upstream, over the arguments as sent: a call that
-        // cannot carry one is not sent (nothing left, so it may be tried again).
-        let attestation = match ctx.attestation(self.link.name(), &input).await {
-            Ok(attestation) => attestation,
-            Err(err) => {
-                tracing::warn!(tool = %self.name, error = %err, "a call to an upstream was not sent");
-                return Err(self.unavailable(
-                    "toolgate could not sign the call's attestation now.".into(),
-                    false,
-                ));
-            }
-        };
+        let attestation = self.attestation(ctx, &input).await?;
         // An upstream that acts as each caller: this call's bearer, held by a pass while the
         // call runs (dropped with it).
         let pass = match &self.link.exchange {
@@ -222,16 +254,7 @@ impl DynTool for UpstreamTool {
             }
             None => None,
         };
-        let Value::Object(arguments) = input else {
-            // The input schema's root is an object: the check before this lets nothing else in.
-            return Err(ToolError::InvalidInput {
-                tool: self.name.clone(),
-                violations: vec![crate::contract::error::InputViolation {
-                    path: String::new(),
-                    message: "the input must be an object".into(),
-                }],
-            });
-        };
+        let arguments = self.arguments(input)?;
         let mut params =
             CallToolRequestParams::new(self.remote.to_string()).with_arguments(arguments);
         let span = spans::upstream_call(&self.remote, self.link.name());
@@ -317,7 +340,7 @@ impl DynTool for UpstreamTool {
 }
 
 /// `text`, cut to [`MAX_ERROR_CHARS`].
-fn bounded(text: String) -> String {
+pub(super) fn bounded(text: String) -> String {
     match text.char_indices().nth(MAX_ERROR_CHARS) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text,

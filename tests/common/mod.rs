@@ -10,6 +10,7 @@ pub mod browser;
 pub mod events;
 pub mod oidc;
 pub mod pg;
+pub mod prism;
 pub mod receiver;
 pub mod shapes;
 pub mod smtp;

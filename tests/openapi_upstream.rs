@@ -1,0 +1,294 @@
+//! REST APIs behind toolgate: an `[[upstreams]]` entry with an OpenAPI document, served by the
+//! real binary, calling Prism (a server that answers from the same document and refuses any
+//! request that breaks it) through a recorder, so each test reads what reached the API and
+//! Prism's judgement of it, not what toolgate says it sent.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use common::prism::{Prism, Recorder, example_document};
+use common::upstream::{descriptor, tool_names};
+use common::{Binary, temp_dir};
+
+/// The binary serving the examples and `config` (written to a file in `dir`).
+fn serve(dir: &Path, config: &str) -> Binary {
+    let path = dir.join("toolgate.toml");
+    std::fs::write(&path, config).unwrap();
+    Binary::start_with(dir, &["--config", path.to_str().unwrap()], &[])
+}
+
+/// The petstore entry: `document` (a path), requests to `base`, both credentials, and `extra`.
+fn petstore(document: &Path, base: &str, extra: &str) -> String {
+    format!(
+        "[[upstreams]]\nname = \"pets\"\nopenapi = {document:?}\nbase_url = {base:?}\n\
+         credentials = {{ petstore_auth = \"oauth-token\", api_key = \"key-1\" }}\n{extra}\n",
+    )
+}
+
+/// Every operation of the Petstore but `uploadFile` (a file upload), with its effect.
+const PETSTORE: [(&str, &str); 19] = [
+    ("addPet", "write"),
+    ("createUser", "write"),
+    ("createUsersWithArrayInput", "write"),
+    ("createUsersWithListInput", "write"),
+    ("deleteOrder", "idempotent"),
+    ("deletePet", "idempotent"),
+    ("deleteUser", "idempotent"),
+    ("findPetsByStatus", "read"),
+    ("findPetsByTags", "read"),
+    ("getInventory", "read"),
+    ("getOrderById", "read"),
+    ("getPetById", "read"),
+    ("getUserByName", "read"),
+    ("loginUser", "read"),
+    ("logoutUser", "read"),
+    ("placeOrder", "write"),
+    ("updatePet", "idempotent"),
+    ("updatePetWithForm", "write"),
+    ("updateUser", "idempotent"),
+];
+
+async fn every_operation_is_a_tool_with_its_effect_and_schemas(document: &str) {
+    let dir = temp_dir();
+    let server = serve(
+        dir.path(),
+        &petstore(&example_document(document), "http://127.0.0.1:9", ""),
+    );
+    let api = &server.api;
+    let mut names: Vec<String> = tool_names(api)
+        .await
+        .into_iter()
+        .filter(|name| name.starts_with("pets__"))
+        .collect();
+    names.sort();
+    let expected: Vec<String> = PETSTORE
+        .iter()
+        .map(|(id, _)| format!("pets__{id}"))
+        .collect();
+    assert_eq!(names, expected);
+    for (id, effect) in PETSTORE {
+        let tool = descriptor(api, &format!("pets__{id}")).await;
+        assert_eq!(tool["effect"], effect, "{id}");
+    }
+    // The file upload is named at start, with why.
+    let log = server.log();
+    assert!(
+        log.iter().any(|line| line.contains("uploadFile")
+            && (line.contains("file field `file`")
+                || line.contains("application/octet-stream, which toolgate does not send"))
+            && line.contains("not served")),
+        "{log:#?}"
+    );
+
+    let find = descriptor(api, "pets__findPetsByStatus").await;
+    assert!(
+        find["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("GET /pet/findByStatus\n\nFinds Pets by status"),
+        "{find}"
+    );
+    let status = &find["input_schema"]["properties"]["status"];
+    assert_eq!(status["type"], "array", "{find}");
+    assert_eq!(
+        status["items"]["enum"],
+        json!(["available", "pending", "sold"])
+    );
+    assert_eq!(find["input_schema"]["required"], json!(["status"]));
+    assert_eq!(find["output_schema"]["type"], "array", "{find}");
+    assert_eq!(
+        find["output_schema"]["items"]["required"],
+        json!(["name", "photoUrls"])
+    );
+
+    let get = descriptor(api, "pets__getPetById").await;
+    assert_eq!(
+        get["input_schema"]["properties"]["petId"]["type"],
+        "integer"
+    );
+    assert_eq!(get["input_schema"]["required"], json!(["petId"]));
+    assert_eq!(get["output_schema"]["properties"]["name"]["type"], "string");
+
+    // A body (a `$ref` to a request body, to a schema) is the input's `body`.
+    let add = descriptor(api, "pets__addPet").await;
+    assert_eq!(add["input_schema"]["required"], json!(["body"]), "{add}");
+    let body = &add["input_schema"]["properties"]["body"];
+    assert_eq!(body["required"], json!(["name", "photoUrls"]), "{add}");
+    assert_eq!(
+        body["properties"]["category"]["properties"]["name"]["type"],
+        "string"
+    );
+
+    // A call whose input breaks the schema never reaches the API.
+    let (status, body) = api.call("pets__getPetById", json!({"petId": "five"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+}
+
+#[tokio::test]
+async fn every_petstore_operation_is_a_tool_with_its_effect_and_schemas_30_json() {
+    every_operation_is_a_tool_with_its_effect_and_schemas("3.0/json/petstore.json").await;
+}
+
+#[tokio::test]
+async fn every_petstore_operation_is_a_tool_with_its_effect_and_schemas_31_yaml() {
+    every_operation_is_a_tool_with_its_effect_and_schemas("3.1/yaml/petstore.yaml").await;
+}
+
+#[tokio::test]
+async fn calls_of_each_method_reach_prism_valid() {
+    let document = example_document("3.0/json/petstore.json");
+    let prism = Prism::start(&document).await;
+    let recorder = Recorder::start(&prism).await;
+    let dir = temp_dir();
+    let server = serve(dir.path(), &petstore(&document, &recorder.url(), ""));
+    let api = &server.api;
+    let pet =
+        json!({"name": "Rex", "photoUrls": ["https://example.com/rex.png"], "status": "available"});
+    let calls = [
+        // The only answers these operations declare are errors: Prism gives the declared one.
+        ("addPet", json!({"body": pet}), "405"),
+        ("updatePet", json!({"body": pet}), "400"),
+        (
+            "updatePetWithForm",
+            json!({"petId": 7, "body": {"name": "Rex", "status": "sold"}}),
+            "405",
+        ),
+        ("deletePet", json!({"petId": 7, "api_key": "extra"}), "400"),
+        (
+            "findPetsByStatus",
+            json!({"status": ["available", "sold"]}),
+            "200",
+        ),
+        ("findPetsByTags", json!({"tags": ["a b", "c/d"]}), "200"),
+        ("getPetById", json!({"petId": 7}), "200"),
+        ("getInventory", json!({}), "200"),
+        (
+            "placeOrder",
+            json!({"body": {"petId": 7, "quantity": 1}}),
+            "200",
+        ),
+        ("getOrderById", json!({"orderId": 5}), "200"),
+        ("deleteOrder", json!({"orderId": 5}), "400"),
+        (
+            "createUsersWithArrayInput",
+            json!({"body": [{"username": "ann"}]}),
+            "200",
+        ),
+        (
+            "loginUser",
+            json!({"username": "ann", "password": "p w&d"}),
+            "200",
+        ),
+        ("getUserByName", json!({"username": "ann smith"}), "200"),
+        (
+            "updateUser",
+            json!({"username": "ann", "body": {"email": "a@example.com"}}),
+            "400",
+        ),
+    ];
+    for (id, input, answer) in &calls {
+        let (status, body) = api.call(&format!("pets__{id}"), input.clone()).await;
+        if *answer == "200" {
+            assert_eq!(status, StatusCode::OK, "{id}: {body}");
+            assert_eq!(body["status"], "completed", "{id}: {body}");
+        } else {
+            // A 4xx is the tool failing, with the status.
+            assert_eq!(body["status"], "failed", "{id}: {body}");
+            let message = body["error"]["message"].as_str().unwrap();
+            assert!(
+                message.starts_with(&format!("The API answered {answer}")),
+                "{id}: {body}"
+            );
+        }
+    }
+    let seen = recorder.seen();
+    assert_eq!(seen.len(), calls.len(), "{seen:#?}");
+    for request in &seen {
+        assert_eq!(request.refused, None, "Prism refused {request:#?}");
+    }
+    let find = &recorder.to("GET", "/pet/findByStatus")[0];
+    assert_eq!(
+        find.target,
+        "/pet/findByStatus?status=available&status=sold"
+    );
+    assert_eq!(find.header("authorization"), Some("Bearer oauth-token"));
+    let tags = &recorder.to("GET", "/pet/findByTags")[0];
+    assert_eq!(tags.target, "/pet/findByTags?tags=a+b&tags=c%2Fd");
+    let get = &recorder.to("GET", "/pet/7")[0];
+    assert_eq!(get.header("api_key"), Some("key-1"));
+    assert_eq!(get.header("authorization"), None);
+    let user = &recorder.to("GET", "/user/ann")[0];
+    assert_eq!(user.target, "/user/ann%20smith");
+    let form = &recorder.to("POST", "/pet/7")[0];
+    assert_eq!(
+        form.header("content-type"),
+        Some("application/x-www-form-urlencoded")
+    );
+    assert_eq!(&form.body[..], b"name=Rex&status=sold");
+    let order = &recorder.to("POST", "/store/order")[0];
+    assert_eq!(order.header("content-type"), Some("application/json"));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&order.body).unwrap(),
+        json!({"petId": 7, "quantity": 1})
+    );
+    // A write carries an idempotency key (the call's id, when the caller gave none); a read and
+    // an idempotent call none.
+    assert!(
+        order
+            .header("idempotency-key")
+            .unwrap()
+            .starts_with("call_")
+    );
+    assert_eq!(find.header("idempotency-key"), None);
+    assert_eq!(
+        recorder.to("DELETE", "/store/order/5")[0].header("idempotency-key"),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_gated_write_runs_once_when_approved_with_its_key_and_a_replay_sends_nothing() {
+    let document = example_document("3.1/json/petstore.json");
+    let prism = Prism::start(&document).await;
+    let recorder = Recorder::start(&prism).await;
+    let dir = temp_dir();
+    let policy = "[upstreams.policies.placeOrder]\nrequire_approval = true\n";
+    let server = serve(dir.path(), &petstore(&document, &recorder.url(), policy));
+    let api = &server.api;
+    let input = json!({"body": {"petId": 7, "quantity": 2, "status": "placed"}});
+
+    let (status, _, _, body) = api
+        .call_keyed("pets__placeOrder", "order-7", input.clone())
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let call_id = body["call_id"].as_str().unwrap().to_owned();
+    let token = body["suspension"]["token"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(recorder.seen().is_empty(), "sent before approval");
+
+    let (status, body) = api.approve(&token, json!({"note": "fine"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "completed", "{body}");
+    let output = body["output"].clone();
+    assert!(output["id"].is_i64(), "{body}");
+    let sent = recorder.to("POST", "/store/order");
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    // The key the API sees is the caller's, scoped to the caller and hashed (as every handler
+    // sees it): two callers' `order-7` are two keys upstream too.
+    let key = sent[0].header("idempotency-key").unwrap().to_owned();
+    assert!(key.starts_with("client:") && key.len() == 71, "{key}");
+    assert_eq!(sent[0].refused, None);
+
+    // The same key again: the record answers, and nothing more reaches the API.
+    let (status, replayed, _, body) = api.call_keyed("pets__placeOrder", "order-7", input).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(replayed.as_deref(), Some("true"));
+    assert_eq!(body["call_id"], call_id.as_str());
+    assert_eq!(body["output"], output);
+    assert_eq!(recorder.to("POST", "/store/order").len(), 1);
+}
