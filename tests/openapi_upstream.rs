@@ -11,7 +11,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use common::prism::{Prism, Recorder, example_document};
+use common::prism::{Prism, Recorder, example_document, github_document};
 use common::upstream::{descriptor, tool_names};
 use common::{Binary, temp_dir};
 
@@ -291,4 +291,186 @@ async fn a_gated_write_runs_once_when_approved_with_its_key_and_a_replay_sends_n
     assert_eq!(body["call_id"], call_id.as_str());
     assert_eq!(body["output"], output);
     assert_eq!(recorder.to("POST", "/store/order").len(), 1);
+}
+
+/// The ids of the operations of GitHub's document tagged `tag`, as the document lists them.
+fn github_operations(tag: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(github_document()).unwrap();
+    let document: Value = serde_json::from_str(&text).unwrap();
+    let mut ids = Vec::new();
+    for item in document["paths"].as_object().unwrap().values() {
+        for operation in item.as_object().unwrap().values() {
+            let tagged = operation["tags"]
+                .as_array()
+                .is_some_and(|tags| tags.iter().any(|t| t == tag));
+            if tagged {
+                ids.push(operation["operationId"].as_str().unwrap().to_owned());
+            }
+        }
+    }
+    ids
+}
+
+#[tokio::test]
+async fn githubs_whole_document_filtered_by_tag_serves_tools_the_providers_take_and_prism_accepts()
+{
+    let document = github_document();
+    // The answers made from the schemas: some of the document's examples are wrapped in an
+    // extension Prism answers as they are, which the output schemas rightly refuse.
+    let prism = Prism::start_with(&document, &["--dynamic", "--seed", "39"]).await;
+    let recorder = Recorder::start(&prism).await;
+    let dir = temp_dir();
+    let config = format!(
+        "[[upstreams]]\nname = \"gh\"\nopenapi = {:?}\nbase_url = {:?}\ninclude = [\"tag:issues\"]\n\
+         headers = {{ Authorization = \"Bearer gh-token\" }}\n",
+        document.to_str().unwrap(),
+        recorder.url()
+    );
+    let server = serve(dir.path(), &config);
+    let api = &server.api;
+
+    // Every operation of the tag, and nothing else, none skipped.
+    let mut expected: Vec<String> = github_operations("issues")
+        .iter()
+        .map(|id| format!("gh__{}", id.replace('/', "_")))
+        .collect();
+    expected.sort();
+    let mut names: Vec<String> = tool_names(api)
+        .await
+        .into_iter()
+        .filter(|name| name.starts_with("gh__"))
+        .collect();
+    names.sort();
+    assert!(expected.len() > 40, "{expected:?}");
+    assert_eq!(names, expected);
+    let log = server.log().join("\n");
+    assert!(log.contains("skipped=0"), "{log}");
+
+    // Each provider's own code takes every tool's schema.
+    let mut formats = serde_json::Map::new();
+    for format in ["openai", "openai-responses", "anthropic", "gemini", "mcp"] {
+        let (status, body) = api.get(&format!("/tools?format={format}")).await;
+        assert_eq!(status, StatusCode::OK, "{format}: {body}");
+        formats.insert(format.into(), body["tools"].clone());
+    }
+    let dump = json!({"formats": formats, "plain_inputs": {}, "strict_inputs": {}, "outputs": {}});
+    common::judged_by_providers(dir.path(), &dump);
+
+    // Calls of each method reach Prism, serving the same document, valid.
+    let calls = [
+        (
+            "issues_list-for-repo",
+            json!({"owner": "octo", "repo": "hello", "state": "open", "labels": "bug,ui", "per_page": 5}),
+        ),
+        (
+            "issues_get",
+            json!({"owner": "octo", "repo": "hello", "issue_number": 7}),
+        ),
+        (
+            "issues_create",
+            json!({"owner": "octo", "repo": "hello", "body": {"title": "Found a bug", "labels": ["bug"]}}),
+        ),
+        (
+            "issues_update",
+            json!({"owner": "octo", "repo": "hello", "issue_number": 7, "body": {"state": "closed", "state_reason": "completed"}}),
+        ),
+        (
+            "issues_lock",
+            json!({"owner": "octo", "repo": "hello", "issue_number": 7, "body": {"lock_reason": "resolved"}}),
+        ),
+        (
+            "issues_remove-label",
+            json!({"owner": "octo", "repo": "hello", "issue_number": 7, "name": "needs triage"}),
+        ),
+    ];
+    for (id, input) in &calls {
+        let (status, body) = api.call(&format!("gh__{id}"), input.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{id}: {body}");
+        assert_eq!(body["status"], "completed", "{id}: {body}");
+    }
+    let seen = recorder.seen();
+    assert_eq!(seen.len(), calls.len(), "{seen:#?}");
+    for request in &seen {
+        assert_eq!(request.refused, None, "Prism refused {request:#?}");
+        assert_eq!(request.header("authorization"), Some("Bearer gh-token"));
+    }
+    let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
+    assert_eq!(methods, ["GET", "GET", "POST", "PATCH", "PUT", "DELETE"]);
+    assert_eq!(
+        seen[5].target,
+        "/repos/octo/hello/issues/7/labels/needs%20triage"
+    );
+}
+
+#[tokio::test]
+async fn a_changed_operation_is_held_until_an_admin_accepts_it() {
+    let original = example_document("3.0/json/petstore.json");
+    let prism = Prism::start(&original).await;
+    let recorder = Recorder::start(&prism).await;
+    let dir = temp_dir();
+    let copy = dir.path().join("petstore.json");
+    std::fs::copy(&original, &copy).unwrap();
+    let server = serve(
+        dir.path(),
+        &petstore(
+            &copy,
+            &recorder.url(),
+            "refresh_s = 1\ninclude = [\"tag:store\"]",
+        ),
+    );
+    let api = &server.api;
+    let (status, body) = api.call("pets__getInventory", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    // The API moves the route: the same tool, another request.
+    let mut document: Value =
+        serde_json::from_str(&std::fs::read_to_string(&copy).unwrap()).unwrap();
+    let paths = document["paths"].as_object_mut().unwrap();
+    let item = paths.remove("/store/inventory").unwrap();
+    paths.insert("/store/stock".into(), item);
+    std::fs::write(&copy, document.to_string()).unwrap();
+
+    let change = common::eventually("the change is seen", async || {
+        let (status, body) = api.get("/upstreams/pets/changes").await;
+        (status == StatusCode::OK && body["changes"].as_array()?.len() == 1).then_some(body)
+    })
+    .await;
+    let change = &change["changes"][0];
+    assert_eq!(change["tool"], "getInventory", "{change}");
+    assert_eq!(change["kind"], "changed");
+    assert!(
+        change["differs"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("description")),
+        "{change}"
+    );
+    // The replica that saw the change serves the held tool right after it records the change.
+    let body = common::eventually("the tool is held", async || {
+        let (status, body) = api.call("pets__getInventory", json!({})).await;
+        (status == StatusCode::CONFLICT).then_some(body)
+    })
+    .await;
+    assert_eq!(body["error"]["code"], "tool_changed");
+    let before = recorder.seen().len();
+
+    // Accepted: calls go to the new route.
+    let hash = change["upstream"]["hash"].as_str().unwrap();
+    let (status, body) = api
+        .post(
+            "/upstreams/pets/changes/getInventory/accept",
+            json!({"hash": hash}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let _ = api.call("pets__getInventory", json!({})).await;
+    let seen = recorder.seen();
+    assert_eq!(seen.len(), before + 1, "{seen:#?}");
+    assert!(
+        seen[..before]
+            .iter()
+            .all(|s| s.target == "/store/inventory"),
+        "{seen:#?}"
+    );
+    assert_eq!(seen[before].target, "/store/stock");
 }

@@ -11,9 +11,7 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{TestServer, assert_error, ci_python, repo_root, shapes, temp_dir};
+use common::{TestServer, assert_error, shapes, temp_dir};
 use reqwest::StatusCode;
 use serde_json::{Map, Value, json};
 
@@ -151,22 +149,7 @@ async fn every_format_passes_its_providers_own_checks() {
         "strict_inputs": {"book_trip": strict_booking()},
         "outputs": {"plan_trip": planned["output"], "issue_refund": refunded["output"]},
     });
-    let path = dir.path().join("formats.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&dump).unwrap()).unwrap();
-    let output = Command::new(ci_python())
-        .arg(repo_root().join("tests/providers/check.py"))
-        .arg(&path)
-        .output()
-        .expect("python runs");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "the providers' checks failed:\n{said}"
-    );
+    let said = common::judged_by_providers(dir.path(), &dump);
     for format in FORMATS {
         assert!(
             said.contains(&format!("ok {format}:")),

@@ -97,8 +97,11 @@ impl Dispatcher {
             if let Some(resume) = &resume {
                 ctx = ctx.with_resume(resume.clone());
             }
-            // Keep the input only while another attempt, or the caller, may need it.
-            let argument = if keep || policy.retry.allows_another(made) {
+            // Keep the input only while another attempt, or the caller, may need it: a retry,
+            // or the same attempt sent again when its backend was not reached at all.
+            let again =
+                policy.retry.allows_another(made) || policy.resend.allows_another(resent + 1);
+            let argument = if keep || again {
                 input.clone()
             } else {
                 std::mem::take(&mut input)

@@ -38,6 +38,12 @@ impl Prism {
     /// Starts Prism on `document` (`--errors`: every violation is an error answer) and waits
     /// until it answers.
     pub async fn start(document: &std::path::Path) -> Prism {
+        Prism::start_with(document, &[]).await
+    }
+
+    /// [`Prism::start`] with more options (`--dynamic`: answers made from the schemas, not the
+    /// document's examples).
+    pub async fn start_with(document: &std::path::Path, options: &[&str]) -> Prism {
         super::tls();
         let port = free_port();
         let child = Command::new(repo_root().join(".ci/node/node_modules/.bin/prism"))
@@ -49,6 +55,7 @@ impl Prism {
                 "-p",
                 &port.to_string(),
             ])
+            .args(options)
             .arg(document)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -35,6 +35,12 @@ impl UpstreamTool {
             None => None,
         };
         let mut headers = Vec::new();
+        for (name, value) in &api.source.headers {
+            // Checked when the configuration was read.
+            if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+                headers.push((name, value.clone()));
+            }
+        }
         if let Some(attestation) = attestation {
             headers.push((ATTESTATION, attestation));
         }

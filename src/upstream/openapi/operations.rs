@@ -30,8 +30,9 @@ const METHODS: [&str; 8] = [
 ];
 /// The property of a tool's input that holds the request body.
 pub(super) const BODY: &str = "body";
-/// Header parameters OpenAPI says are ignored: the request's own headers carry them.
-const IGNORED_HEADERS: [&str; 3] = ["accept", "content-type", "authorization"];
+/// Header parameters left out of the input: OpenAPI's three (the request's own headers carry
+/// them), and `Idempotency-Key`, which toolgate fills with the call's own key.
+const IGNORED_HEADERS: [&str; 4] = ["accept", "content-type", "authorization", "idempotency-key"];
 
 /// Where a parameter goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,8 +164,8 @@ pub(super) fn build(
             let this = format!("`{id}` ({label})");
             if let Some(first) = names.insert(name.clone(), this.clone()) {
                 return Err(format!(
-                    "the operations {first} and {this} would both be served as `{name}`; \
-                     leave one out with `exclude`"
+                    "the operations {first} and {this} would both be served as \
+                     `{upstream}{SEPARATOR}{name}`; leave one out with `exclude`"
                 ));
             }
             let parts = Parts {

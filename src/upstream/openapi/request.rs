@@ -146,7 +146,8 @@ fn build(
 ) -> Result<reqwest::Request, Failure> {
     let mut path = operation.path.clone();
     let mut query: Vec<(String, String)> = Vec::new();
-    let mut request_headers: Vec<(HeaderName, String)> = headers;
+    // The input's header parameters first: what the entry and toolgate send wins over them.
+    let mut request_headers: Vec<(HeaderName, String)> = Vec::new();
     for param in &operation.params {
         let Some(value) = input.get(&param.name).filter(|v| !v.is_null()) else {
             continue;
@@ -182,6 +183,7 @@ fn build(
         url.query_pairs_mut().extend_pairs(query);
     }
     let mut builder = client.request(operation.method.clone(), url);
+    request_headers.extend(headers);
     for apply in &operation.auth {
         match apply {
             Apply::Header(name, value) => request_headers.push((name.clone(), value.clone())),
@@ -194,6 +196,13 @@ fn build(
             Apply::Query(..) => {}
         }
     }
+    // One value per header, the last one given winning: a credential over the entry's own
+    // header of that name.
+    let mut map = reqwest::header::HeaderMap::new();
+    map.insert(
+        reqwest::header::ACCEPT,
+        HeaderValue::from_static("application/json, */*;q=0.5"),
+    );
     for (name, value) in request_headers {
         let value = HeaderValue::from_str(&value).map_err(|_| {
             Failure::Input(format!(
@@ -201,9 +210,9 @@ fn build(
                  outside visible ASCII)"
             ))
         })?;
-        builder = builder.header(name, value);
+        map.insert(name, value);
     }
-    builder = builder.header(reqwest::header::ACCEPT, "application/json, */*;q=0.5");
+    builder = builder.headers(map);
     if let (Some(body), Some(value)) = (&operation.body, input.get(BODY)) {
         builder = match body.media {
             Media::Json => builder

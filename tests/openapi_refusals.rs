@@ -1,0 +1,343 @@
+//! OpenAPI upstreams against what goes wrong: hostile documents (recursion, deep `$ref` chains,
+//! huge enums, a server on a private address, a billion laughs, a document too large), documents
+//! toolgate cannot name tools from, and an API that fails, redirects or refuses, served by the
+//! real binary against a small API of the test's own that counts what reached it.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::http::StatusCode as Http;
+use axum::response::IntoResponse;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use common::upstream::tool_names;
+use common::{Binary, temp_dir};
+
+/// A config file in `dir` with `body`.
+fn config(dir: &Path, body: &str) -> String {
+    let path = dir.join("toolgate.toml");
+    std::fs::write(&path, body).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The binary with `body`, expected to refuse to start; its log.
+fn refused_start(dir: &Path, body: &str) -> String {
+    let path = config(dir, body);
+    let output = Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .args(["--config", &path])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "the server started");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `document` written to `dir`, and an entry serving it from `base` (none: the document's).
+fn entry(dir: &Path, document: &Value, base: Option<&str>) -> String {
+    let path = dir.join("api.json");
+    std::fs::write(&path, document.to_string()).unwrap();
+    let base = base
+        .map(|b| format!("base_url = {b:?}\n"))
+        .unwrap_or_default();
+    format!(
+        "[[upstreams]]\nname = \"api\"\nopenapi = {:?}\n{base}",
+        path.to_str().unwrap()
+    )
+}
+
+/// An OpenAPI 3.1 document with `paths` and `schemas`.
+fn document(paths: Value, schemas: Value) -> Value {
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "t", "version": "1"},
+        "servers": [{"url": "https://api.example.com"}],
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
+}
+
+/// A `GET` operation `id` whose query parameter `q` has `schema`.
+fn get(id: &str, schema: Value) -> Value {
+    json!({"get": {"operationId": id, "parameters": [{"name": "q", "in": "query", "schema": schema}],
+        "responses": {"200": {"description": "ok"}}}})
+}
+
+#[tokio::test]
+async fn a_hostile_documents_operations_are_refused_and_named_and_the_rest_served() {
+    let dir = temp_dir();
+    let mut schemas = serde_json::Map::new();
+    for i in 0..40 {
+        schemas.insert(
+            format!("Chain{i}"),
+            json!({"$ref": format!("#/components/schemas/Chain{}", i + 1)}),
+        );
+    }
+    schemas.insert("Chain40".into(), json!({"type": "string"}));
+    schemas.insert(
+        "Node".into(),
+        json!({"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"}}}),
+    );
+    schemas.insert(
+        "Huge".into(),
+        json!({"type": "string", "enum": (0..5000).map(|i| format!("v{i}")).collect::<Vec<_>>()}),
+    );
+    // Each type holds the next one twice: 2^24 values once resolved.
+    for i in 0..24 {
+        let next = json!({"$ref": format!("#/components/schemas/Wide{}", i + 1)});
+        schemas.insert(
+            format!("Wide{i}"),
+            json!({"type": "object", "properties": {"a": next, "b": next}}),
+        );
+    }
+    schemas.insert("Wide24".into(), json!({"type": "string"}));
+    let paths = json!({
+        "/chain": get("chain", json!({"$ref": "#/components/schemas/Chain0"})),
+        "/node": get("node", json!({"$ref": "#/components/schemas/Node"})),
+        "/huge": get("huge", json!({"$ref": "#/components/schemas/Huge"})),
+        "/wide": get("wide", json!({"$ref": "#/components/schemas/Wide0"})),
+        "/outside": get("outside", json!({"$ref": "https://evil.example/schema.json"})),
+        "/fine": get("fine", json!({"type": "string", "maxLength": 10})),
+    });
+    let body = entry(
+        dir.path(),
+        &document(paths, Value::Object(schemas)),
+        Some("http://127.0.0.1:9"),
+    );
+    let path = config(dir.path(), &body);
+    let server = Binary::start_with(dir.path(), &["--config", &path], &[]);
+    let names: Vec<String> = tool_names(&server.api)
+        .await
+        .into_iter()
+        .filter(|name| name.starts_with("api__"))
+        .collect();
+    assert_eq!(names, ["api__fine"]);
+    let log = server.log().join("\n");
+    for (id, why) in [
+        ("chain", "a chain of references is deeper than 32"),
+        ("node", "`#/components/schemas/Node` is recursive"),
+        ("huge", "an enum lists 5000 values (at most 1000)"),
+        ("wide", "more than 200000 values"),
+        ("outside", "is outside the document (not followed)"),
+    ] {
+        assert!(
+            log.lines()
+                .any(|line| line.contains(&format!("`{id}` (GET /{id})"))
+                    && line.contains(why)
+                    && line.contains("not served")),
+            "{id}: {log}"
+        );
+    }
+}
+
+#[test]
+fn a_document_that_cannot_be_trusted_or_read_stops_the_start_naming_why() {
+    let dir = temp_dir();
+    let fine = json!({"/a": get("a", json!({"type": "string"}))});
+
+    // The document may not send requests into the network toolgate runs in.
+    let mut metadata = document(fine.clone(), json!({}));
+    metadata["servers"] = json!([{"url": "http://169.254.169.254/latest"}]);
+    let log = refused_start(dir.path(), &entry(dir.path(), &metadata, None));
+    assert!(
+        log.contains(
+            "`http://169.254.169.254/latest` is on a loopback, private or link-local address"
+        ),
+        "{log}"
+    );
+    assert!(log.contains("set `base_url`"), "{log}");
+
+    // No operationId: no tool name, unless left out.
+    let mut paths = fine.clone();
+    paths["/b"] = json!({"post": {"responses": {"200": {"description": "ok"}}}});
+    let log = refused_start(
+        dir.path(),
+        &entry(dir.path(), &document(paths, json!({})), None),
+    );
+    assert!(
+        log.contains("the operation POST /b has no operationId"),
+        "{log}"
+    );
+    assert!(
+        log.contains("exclude = [\\\"/b\\\"]") || log.contains("exclude = [\"/b\"]"),
+        "{log}"
+    );
+
+    // Two operations under one name.
+    let mut paths = fine.clone();
+    paths["/c"] = get("a.b", json!({"type": "string"}));
+    paths["/d"] = get("a/b", json!({"type": "string"}));
+    let log = refused_start(
+        dir.path(),
+        &entry(dir.path(), &document(paths, json!({})), None),
+    );
+    assert!(log.contains("would both be served as `api__a_b`"), "{log}");
+
+    // A billion laughs in YAML.
+    let mut yaml = String::from("openapi: 3.1.0\nx-a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+    let mut previous = "a".to_owned();
+    for i in 0..9 {
+        let name = format!("l{i}");
+        let refs = vec![format!("*{previous}"); 10].join(", ");
+        yaml.push_str(&format!("x-{name}: &{name} [{refs}]\n"));
+        previous = name;
+    }
+    yaml.push_str("paths: {}\n");
+    let path = dir.path().join("laughs.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let body = format!(
+        "[[upstreams]]\nname = \"api\"\nopenapi = {:?}\n",
+        path.to_str().unwrap()
+    );
+    let log = refused_start(dir.path(), &body);
+    assert!(log.contains("is not valid YAML"), "{log}");
+
+    // Too large to read.
+    let path = dir.path().join("large.json");
+    let padding = "x".repeat(33 * 1024 * 1024);
+    std::fs::write(
+        &path,
+        format!("{{\"openapi\": \"3.1.0\", \"x\": \"{padding}\"}}"),
+    )
+    .unwrap();
+    let body = format!(
+        "[[upstreams]]\nname = \"api\"\nopenapi = {:?}\n",
+        path.to_str().unwrap()
+    );
+    let log = refused_start(dir.path(), &body);
+    assert!(log.contains("is larger than 32 MiB"), "{log}");
+
+    // Swagger 2.0.
+    let log = refused_start(
+        dir.path(),
+        &entry(dir.path(), &json!({"swagger": "2.0", "paths": {}}), None),
+    );
+    assert!(log.contains("is a Swagger 2.0 document"), "{log}");
+}
+
+/// The test's API: each route answers as its name says, and counts its requests.
+async fn failing_api() -> (String, Arc<[AtomicUsize; 5]>) {
+    use axum::routing::{get, post};
+    let counts: Arc<[AtomicUsize; 5]> = Arc::new(Default::default());
+    let (a, b, c, d, e) = (
+        counts.clone(),
+        counts.clone(),
+        counts.clone(),
+        counts.clone(),
+        counts.clone(),
+    );
+    let app = axum::Router::new()
+        .route(
+            "/flaky",
+            get(async move || {
+                // Two 503s, then the answer.
+                match a[0].fetch_add(1, Ordering::SeqCst) {
+                    0 | 1 => (Http::SERVICE_UNAVAILABLE, "busy").into_response(),
+                    _ => axum::Json(json!({"ok": true})).into_response(),
+                }
+            }),
+        )
+        .route(
+            "/boom",
+            post(async move || {
+                b[1].fetch_add(1, Ordering::SeqCst);
+                (Http::INTERNAL_SERVER_ERROR, "it broke").into_response()
+            }),
+        )
+        .route(
+            "/moved",
+            get(async move || {
+                c[2].fetch_add(1, Ordering::SeqCst);
+                (Http::FOUND, [("location", "http://169.254.169.254/")]).into_response()
+            }),
+        )
+        .route(
+            "/missing",
+            get(async move || {
+                d[3].fetch_add(1, Ordering::SeqCst);
+                let secret = "<script>x</script>".repeat(500);
+                (Http::NOT_FOUND, format!("no such thing {secret}")).into_response()
+            }),
+        )
+        .route(
+            "/limited",
+            post(async move || {
+                // A 429 first: the API took nothing, so even a write is sent again.
+                match e[4].fetch_add(1, Ordering::SeqCst) {
+                    0 => (Http::TOO_MANY_REQUESTS, [("retry-after", "1")], "slow down")
+                        .into_response(),
+                    _ => axum::Json(json!({"done": true})).into_response(),
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{addr}"), counts)
+}
+
+#[tokio::test]
+async fn answers_of_a_failing_api_are_retried_by_effect_and_never_followed() {
+    let (base, counts) = failing_api().await;
+    let dir = temp_dir();
+    let op = |method: &str, id: &str| {
+        json!({ method: {"operationId": id, "responses": {"200": {"description": "ok",
+            "content": {"application/json": {"schema": {"type": "object"}}}}}}})
+    };
+    let paths = json!({
+        "/flaky": op("get", "flaky"),
+        "/boom": op("post", "boom"),
+        "/moved": op("get", "moved"),
+        "/missing": op("get", "missing"),
+        "/limited": op("post", "limited"),
+    });
+    let body = entry(dir.path(), &document(paths, json!({})), Some(&base));
+    let path = config(dir.path(), &body);
+    let server = Binary::start_with(dir.path(), &["--config", &path], &[]);
+    let api = &server.api;
+    let count = |i: usize| counts[i].load(Ordering::SeqCst);
+
+    // A read is tried again after a 5xx, and completes.
+    let (status, body) = api.call("api__flaky", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["output"], json!({"ok": true}));
+    assert_eq!(count(0), 3);
+
+    // A write that may have reached the API is never sent again: a person settles it.
+    let (_, body) = api.call("api__boom", json!({})).await;
+    assert_eq!(body["status"], "needs_reconciliation", "{body}");
+    assert_eq!(count(1), 1);
+
+    // A redirect is not followed.
+    let (_, body) = api.call("api__moved", json!({})).await;
+    assert_eq!(body["status"], "failed", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("302 Found to http://169.254.169.254/; redirects are not followed"),
+        "{message}"
+    );
+    assert_eq!(count(2), 1);
+
+    // A 4xx fails the call with the status and the API's message, cut.
+    let (_, body) = api.call("api__missing", json!({})).await;
+    assert_eq!(body["status"], "failed", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("The API answered 404 Not Found: no such thing"),
+        "{message}"
+    );
+    assert!(message.chars().count() < 2100, "{}", message.len());
+    assert_eq!(count(3), 1);
+
+    // A 429 took nothing: the write is sent again, and completes.
+    let (status, body) = api.call("api__limited", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["output"], json!({"done": true}));
+    assert_eq!(count(4), 2);
+}
