@@ -57,6 +57,30 @@ fn gate_config(peer: std::net::SocketAddr) -> String {
     )
 }
 
+/// An OpenAPI document of the bare server's echo route (`POST /tools/echo/call`), and the
+/// configuration of the toolgate that serves it as an upstream tool, `api__echo`, declared a
+/// read as `gate_config`'s echo is.
+fn api_gate_config(document: &std::path::Path, bare: std::net::SocketAddr) -> String {
+    format!(
+        "[examples]\nenabled = false\n\n[[upstreams]]\nname = \"api\"\nopenapi = {document:?}\n\
+         base_url = \"http://{bare}\"\n\n[upstreams.policies.echo]\neffect = \"read\"\n"
+    )
+}
+
+const API_DOCUMENT: &str = r#"{
+  "openapi": "3.1.0",
+  "info": {"title": "the bare server's echo", "version": "1"},
+  "paths": {"/tools/echo/call": {"post": {
+    "operationId": "echo",
+    "requestBody": {"required": true, "content": {"application/json": {"schema": {
+      "type": "object", "required": ["input"],
+      "properties": {"input": {"type": "object", "required": ["text"],
+        "properties": {"text": {"type": "string"}}}}}}}},
+    "responses": {"200": {"description": "the echo", "content": {"application/json": {
+      "schema": {"type": "object"}}}}}
+  }}}
+}"#;
+
 /// Drives one scenario (`tools`, `echo`, `write`, `suspend_approve`, `approvals`) at `addrs`,
 /// the connections spread over them round robin (replicas of one database).
 pub async fn load_once(
@@ -203,6 +227,17 @@ pub async fn run(options: &Options) -> Result<Report, String> {
         None => None,
     };
 
+    // The bare server's echo as a REST API behind toolgate: the same call, gated.
+    let api_gate = {
+        let dir = fresh_dir("api-gate")?;
+        let document = dir.join("openapi.json");
+        std::fs::write(&document, API_DOCUMENT).map_err(|e| e.to_string())?;
+        let config = dir.join("toolgate.toml");
+        std::fs::write(&config, api_gate_config(&document, bare.addr()))
+            .map_err(|e| e.to_string())?;
+        ServerProcess::toolgate_with(&options.toolgate, &dir, Some(&config), &[]).await?
+    };
+
     let mut postgres_skipped = None;
     let pg = match &options.postgres {
         None => {
@@ -260,6 +295,11 @@ pub async fn run(options: &Options) -> Result<Report, String> {
             Some(peer.pid()),
         ));
     }
+    plan.push(Step::http(
+        Scenario::ApiEcho("gate_api_echo"),
+        api_gate.addr,
+        Some(api_gate.pid()),
+    ));
     if let Some(gate) = &gate {
         plan.push(Step::http(
             Scenario::GatedMcpEcho("gate_mcp_echo"),
@@ -288,6 +328,7 @@ pub async fn run(options: &Options) -> Result<Report, String> {
     if let Some(gate) = gate {
         gate.stop().await;
     }
+    api_gate.stop().await;
     drop(mcp_peer);
     let toolgate_peak = toolgate.peak_rss_kib();
     let bare_peak = bare.peak_rss_kib();

@@ -88,6 +88,7 @@ impl Report {
                     _ => String::new(),
                 },
                 "gate_mcp_echo" | "gate_echo" => ratio(&s.name, "peer_mcp_echo"),
+                "gate_api_echo" => ratio("gate_api_echo", "bare_echo"),
                 "pg_echo_r2" | "pg_echo_r3" => ratio(&s.name, "pg_echo"),
                 "pg_durable" => ratio("pg_durable", "pg_commits"),
                 "pg_write" => [
@@ -171,7 +172,13 @@ impl Report {
             let Some(c) = s.cpu else { continue };
             let measured = matches!(
                 s.name.as_str(),
-                "echo" | "write" | "mcp_echo" | "peer_mcp_echo" | "gate_mcp_echo" | "gate_echo"
+                "echo"
+                    | "write"
+                    | "mcp_echo"
+                    | "peer_mcp_echo"
+                    | "gate_mcp_echo"
+                    | "gate_echo"
+                    | "gate_api_echo"
             );
             if !(measured || s.name.starts_with("pg_")) {
                 continue;

@@ -26,6 +26,9 @@ pub(crate) const PEER_BODY: &str = r#"{"text":"hello, tools"}"#;
 pub(crate) const MCP_ECHO_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello, tools"}}}"#;
 pub(crate) const GATED_MCP_ECHO_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"peer__echo","arguments":{"text":"hello, tools"}}}"#;
 pub(crate) const GATED_ECHO_BODY: &str = r#"{"input":{"text":"hello, tools"}}"#;
+/// The bare server's echo called through toolgate's OpenAPI upstream: the same request body,
+/// under the tool's `body`.
+pub(crate) const API_ECHO_BODY: &str = r#"{"input":{"body":{"input":{"text":"hello, tools"}}}}"#;
 
 /// A keep-alive HTTP/1 connection to `addr`.
 pub(crate) async fn connect(addr: SocketAddr) -> Result<SendRequest<Full<Bytes>>, String> {

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use hyper::{Method, StatusCode};
 
 use super::client::{
-    ANSWER_BODY, ECHO_BODY, EMAIL_BODY, GATED_ECHO_BODY, GATED_MCP_ECHO_BODY, MCP_ECHO_BODY,
+    ANSWER_BODY, API_ECHO_BODY, ECHO_BODY, EMAIL_BODY, GATED_ECHO_BODY, GATED_MCP_ECHO_BODY, MCP_ECHO_BODY,
     PEER_BODY, Sender, ask_human, connect, contains, exchange, send, send_with, token,
 };
 
@@ -35,6 +35,9 @@ pub enum Scenario {
     GatedMcpEcho(&'static str),
     /// `POST /tools/peer__echo/call` on toolgate: the same upstream echo over REST.
     GatedEcho(&'static str),
+    /// `POST /tools/api__echo/call` on toolgate: the bare server's echo route, served as a tool
+    /// of an OpenAPI upstream (the gate's cost, against `Echo` on the bare server itself).
+    ApiEcho(&'static str),
     /// `GET /approvals?limit=50`.
     Approvals(&'static str),
     /// PostgreSQL alone: one row inserted and committed per operation, on a client of its own
@@ -62,6 +65,7 @@ impl Scenario {
             | Scenario::McpEcho(n)
             | Scenario::GatedMcpEcho(n)
             | Scenario::GatedEcho(n)
+            | Scenario::ApiEcho(n)
             | Scenario::Approvals(n)
             | Scenario::Commits(n)
             | Scenario::Durable(n)
@@ -133,6 +137,17 @@ pub(crate) async fn operate(scenario: Scenario, sender: &mut Sender) -> Result<b
                 "/tools/peer__echo/call",
                 None,
                 GATED_ECHO_BODY,
+            )
+            .await?,
+            StatusCode::OK,
+        ),
+        Scenario::ApiEcho(_) => ok(
+            send(
+                sender,
+                Method::POST,
+                "/tools/api__echo/call",
+                None,
+                API_ECHO_BODY,
             )
             .await?,
             StatusCode::OK,
