@@ -8,8 +8,9 @@ use bytes::Bytes;
 use hyper::{Method, StatusCode};
 
 use super::client::{
-    ANSWER_BODY, API_ECHO_BODY, ECHO_BODY, EMAIL_BODY, GATED_ECHO_BODY, GATED_MCP_ECHO_BODY, MCP_ECHO_BODY,
-    PEER_BODY, Sender, ask_human, connect, contains, exchange, send, send_with, token,
+    ANSWER_BODY, API_ECHO_BODY, ECHO_BODY, EMAIL_BODY, GATED_ECHO_BODY, GATED_MCP_ECHO_BODY,
+    MCP_ECHO_BODY, PEER_BODY, Sender, ask_human, connect, contains, exchange, send, send_with,
+    token,
 };
 
 /// One kind of load, named as it is reported.

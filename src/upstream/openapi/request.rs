@@ -311,10 +311,10 @@ fn query_pairs(
             .iter()
             .map(|(key, item)| (key.clone(), text(item)))
             .collect(),
-        (Style::SpaceDelimited, Value::Array(_)) => {
+        (Style::SpaceDelimited, Value::Array(_) | Value::Object(_)) => {
             vec![(name.to_owned(), joined(value, " ", false, false))]
         }
-        (Style::PipeDelimited, Value::Array(_)) => {
+        (Style::PipeDelimited, Value::Array(_) | Value::Object(_)) => {
             vec![(name.to_owned(), joined(value, "|", false, false))]
         }
         _ => vec![(name.to_owned(), joined(value, ",", false, false))],
@@ -409,6 +409,14 @@ mod tests {
                 &param(Style::PipeDelimited, false)
             ),
             [("tags".to_owned(), "a|b".to_owned())]
+        );
+        assert_eq!(
+            query_pairs(
+                "c",
+                &json!({"R": 100, "G": 200}),
+                &param(Style::PipeDelimited, false)
+            ),
+            [("c".to_owned(), "G|200|R|100".to_owned())]
         );
         assert_eq!(
             query_pairs(
