@@ -353,3 +353,70 @@ crate::on_each_backend! {
     #[tokio::test]
     async fn an_approval_after_the_callers_token_expired_without_a_refresh_token_sends_nothing;
 }
+
+#[tokio::test]
+async fn an_openapi_upstream_sends_each_callers_exchanged_token_as_its_bearer() {
+    use std::sync::{Arc, Mutex};
+    // The API: records the `Authorization` of each request.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let recorded = seen.clone();
+    let app = axum::Router::new().route(
+        "/whoami",
+        axum::routing::get(async move |headers: axum::http::HeaderMap| {
+            let authorization = headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_owned());
+            recorded
+                .lock()
+                .unwrap()
+                .push(authorization.unwrap_or_default());
+            axum::Json(json!({"authorized": true}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api_addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let data = temp_dir();
+    let document = json!({
+        "openapi": "3.1.0", "info": {"title": "whoami", "version": "1"},
+        "components": {"securitySchemes": {"corp": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"corp": []}],
+        "paths": {"/whoami": {"get": {"operationId": "whoami", "responses": {"200": {
+            "description": "who", "content": {"application/json": {"schema": {"type": "object"}}}}}}}},
+    });
+    let path = data.path().join("whoami.json");
+    std::fs::write(&path, document.to_string()).unwrap();
+    let provider = Provider::start(json!({}));
+    let config = config(&provider, "http://unused.test/mcp", "").replace(
+        "url = \"http://unused.test/mcp\"",
+        &format!(
+            "openapi = {:?}\nbase_url = \"http://{api_addr}\"",
+            path.to_str().unwrap()
+        ),
+    );
+    let server = serve(data.path(), &config);
+    let api = &server.api;
+    served(api).await;
+
+    let rs = provider.machine_token("machine-rs256", "tools:call").await;
+    let es = provider.machine_token("machine-es256", "tools:call").await;
+    for token in [&rs, &es] {
+        let (status, body) = whoami(api, token).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    // Each request carried its caller's exchanged token, in place of the entry's static header.
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    let subjects: Vec<Value> = seen.iter().map(|a| claims(a)["sub"].clone()).collect();
+    assert_eq!(subjects, [json!("machine-rs256"), json!("machine-es256")]);
+    for authorization in &seen {
+        assert_eq!(claims(authorization)["aud"], AUDIENCE);
+        assert_ne!(authorization, STATIC);
+    }
+
+    // A key has no token to exchange: refused, and nothing is sent.
+    let (status, body) = whoami(api, ADMIN).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_error(&body, "upstream_credentials_missing");
+}
