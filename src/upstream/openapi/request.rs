@@ -116,7 +116,9 @@ pub(crate) async fn send(
     if status.is_redirection() {
         return Err(Failure::Refused(format!(
             "The API answered {status}{}; redirects are not followed.",
-            location.map(|to| format!(" to {to}")).unwrap_or_default()
+            location
+                .map(|to| format!(" to {}", bounded(&to)))
+                .unwrap_or_default()
         )));
     }
     let message = bounded(text.trim());
@@ -160,6 +162,14 @@ fn build(
         match param.place {
             Place::Path => {
                 let written = path_value(&param.name, &value, param.style, param.explode);
+                // A segment of dots would be read as "this" or "the parent" (encoded or not,
+                // URLs normalise it): a value could move the request to another route.
+                if written.is_empty() || written.split(['.', ',', ';', '=']).all(str::is_empty) {
+                    return Err(Failure::Input(format!(
+                        "the path parameter `{}` must not be empty nor only dots",
+                        param.name
+                    )));
+                }
                 path = path.replace(&format!("{{{}}}", param.name), &written);
             }
             Place::Query => query.extend(query_pairs(&param.name, &value, param)),
@@ -228,9 +238,12 @@ fn build(
             }
         };
     }
-    builder
-        .build()
-        .map_err(|err| Failure::Input(format!("the request cannot be built: {err}")))
+    builder.build().map_err(|err| {
+        Failure::Input(format!(
+            "the request cannot be built: {}",
+            err.without_url()
+        ))
+    })
 }
 
 /// A value as text: a string as it is, a number or a boolean written, anything else as JSON.
@@ -367,6 +380,58 @@ fn bounded(text: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_path_value_cannot_climb_out_of_its_route() {
+        let operation = super::super::operations::Operation {
+            method: reqwest::Method::GET,
+            path: "/repos/{owner}/issues".into(),
+            base: url::Url::parse("https://api.example.com/v3/").unwrap(),
+            params: vec![super::super::operations::Param {
+                name: "owner".into(),
+                place: Place::Path,
+                style: Style::Simple,
+                explode: false,
+                json: false,
+            }],
+            body: None,
+            auth: Vec::new(),
+        };
+        crate::base::install_crypto();
+        let client = reqwest::Client::new();
+        for owner in ["..", ".", "", "%2e%2e"] {
+            let input = json!({ "owner": owner });
+            let built = build(
+                &client,
+                &operation,
+                input.as_object().unwrap(),
+                vec![],
+                None,
+            );
+            match built {
+                Err(Failure::Input(message)) => assert!(message.contains("only dots"), "{message}"),
+                Ok(request) => assert_eq!(
+                    request.url().as_str(),
+                    "https://api.example.com/v3/repos/%252e%252e/issues",
+                    "{owner}"
+                ),
+                Err(_) => panic!("{owner}"),
+            }
+        }
+        let input = json!({"owner": "a/../b"});
+        let request = build(
+            &client,
+            &operation,
+            input.as_object().unwrap(),
+            vec![],
+            None,
+        );
+        let Ok(request) = request else { panic!() };
+        assert_eq!(
+            request.url().as_str(),
+            "https://api.example.com/v3/repos/a%2F..%2Fb/issues"
+        );
+    }
 
     #[test]
     fn values_are_written_in_their_styles() {
