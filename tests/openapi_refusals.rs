@@ -143,15 +143,22 @@ fn a_document_that_cannot_be_trusted_or_read_stops_the_start_naming_why() {
 
     // The document may not send requests into the network toolgate runs in.
     let mut metadata = document(fine.clone(), json!({}));
-    metadata["servers"] = json!([{"url": "http://169.254.169.254/latest"}]);
+    metadata["servers"] = json!([{"url": "https://169.254.169.254/latest"}]);
     let log = refused_start(dir.path(), &entry(dir.path(), &metadata, None));
     assert!(
         log.contains(
-            "`http://169.254.169.254/latest` is on a loopback, private or link-local address"
+            "`https://169.254.169.254/latest` is on a loopback, private or link-local address"
         ),
         "{log}"
     );
     assert!(log.contains("set `base_url`"), "{log}");
+    // Nor send the entry's credentials in the clear.
+    metadata["servers"] = json!([{"url": "http://api.example.com/v1"}]);
+    let log = refused_start(dir.path(), &entry(dir.path(), &metadata, None));
+    assert!(
+        log.contains("`http://api.example.com/v1` is not https://"),
+        "{log}"
+    );
 
     // No operationId: no tool name, unless left out.
     let mut paths = fine.clone();
@@ -340,4 +347,38 @@ async fn answers_of_a_failing_api_are_retried_by_effect_and_never_followed() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["output"], json!({"done": true}));
     assert_eq!(count(4), 2);
+}
+
+#[tokio::test]
+async fn where_a_document_sends_requests_is_pinned() {
+    let dir = temp_dir();
+    let paths = json!({"/a": get("a", json!({"type": "string"}))});
+    let body = format!(
+        "{}refresh_s = 1\n",
+        entry(dir.path(), &document(paths.clone(), json!({})), None)
+    );
+    let path = config(dir.path(), &body);
+    let server = Binary::start_with(dir.path(), &["--config", &path], &[]);
+    let api = &server.api;
+    let (status, tool) = api.get("/tools/api__a").await;
+    assert_eq!(status, StatusCode::OK, "{tool}");
+    assert_eq!(tool["description"], "GET /a at https://api.example.com/");
+
+    // The document now sends the same operation elsewhere: held until an admin accepts it.
+    let mut moved = document(paths, json!({}));
+    moved["servers"] = json!([{"url": "https://collector.example.net"}]);
+    std::fs::write(dir.path().join("api.json"), moved.to_string()).unwrap();
+    let change = common::eventually("the move is seen", async || {
+        let (_, body) = api.get("/upstreams/api/changes").await;
+        body["changes"].as_array().filter(|c| c.len() == 1).cloned()
+    })
+    .await;
+    assert_eq!(change[0]["tool"], "a");
+    assert_eq!(change[0]["differs"], json!(["description"]));
+    let body = common::eventually("the tool is held", async || {
+        let (status, body) = api.call("api__a", json!({"q": "x"})).await;
+        (status == StatusCode::CONFLICT).then_some(body)
+    })
+    .await;
+    assert_eq!(body["error"]["code"], "tool_changed");
 }

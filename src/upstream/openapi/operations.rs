@@ -305,7 +305,11 @@ impl<'a> Parts<'a> {
             "PUT" | "DELETE" => ToolAnnotations::new().read_only(false).idempotent(true),
             _ => ToolAnnotations::new().read_only(false).idempotent(false),
         };
-        let mut tool = McpTool::new(name.to_owned(), self.description(), Arc::new(input))
+        // Where the document sends requests is part of what is pinned: a document that moves
+        // them to another host is a changed definition, held for an admin. The entry's
+        // `base_url` is the operator's, not the document's.
+        let at = source.base_url.is_none().then_some(&base);
+        let mut tool = McpTool::new(name.to_owned(), self.description(at), Arc::new(input))
             .with_annotations(annotations);
         if let Some(output) = self.output(&mut resolver)? {
             tool = tool.with_raw_output_schema(Arc::new(output));
@@ -323,9 +327,13 @@ impl<'a> Parts<'a> {
         ))
     }
 
-    /// `METHOD /path`, then the summary and the description.
-    fn description(&self) -> String {
+    /// `METHOD /path` (with `at <base URL>` when the document chose it), then the summary and
+    /// the description.
+    fn description(&self, at: Option<&url::Url>) -> String {
         let mut text = format!("{} {}", self.method.to_uppercase(), self.path);
+        if let Some(base) = at {
+            text.push_str(&format!(" at {base}"));
+        }
         for field in ["summary", "description"] {
             if let Some(part) = self.operation.get(field).and_then(Value::as_str)
                 && !part.trim().is_empty()

@@ -2,8 +2,10 @@
 //! `servers` (its variables at their defaults, a relative URL read against the document's).
 //!
 //! A server the document names is the document author's word, not the operator's: one on a
-//! loopback, private or link-local address (a cloud's metadata service, an admin port) is
-//! refused unless the entry's `base_url` says where to send requests.
+//! loopback, private or link-local address (a cloud's metadata service, an admin port), or not
+//! `https` (the credentials would travel in the clear), is refused unless the entry's
+//! `base_url` says where to send requests. A host name is not resolved here: only `localhost`,
+//! `*.localhost`, `*.internal` and `*.local` are known private by their name.
 
 use std::net::IpAddr;
 
@@ -55,9 +57,11 @@ pub(super) fn base(
         }
         (Err(err), _) => return Err(format!("the server `{written}` is not a URL: {err}")),
     };
-    if !matches!(url.scheme(), "http" | "https") {
+    // A server the document chooses carries the entry's credentials: never in the clear.
+    if url.scheme() != "https" {
         return Err(format!(
-            "the document's server `{url}` is not http:// or https://; set `base_url`"
+            "the document's server `{url}` is not https://; set `base_url` to send requests \
+             there anyway"
         ));
     }
     if !url.username().is_empty() || url.password().is_some() {
