@@ -354,7 +354,7 @@ async fn githubs_whole_document_filtered_by_tag_serves_tools_the_providers_take_
         formats.insert(format.into(), body["tools"].clone());
     }
     let dump = json!({"formats": formats, "plain_inputs": {}, "strict_inputs": {}, "outputs": {}});
-    common::judged_by_providers(dir.path(), &dump);
+    common::providers::judged_by_providers(dir.path(), &dump);
 
     // Calls of each method reach Prism, serving the same document, valid.
     let calls = [

@@ -149,7 +149,7 @@ async fn every_format_passes_its_providers_own_checks() {
         "strict_inputs": {"book_trip": strict_booking()},
         "outputs": {"plan_trip": planned["output"], "issue_refund": refunded["output"]},
     });
-    let said = common::judged_by_providers(dir.path(), &dump);
+    let said = common::providers::judged_by_providers(dir.path(), &dump);
     for format in FORMATS {
         assert!(
             said.contains(&format!("ok {format}:")),

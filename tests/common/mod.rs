@@ -11,6 +11,7 @@ pub mod events;
 pub mod oidc;
 pub mod pg;
 pub mod prism;
+pub mod providers;
 pub mod receiver;
 pub mod shapes;
 pub mod smtp;
@@ -782,26 +783,4 @@ pub fn judged_by_slack_sdk(bodies: &[Value]) -> Vec<Value> {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap()
-}
-
-/// Runs `tests/providers/check.py` (each LLM provider's own code) on `dump`, written to `dir`;
-/// fails the test saying which check failed; what the checks printed.
-pub fn judged_by_providers(dir: &Path, dump: &Value) -> String {
-    let path = dir.join("formats.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(dump).unwrap()).unwrap();
-    let output = Command::new(ci_python())
-        .arg(repo_root().join("tests/providers/check.py"))
-        .arg(&path)
-        .output()
-        .expect("python runs");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        output.status.success(),
-        "the providers' checks failed:\n{said}"
-    );
-    said
 }
