@@ -382,3 +382,87 @@ async fn where_a_document_sends_requests_is_pinned() {
     .await;
     assert_eq!(body["error"]["code"], "tool_changed");
 }
+
+#[tokio::test]
+async fn credentials_fill_the_schemes_they_name_and_an_unmet_scheme_is_named() {
+    use axum::routing::{get, post};
+    use std::sync::Mutex;
+    // The API answers with the query and the headers it got.
+    let seen: Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>> = Arc::default();
+    let record = |seen: Arc<Mutex<Vec<_>>>| {
+        async move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+            let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+            let query = uri.query().unwrap_or_default().to_owned();
+            seen.lock()
+                .unwrap()
+                .push((query, header("x-key"), header("idempotency-key")));
+            axum::Json(json!({}))
+        }
+    };
+    let app = axum::Router::new()
+        .route("/keyed", get(record(seen.clone())))
+        .route("/headered", get(record(seen.clone())))
+        .route("/touch", post(record(seen.clone())));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let dir = temp_dir();
+    let op = |method: &str, id: &str, scheme: &str| {
+        json!({ method: {"operationId": id, "security": [{ scheme: [] }],
+            "responses": {"200": {"description": "ok"}}}})
+    };
+    let mut spec = document(
+        json!({
+            "/keyed": op("get", "keyed", "query"),
+            "/headered": op("get", "headered", "header"),
+            "/locked": op("get", "locked", "corp"),
+            "/touch": op("post", "touch", "header"),
+        }),
+        json!({}),
+    );
+    spec["components"]["securitySchemes"] = json!({
+        "query": {"type": "apiKey", "in": "query", "name": "api_key"},
+        "header": {"type": "apiKey", "in": "header", "name": "X-Key"},
+        "corp": {"type": "oauth2", "flows": {"clientCredentials": {"tokenUrl": "https://id.example.com/token", "scopes": {}}}},
+    });
+    let body = format!(
+        "{}credentials = {{ query = \"q-s3cret\", header = \"h-s3cret\" }}\n\
+         [upstreams.policies.touch]\neffect = \"idempotent\"\n",
+        entry(dir.path(), &spec, Some(&format!("http://{addr}")))
+    );
+    let path = config(dir.path(), &body);
+    let server = Binary::start_with(dir.path(), &["--config", &path], &[]);
+    let api = &server.api;
+    let names: Vec<String> = tool_names(api)
+        .await
+        .into_iter()
+        .filter(|name| name.starts_with("api__"))
+        .collect();
+    assert_eq!(names, ["api__headered", "api__keyed", "api__touch"]);
+    let log = server.log().join("\n");
+    assert!(
+        log.contains("`locked` (GET /locked)")
+            && log.contains("its security scheme `corp` has no credential: set `credentials.corp`"),
+        "{log}"
+    );
+
+    // A policy's effect overrides the method's: the POST is idempotent, with no key sent.
+    let (_, touch) = api.get("/tools/api__touch").await;
+    assert_eq!(touch["effect"], "idempotent");
+    for tool in ["api__keyed", "api__headered", "api__touch"] {
+        let (status, body) = api.call(tool, json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{tool}: {body}");
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            ("api_key=q-s3cret".to_owned(), None, None),
+            (String::new(), Some("h-s3cret".to_owned()), None),
+            (String::new(), Some("h-s3cret".to_owned()), None),
+        ]
+    );
+    let log = server.log().join("\n");
+    assert!(!log.contains("s3cret"), "a credential was logged");
+}
