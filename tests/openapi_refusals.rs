@@ -383,12 +383,15 @@ async fn where_a_document_sends_requests_is_pinned() {
     assert_eq!(body["error"]["code"], "tool_changed");
 }
 
+/// What the API got: the query, `X-Key` and `Idempotency-Key`.
+type Request = (String, Option<String>, Option<String>);
+
 #[tokio::test]
 async fn credentials_fill_the_schemes_they_name_and_an_unmet_scheme_is_named() {
     use axum::routing::{get, post};
     use std::sync::Mutex;
     // The API answers with the query and the headers it got.
-    let seen: Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Request>>> = Arc::default();
     let record = |seen: Arc<Mutex<Vec<_>>>| {
         async move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
             let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
