@@ -97,12 +97,19 @@ async fn a_hostile_documents_operations_are_refused_and_named_and_the_rest_serve
         );
     }
     schemas.insert("Wide24".into(), json!({"type": "string"}));
+    // 70 arrays, one in the other.
+    let mut deep = json!({"type": "string"});
+    for _ in 0..70 {
+        deep = json!({"type": "array", "items": deep});
+    }
     let paths = json!({
         "/chain": get("chain", json!({"$ref": "#/components/schemas/Chain0"})),
         "/node": get("node", json!({"$ref": "#/components/schemas/Node"})),
         "/huge": get("huge", json!({"$ref": "#/components/schemas/Huge"})),
         "/wide": get("wide", json!({"$ref": "#/components/schemas/Wide0"})),
         "/outside": get("outside", json!({"$ref": "https://evil.example/schema.json"})),
+        "/deep": get("deep", deep),
+        "/x/../admin": get("dots", json!({"type": "string"})),
         "/fine": get("fine", json!({"type": "string", "maxLength": 10})),
     });
     let body = entry(
@@ -125,10 +132,12 @@ async fn a_hostile_documents_operations_are_refused_and_named_and_the_rest_serve
         ("huge", "an enum lists 5000 values (at most 1000)"),
         ("wide", "more than 200000 values"),
         ("outside", "is outside the document (not followed)"),
+        ("deep", "nest deeper than 64 levels"),
+        ("dots", "its path has a `.` or `..` segment"),
     ] {
         assert!(
             log.lines()
-                .any(|line| line.contains(&format!("`{id}` (GET /{id})"))
+                .any(|line| line.contains(&format!("`{id}` (GET /"))
                     && line.contains(why)
                     && line.contains("not served")),
             "{id}: {log}"
@@ -185,6 +194,28 @@ fn a_document_that_cannot_be_trusted_or_read_stops_the_start_naming_why() {
         &entry(dir.path(), &document(paths, json!({})), None),
     );
     assert!(log.contains("would both be served as `api__a_b`"), "{log}");
+
+    // Operations that each stay under their own bound, and together hold too much.
+    let mut schemas = serde_json::Map::new();
+    for i in 0..15 {
+        let next = json!({"$ref": format!("#/components/schemas/W{}", i + 1)});
+        schemas.insert(
+            format!("W{i}"),
+            json!({"type": "object", "properties": {"a": next, "b": next}}),
+        );
+    }
+    schemas.insert("W15".into(), json!({"type": "string"}));
+    let mut paths = serde_json::Map::new();
+    for i in 0..40 {
+        paths.insert(
+            format!("/w{i}"),
+            get(&format!("w{i}"), json!({"$ref": "#/components/schemas/W0"})),
+        );
+    }
+    let wide = document(Value::Object(paths), Value::Object(schemas));
+    let log = refused_start(dir.path(), &entry(dir.path(), &wide, None));
+    assert!(log.contains("hold more than 2000000 values"), "{log}");
+    assert!(log.contains("select fewer with `include`"), "{log}");
 
     // A billion laughs in YAML.
     let mut yaml = String::from("openapi: 3.1.0\nx-a: &a [x, x, x, x, x, x, x, x, x, x]\n");
@@ -273,6 +304,10 @@ async fn failing_api() -> (String, Arc<[AtomicUsize; 5]>) {
             }),
         )
         .route(
+            "/created",
+            post(async || (Http::SEE_OTHER, [("location", "/orders/1?token=abc")]).into_response()),
+        )
+        .route(
             "/limited",
             post(async move || {
                 // A 429 first: the API took nothing, so even a write is sent again.
@@ -303,6 +338,7 @@ async fn answers_of_a_failing_api_are_retried_by_effect_and_never_followed() {
         "/moved": op("get", "moved"),
         "/missing": op("get", "missing"),
         "/limited": op("post", "limited"),
+        "/created": op("post", "created"),
     });
     let body = entry(dir.path(), &document(paths, json!({})), Some(&base));
     let path = config(dir.path(), &body);
@@ -341,6 +377,13 @@ async fn answers_of_a_failing_api_are_retried_by_effect_and_never_followed() {
     );
     assert!(message.chars().count() < 2100, "{}", message.len());
     assert_eq!(count(3), 1);
+
+    // A write answered with a redirect happened, maybe: a person settles it; where it pointed
+    // is shown without its query.
+    let (_, body) = api.call("api__created", json!({})).await;
+    assert_eq!(body["status"], "needs_reconciliation", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("303 See Other to /orders/1;"), "{message}");
 
     // A 429 took nothing: the write is sent again, and completes.
     let (status, body) = api.call("api__limited", json!({})).await;
@@ -404,6 +447,16 @@ async fn credentials_fill_the_schemes_they_name_and_an_unmet_scheme_is_named() {
     };
     let app = axum::Router::new()
         .route("/keyed", get(record(seen.clone())))
+        .route(
+            "/echo",
+            get(async |headers: axum::http::HeaderMap| {
+                let key = headers.get("x-key").map(|v| v.to_str().unwrap().to_owned());
+                (
+                    Http::BAD_REQUEST,
+                    format!("bad key {}", key.unwrap_or_default()),
+                )
+            }),
+        )
         .route("/headered", get(record(seen.clone())))
         .route("/touch", post(record(seen.clone())));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -418,12 +471,16 @@ async fn credentials_fill_the_schemes_they_name_and_an_unmet_scheme_is_named() {
     let mut spec = document(
         json!({
             "/keyed": op("get", "keyed", "query"),
+            "/echo": op("get", "echo", "header"),
             "/headered": op("get", "headered", "header"),
             "/locked": op("get", "locked", "corp"),
             "/touch": op("post", "touch", "header"),
         }),
         json!({}),
     );
+    // A parameter named as the credential: the input may not send its own key.
+    spec["paths"]["/keyed"]["get"]["parameters"] =
+        json!([{"name": "api_key", "in": "query", "schema": {"type": "string"}}]);
     spec["components"]["securitySchemes"] = json!({
         "query": {"type": "apiKey", "in": "query", "name": "api_key"},
         "header": {"type": "apiKey", "in": "header", "name": "X-Key"},
@@ -442,7 +499,10 @@ async fn credentials_fill_the_schemes_they_name_and_an_unmet_scheme_is_named() {
         .into_iter()
         .filter(|name| name.starts_with("api__"))
         .collect();
-    assert_eq!(names, ["api__headered", "api__keyed", "api__touch"]);
+    assert_eq!(
+        names,
+        ["api__echo", "api__headered", "api__keyed", "api__touch"]
+    );
     let log = server.log().join("\n");
     assert!(
         log.contains("`locked` (GET /locked)")
@@ -454,7 +514,11 @@ async fn credentials_fill_the_schemes_they_name_and_an_unmet_scheme_is_named() {
     let (_, touch) = api.get("/tools/api__touch").await;
     assert_eq!(touch["effect"], "idempotent");
     for tool in ["api__keyed", "api__headered", "api__touch"] {
-        let (status, body) = api.call(tool, json!({})).await;
+        let input = match tool {
+            "api__keyed" => json!({"api_key": "ATTACKER"}),
+            _ => json!({}),
+        };
+        let (status, body) = api.call(tool, input).await;
         assert_eq!(status, StatusCode::OK, "{tool}: {body}");
     }
     let seen = seen.lock().unwrap().clone();
@@ -465,6 +529,13 @@ async fn credentials_fill_the_schemes_they_name_and_an_unmet_scheme_is_named() {
             (String::new(), Some("h-s3cret".to_owned()), None),
             (String::new(), Some("h-s3cret".to_owned()), None),
         ]
+    );
+    // An answer that echoes the credential shows it to nobody.
+    let (_, body) = api.call("api__echo", json!({})).await;
+    let message = body["error"]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "The API answered 400 Bad Request: bad key [redacted]"
     );
     let log = server.log().join("\n");
     assert!(!log.contains("s3cret"), "a credential was logged");

@@ -68,10 +68,13 @@ impl UpstreamTool {
         )
         .instrument(span.clone())
         .await;
-        if let (Some(exchange), Ok(_) | Err(Failure::Refused(_))) = (&self.link.exchange, &answer) {
+        if let (Some(exchange), Ok(_) | Err(Failure::Refused(_) | Failure::Undelivered(_))) =
+            (&self.link.exchange, &answer)
+        {
             // The API answered: what was held for the call's approval is spent.
             exchange.release(ctx.call_id());
         }
+        let answer = answer.map_err(|failure| api.redact(failure));
         let failed = |message: String| ToolError::Handler {
             tool: self.name.clone(),
             source: HandlerError::message(super::super::tool::bounded(message)).permanent(),
@@ -83,6 +86,26 @@ impl UpstreamTool {
                 Err(failed(message))
             }
             Err(Failure::Input(message)) => Err(failed(message)),
+            // Not a write: nothing happened that asking again would repeat harmfully.
+            Err(Failure::Undelivered(message)) if self.effect != Effect::Write => {
+                spans::failed(&span, "http_error");
+                Err(failed(message))
+            }
+            // A write the API answered may have happened: a person settles it.
+            Err(Failure::Undelivered(message)) => {
+                spans::failed(&span, "undelivered");
+                Err(ToolError::Unavailable {
+                    tool: self.name.clone(),
+                    unavailable: Unavailable {
+                        message: format!(
+                            "The upstream API `{}` answered: {message}",
+                            self.link.name()
+                        ),
+                        retry_after: RETRY_AFTER,
+                    },
+                    may_have_run: true,
+                })
+            }
             Err(Failure::Unavailable {
                 message,
                 may_have_run,

@@ -103,6 +103,36 @@ impl Api {
         Ok(built.tools)
     }
 
+    /// `failure` with every secret of the entry (its credentials, its headers' values) taken
+    /// out of its message: an API's answer may echo what it was sent, and the message is
+    /// recorded and shown to callers and approvers.
+    pub(crate) fn redact(&self, failure: request::Failure) -> request::Failure {
+        use request::Failure;
+        let clean = |mut message: String| {
+            let secrets = self.source.credentials.iter().chain(&self.source.headers);
+            for (_, secret) in secrets {
+                if secret.len() >= 4 {
+                    message = message.replace(secret.as_str(), "[redacted]");
+                }
+            }
+            message
+        };
+        match failure {
+            Failure::Refused(message) => Failure::Refused(clean(message)),
+            Failure::Undelivered(message) => Failure::Undelivered(clean(message)),
+            Failure::Input(message) => Failure::Input(clean(message)),
+            Failure::Unavailable {
+                message,
+                may_have_run,
+                retry_after,
+            } => Failure::Unavailable {
+                message: clean(message),
+                may_have_run,
+                retry_after,
+            },
+        }
+    }
+
     /// The operation of the tool named `name` upstream, as last read.
     pub(crate) fn operation(&self, name: &str) -> Option<Arc<Operation>> {
         self.operations

@@ -31,8 +31,26 @@ const METHODS: [&str; 8] = [
 /// The property of a tool's input that holds the request body.
 pub(super) const BODY: &str = "body";
 /// Header parameters left out of the input: OpenAPI's three (the request's own headers carry
-/// them), and `Idempotency-Key`, which toolgate fills with the call's own key.
-const IGNORED_HEADERS: [&str; 4] = ["accept", "content-type", "authorization", "idempotency-key"];
+/// them), `Idempotency-Key` (toolgate sends the call's own), and those that frame or route the
+/// request, which no input may set.
+const IGNORED_HEADERS: [&str; 11] = [
+    "accept",
+    "content-type",
+    "authorization",
+    "idempotency-key",
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "te",
+    "connection",
+    "upgrade",
+    "cookie",
+];
+/// The most values all the selected operations' schemas may hold once resolved (GitHub's whole
+/// REST API holds about 560,000).
+const MAX_DOCUMENT_VALUES: usize = 2_000_000;
+/// The most tools one document serves (as for an MCP server's list).
+const MAX_TOOLS: usize = 1000;
 
 /// Where a parameter goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +136,8 @@ pub(super) fn build(
         operations: HashMap::new(),
         skipped: Vec::new(),
     };
+    // The values resolved so far, over every operation.
+    let mut values = 0;
     // Served name → the operation, to name both sides of a clash.
     let mut names: BTreeMap<String, String> = BTreeMap::new();
     let paths = root.get("paths").and_then(Value::as_object);
@@ -177,12 +197,25 @@ pub(super) fn build(
                 default_base: &default_base,
                 schemes: &schemes,
             };
-            match parts.tool(&name, document, source) {
+            if built.tools.len() >= MAX_TOOLS {
+                built.skipped.push((
+                    format!("`{id}` ({label})"),
+                    format!("more than {MAX_TOOLS} operations are selected; select fewer"),
+                ));
+                continue;
+            }
+            match parts.tool(&name, document, source, &mut values) {
                 Ok((tool, op)) => {
                     built.operations.insert(name, Arc::new(op));
                     built.tools.push(tool);
                 }
                 Err(why) => built.skipped.push((format!("`{id}` ({label})"), why)),
+            }
+            if values > MAX_DOCUMENT_VALUES {
+                return Err(format!(
+                    "the selected operations' schemas hold more than {MAX_DOCUMENT_VALUES} \
+                     values once their references are resolved; select fewer with `include`"
+                ));
             }
         }
     }
@@ -229,12 +262,34 @@ impl<'a> Parts<'a> {
         name: &str,
         document: &Document,
         source: &Source,
+        values: &mut usize,
     ) -> Result<(McpTool, Operation), String> {
         let mut resolver = Resolver::new(self.root, document.is_31());
-        let servers = self
-            .operation
-            .get("servers")
-            .or_else(|| self.item.get("servers"));
+        let built = self.build(&mut resolver, name, document, source);
+        *values += resolver.values();
+        built
+    }
+
+    fn build(
+        &self,
+        resolver: &mut Resolver<'a>,
+        name: &str,
+        document: &Document,
+        source: &Source,
+    ) -> Result<(McpTool, Operation), String> {
+        // A dot segment in the route would move it elsewhere once the URL is normalised.
+        let dots = self.path.split('/').any(|segment| {
+            let segment = segment.to_ascii_lowercase().replace("%2e", ".");
+            segment == "." || segment == ".."
+        });
+        if dots {
+            return Err("its path has a `.` or `..` segment".into());
+        }
+        let listed = |value: Option<&'a Value>| {
+            value.filter(|servers| servers.as_array().is_some_and(|list| !list.is_empty()))
+        };
+        let servers =
+            listed(self.operation.get("servers")).or_else(|| listed(self.item.get("servers")));
         let base = match servers {
             Some(servers) if source.base_url.is_none() => {
                 super::servers::base(document, source, Some(servers))?
@@ -260,7 +315,7 @@ impl<'a> Parts<'a> {
             }
         }
         for param in declared {
-            let Some((param, schema, needed)) = self.param(&mut resolver, param)? else {
+            let Some((param, schema, needed)) = self.param(resolver, param)? else {
                 continue;
             };
             if properties.contains_key(&param.name) || param.name == BODY {
@@ -279,7 +334,7 @@ impl<'a> Parts<'a> {
         let body = match self.operation.get("requestBody") {
             Some(body) => {
                 let body = resolver.object(body)?;
-                let (media, content_type, schema) = self.body(&mut resolver, body)?;
+                let (media, content_type, schema) = self.body(resolver, body)?;
                 if body.get("required") == Some(&Value::Bool(true)) {
                     required.push(BODY.into());
                 }
@@ -311,7 +366,7 @@ impl<'a> Parts<'a> {
         let at = source.base_url.is_none().then_some(&base);
         let mut tool = McpTool::new(name.to_owned(), self.description(at), Arc::new(input))
             .with_annotations(annotations);
-        if let Some(output) = self.output(&mut resolver)? {
+        if let Some(output) = self.output(resolver)? {
             tool = tool.with_raw_output_schema(Arc::new(output));
         }
         Ok((

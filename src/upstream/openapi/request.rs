@@ -29,9 +29,11 @@ const PATH_VALUE: &AsciiSet = &NON_ALPHANUMERIC
 
 /// Why a call did not produce an output.
 pub(crate) enum Failure {
-    /// The API answered, and not with a success: a `4xx`, a redirect, or a `2xx` that is not
-    /// what it says.
+    /// The API answered, and not with a success: a `4xx`.
     Refused(String),
+    /// The API answered, and what it did cannot be delivered: a redirect (not followed), a
+    /// `2xx` too large or not the JSON it says. A write it answered so has happened, maybe.
+    Undelivered(String),
     /// The API could not be reached, or was not able to answer.
     Unavailable {
         message: String,
@@ -82,7 +84,7 @@ pub(crate) async fn send(
         match response.chunk().await {
             Ok(Some(chunk)) => {
                 if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                    return Err(Failure::Refused(format!(
+                    return Err(Failure::Undelivered(format!(
                         "The API answered {status} with a body larger than {} MiB.",
                         MAX_RESPONSE_BYTES / (1024 * 1024)
                     )));
@@ -108,17 +110,17 @@ pub(crate) async fn send(
             return Ok(Value::String(text.into_owned()));
         }
         return serde_json::from_slice(&bytes).map_err(|err| {
-            Failure::Refused(format!(
+            Failure::Undelivered(format!(
                 "The API answered {status} with a body that is not the JSON it says: {err}."
             ))
         });
     }
     if status.is_redirection() {
-        return Err(Failure::Refused(format!(
+        // Where it points, without its query (a redirect may echo a key sent in the query).
+        let to = location.map(|to| bounded(to.split(['?', '#']).next().unwrap_or_default()));
+        return Err(Failure::Undelivered(format!(
             "The API answered {status}{}; redirects are not followed.",
-            location
-                .map(|to| format!(" to {}", bounded(&to)))
-                .unwrap_or_default()
+            to.map(|to| format!(" to {to}")).unwrap_or_default()
         )));
     }
     let message = bounded(text.trim());
@@ -152,6 +154,12 @@ fn build(
     let mut request_headers: Vec<(HeaderName, String)> = Vec::new();
     for param in &operation.params {
         let Some(value) = input.get(&param.name).filter(|v| !v.is_null()) else {
+            if param.place == Place::Path {
+                return Err(Failure::Input(format!(
+                    "the path parameter `{}` has no value",
+                    param.name
+                )));
+            }
             continue;
         };
         let value = if param.json {
@@ -186,6 +194,8 @@ fn build(
     url.set_path(&joined_path);
     for apply in &operation.auth {
         if let Apply::Query(name, value) = apply {
+            // The credential's name is the credential's alone: no input sends it too.
+            query.retain(|(sent, _)| sent != name);
             query.push((name.clone(), value.clone()));
         }
     }

@@ -19,6 +19,9 @@ const MAX_DEPTH: usize = 32;
 pub(super) const MAX_ENUM: usize = 1000;
 /// The most JSON values one operation's schemas may hold once resolved.
 pub(super) const MAX_NODES: usize = 200_000;
+/// The deepest a schema may nest once resolved (each target may nest on its own, so chains of
+/// references could otherwise nest thousands deep, past what every later pass can walk).
+const MAX_NESTING: usize = 64;
 
 /// OpenAPI's own keywords in a schema, which are not JSON Schema's.
 const OPENAPI_ONLY: [&str; 3] = ["xml", "externalDocs", "discriminator"];
@@ -46,6 +49,8 @@ pub(super) struct Resolver<'a> {
     root: &'a Value,
     is_31: bool,
     nodes: usize,
+    /// How deep the schema being resolved nests here.
+    nesting: usize,
     stack: Vec<String>,
 }
 
@@ -55,6 +60,7 @@ impl<'a> Resolver<'a> {
             root,
             is_31,
             nodes: 0,
+            nesting: 0,
             stack: Vec::new(),
         }
     }
@@ -89,6 +95,24 @@ impl<'a> Resolver<'a> {
 
     /// `schema` as JSON Schema, travelling `way`.
     pub(super) fn schema(&mut self, schema: &Value, way: Way) -> Result<Value, String> {
+        if self.nesting >= MAX_NESTING {
+            return Err(format!(
+                "its schemas nest deeper than {MAX_NESTING} levels once their references are \
+                 resolved"
+            ));
+        }
+        self.nesting += 1;
+        let resolved = self.nested(schema, way);
+        self.nesting -= 1;
+        resolved
+    }
+
+    /// The values the operation's schemas hold so far, once resolved.
+    pub(super) fn values(&self) -> usize {
+        self.nodes
+    }
+
+    fn nested(&mut self, schema: &Value, way: Way) -> Result<Value, String> {
         self.nodes += 1;
         if self.nodes > MAX_NODES {
             return Err(format!(
@@ -139,10 +163,10 @@ impl<'a> Resolver<'a> {
             };
             out.insert(key.clone(), converted);
         }
+        leave_out(&mut out, way);
         if !self.is_31 {
             from_30(&mut out);
         }
-        leave_out(&mut out, way);
         Ok(Value::Object(out))
     }
 
@@ -219,23 +243,7 @@ impl<'a> Resolver<'a> {
 /// OpenAPI 3.0's dialect as JSON Schema: `nullable: true` admits `null`; a boolean
 /// `exclusiveMinimum`/`exclusiveMaximum` moves its bound; `example` is one of `examples`.
 fn from_30(node: &mut Map<String, Value>) {
-    if node.remove("nullable") == Some(Value::Bool(true)) {
-        match node.get_mut("type") {
-            Some(Value::String(kind)) => {
-                let kind = std::mem::take(kind);
-                node.insert("type".into(), serde_json::json!([kind, "null"]));
-            }
-            Some(Value::Array(kinds)) if !kinds.iter().any(|k| k == "null") => {
-                kinds.push("null".into());
-            }
-            _ => {}
-        }
-        if let Some(Value::Array(values)) = node.get_mut("enum")
-            && !values.contains(&Value::Null)
-        {
-            values.push(Value::Null);
-        }
-    }
+    let nullable = node.remove("nullable") == Some(Value::Bool(true));
     for (exclusive, bound) in [
         ("exclusiveMinimum", "minimum"),
         ("exclusiveMaximum", "maximum"),
@@ -251,6 +259,34 @@ fn from_30(node: &mut Map<String, Value>) {
         && !node.contains_key("examples")
     {
         node.insert("examples".into(), Value::Array(vec![example]));
+    }
+    if !nullable {
+        return;
+    }
+    if let Some(Value::Array(values)) = node.get_mut("enum")
+        && !values.contains(&Value::Null)
+    {
+        values.push(Value::Null);
+    }
+    match node.get_mut("type") {
+        Some(Value::String(kind)) => {
+            let kind = std::mem::take(kind);
+            node.insert("type".into(), serde_json::json!([kind, "null"]));
+        }
+        Some(Value::Array(kinds)) => {
+            if !kinds.iter().any(|k| k == "null") {
+                kinds.push("null".into());
+            }
+        }
+        Some(_) => {}
+        // No `type` (an `allOf`, say): `null`, or what the schema says.
+        None => {
+            let schema = std::mem::take(node);
+            node.insert(
+                "anyOf".into(),
+                serde_json::json!([Value::Object(schema), {"type": "null"}]),
+            );
+        }
     }
 }
 
@@ -308,6 +344,32 @@ mod tests {
             .schema(&json!({"$ref": "#/components/schemas/Pet"}), Way::Response)
             .unwrap();
         assert_eq!(answered["required"], json!(["id", "name"]));
+    }
+
+    #[test]
+    fn a_30_nullable_without_a_type_admits_null() {
+        let root = json!({});
+        let schema = json!({"nullable": true, "allOf": [{"type": "string"}], "example": "x"});
+        let resolved = Resolver::new(&root, false)
+            .schema(&schema, Way::Request)
+            .unwrap();
+        assert_eq!(
+            resolved,
+            json!({"anyOf": [{"allOf": [{"type": "string"}], "examples": ["x"]}, {"type": "null"}]})
+        );
+    }
+
+    #[test]
+    fn nesting_past_the_bound_is_refused() {
+        let mut deep = json!({"type": "string"});
+        for _ in 0..70 {
+            deep = json!({"type": "array", "items": deep});
+        }
+        let root = json!({});
+        let err = Resolver::new(&root, true)
+            .schema(&deep, Way::Request)
+            .unwrap_err();
+        assert!(err.contains("nest deeper than 64"), "{err}");
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(super) fn base(
             written = written.replace(&format!("{{{name}}}"), value);
         }
     }
-    let url = match (url::Url::parse(&written), &document.url) {
+    let mut url = match (url::Url::parse(&written), &document.url) {
         (Ok(url), _) => url,
         (Err(url::ParseError::RelativeUrlWithoutBase), Some(from)) => from
             .join(&written)
@@ -57,6 +57,9 @@ pub(super) fn base(
         }
         (Err(err), _) => return Err(format!("the server `{written}` is not a URL: {err}")),
     };
+    // Requests carry their own query: not the document URL's (a token, maybe).
+    url.set_query(None);
+    url.set_fragment(None);
     // A server the document chooses carries the entry's credentials: never in the clear.
     if url.scheme() != "https" {
         return Err(format!(
