@@ -84,10 +84,18 @@ pub(super) fn base(
 pub(super) fn is_private(url: &url::Url) -> bool {
     let ip = match url.host() {
         Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
-        Some(url::Host::Ipv6(ip)) => match ip.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(ip),
-        },
+        Some(url::Host::Ipv6(ip)) => {
+            let segments = ip.segments();
+            // NAT64 (64:ff9b::/96) reaches the IPv4 address in its last 32 bits.
+            let nat64 = segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
+            match ip.to_ipv4() {
+                Some(v4) if !ip.is_loopback() => IpAddr::V4(v4),
+                _ if nat64 => IpAddr::V4(std::net::Ipv4Addr::from(
+                    (u32::from(segments[6]) << 16) | u32::from(segments[7]),
+                )),
+                _ => IpAddr::V6(ip),
+            }
+        }
         Some(url::Host::Domain(name)) => {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
             return name == "localhost"
@@ -104,6 +112,8 @@ pub(super) fn is_private(url: &url::Url) -> bool {
                 || ip.is_link_local()
                 || ip.is_unspecified()
                 || ip.is_broadcast()
+                // 0.0.0.0/8, "this network".
+                || ip.octets()[0] == 0
                 // 100.64.0.0/10, shared address space.
                 || (ip.octets()[0] == 100 && (ip.octets()[1] & 0xc0) == 64)
         }
@@ -112,6 +122,8 @@ pub(super) fn is_private(url: &url::Url) -> bool {
                 || ip.is_unspecified()
                 || (ip.segments()[0] & 0xfe00) == 0xfc00
                 || (ip.segments()[0] & 0xffc0) == 0xfe80
+                // fec0::/10, the old site-local.
+                || (ip.segments()[0] & 0xffc0) == 0xfec0
         }
     }
 }
@@ -131,6 +143,10 @@ mod tests {
             "http://[fd00::1]/",
             "http://localhost/",
             "http://metadata.google.internal/",
+            "http://[64:ff9b::a9fe:a9fe]/",
+            "http://[::a9fe:a9fe]/",
+            "http://0.1.2.3/",
+            "http://[fec0::1]/",
         ] {
             assert!(is_private(&url::Url::parse(url).unwrap()), "{url}");
         }
