@@ -11,6 +11,7 @@
 mod call;
 mod config;
 mod document;
+mod names;
 mod operations;
 mod request;
 mod schema;

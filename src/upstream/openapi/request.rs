@@ -73,7 +73,7 @@ pub(crate) async fn send(
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .is_some_and(super::operations::is_json);
+        .is_some_and(super::names::is_json);
     let location = response
         .headers()
         .get(reqwest::header::LOCATION)
