@@ -104,11 +104,21 @@ impl UpstreamTool {
     }
 
     pub(super) fn unavailable(&self, message: String, may_have_run: bool) -> ToolError {
+        self.unavailable_for(message, may_have_run, RETRY_AFTER)
+    }
+
+    /// [`Self::unavailable`], to be tried again after `retry_after`.
+    pub(super) fn unavailable_for(
+        &self,
+        message: String,
+        may_have_run: bool,
+        retry_after: Duration,
+    ) -> ToolError {
         ToolError::Unavailable {
             tool: self.name.clone(),
             unavailable: Unavailable {
                 message,
-                retry_after: RETRY_AFTER,
+                retry_after,
             },
             may_have_run,
         }
@@ -234,8 +244,18 @@ impl DynTool for UpstreamTool {
                 .permanent(),
             });
         }
-        if let Some(operation) = &self.operation {
-            return self.call_api(operation, ctx, input).await;
+        if let Some(api) = &self.link.api {
+            return match &self.operation {
+                Some(operation) => self.call_api(api, operation, ctx, input).await,
+                // Built from a definition its document no longer has: nothing to send.
+                None => Err(self.unavailable(
+                    format!(
+                        "The operation of tool `{}` is not in its OpenAPI document now.",
+                        self.name
+                    ),
+                    false,
+                )),
+            };
         }
         let Some((session, peer)) = self
             .link

@@ -7,7 +7,7 @@ use tracing::Instrument as _;
 use super::Operation;
 use super::request::{Failure, send};
 use crate::contract::ctx::ToolCtx;
-use crate::contract::error::{HandlerError, ToolError, Unavailable};
+use crate::contract::error::{HandlerError, ToolError};
 use crate::contract::meta::Effect;
 use crate::contract::outcome::ToolOutcome;
 use crate::telemetry::spans;
@@ -19,16 +19,14 @@ const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 const ATTESTATION: HeaderName = HeaderName::from_static("toolgate-attestation");
 
 impl UpstreamTool {
-    /// Sends `input` as one request of `operation`.
+    /// Sends `input` as one request of `operation`, an operation of `api`.
     pub(in crate::upstream) async fn call_api(
         &self,
+        api: &super::Api,
         operation: &Operation,
         ctx: &ToolCtx,
         input: Value,
     ) -> Result<ToolOutcome<Value>, ToolError> {
-        let Some(api) = &self.link.api else {
-            return Err(self.unavailable("The upstream has no OpenAPI document.".into(), false));
-        };
         let attestation = self.attestation(ctx, &input).await?;
         let caller = match &self.link.exchange {
             Some(exchange) => Some(exchange.bearer(&self.name, ctx).await?),
@@ -94,17 +92,11 @@ impl UpstreamTool {
             // A write the API answered may have happened: a person settles it.
             Err(Failure::Undelivered(message)) => {
                 spans::failed(&span, "undelivered");
-                Err(ToolError::Unavailable {
-                    tool: self.name.clone(),
-                    unavailable: Unavailable {
-                        message: format!(
-                            "The upstream API `{}` answered: {message}",
-                            self.link.name()
-                        ),
-                        retry_after: RETRY_AFTER,
-                    },
-                    may_have_run: true,
-                })
+                let message = format!(
+                    "The upstream API `{}` answered: {message}",
+                    self.link.name()
+                );
+                Err(self.unavailable(message, true))
             }
             Err(Failure::Unavailable {
                 message,
@@ -119,17 +111,11 @@ impl UpstreamTool {
                     may_have_run,
                     "a call could not complete at its upstream API"
                 );
-                Err(ToolError::Unavailable {
-                    tool: self.name.clone(),
-                    unavailable: Unavailable {
-                        message: format!(
-                            "The upstream API `{}` is not available: {message}",
-                            self.link.name()
-                        ),
-                        retry_after: retry_after.unwrap_or(RETRY_AFTER),
-                    },
-                    may_have_run,
-                })
+                let message = format!(
+                    "The upstream API `{}` is not available: {message}",
+                    self.link.name()
+                );
+                Err(self.unavailable_for(message, may_have_run, retry_after.unwrap_or(RETRY_AFTER)))
             }
         }
     }

@@ -162,14 +162,17 @@ fn build(
             }
             continue;
         };
+        // A parameter described by `content` is sent as its JSON text; any other as it is.
+        let json;
         let value = if param.json {
-            Value::String(value.to_string())
+            json = Value::String(value.to_string());
+            &json
         } else {
-            value.clone()
+            value
         };
         match param.place {
             Place::Path => {
-                let written = path_value(&param.name, &value, param.style, param.explode);
+                let written = path_value(&param.name, value, param.style, param.explode);
                 // A segment of dots would be read as "this" or "the parent" (encoded or not,
                 // URLs normalise it): a value could move the request to another route.
                 if written.is_empty() || written.split(['.', ',', ';', '=']).all(str::is_empty) {
@@ -180,12 +183,12 @@ fn build(
                 }
                 path = path.replace(&format!("{{{}}}", param.name), &written);
             }
-            Place::Query => query.extend(query_pairs(&param.name, &value, param)),
+            Place::Query => query.extend(query_pairs(&param.name, value, param)),
             Place::Header => {
                 let name = HeaderName::from_bytes(param.name.as_bytes()).map_err(|_| {
                     Failure::Input(format!("`{}` is not a header name", param.name))
                 })?;
-                request_headers.push((name, joined(&value, ",", param.explode, false)));
+                request_headers.push((name, joined(value, ",", param.explode, false)));
             }
         }
     }
