@@ -10,25 +10,47 @@
 //!   idempotency key, and exactly once for a call answered or stored completed, with the message
 //!   the answer named;
 //! - a suspension is decided at most once (of two decisions at once, one wins), and the call
-//!   ends as its winner said;
+//!   ends as its winner said (approved: completed with the approver's answer, or for a gated
+//!   email sent once or `needs_reconciliation`; completed externally: with the receipt;
+//!   rejected: nothing sent);
+//! - a suspension is escalated at most once, never before it waited its second, and always when
+//!   it waited undecided well past it;
 //! - a call's history never goes on past its end (a late outcome aside, kept as evidence), so
 //!   a zombie past its lease cannot overwrite what the others settled;
 //! - the event stream, read from its cursor across the faults, is the feed: in order, nothing
 //!   twice, nothing missing ([`super::stream`]); and every change reaches the webhook at least
 //!   once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::client::{Op, Record};
+use super::client::{Op, Record, Verb};
 use super::common::outbox;
 use super::{Fault, Server};
 
 /// How long after a read's answer a `kill -9` of the process that answered may take its record
 /// (written behind within 10 ms on a quiet machine; the margin covers a loaded one).
 const READ_WINDOW_MS: u64 = 2000;
+
+/// A suspension decided this long after it was made waited undecided well past the policy's
+/// `escalate_after_s` (1 s): it must have been escalated, faults and sweeps (every 250 ms)
+/// included.
+const LATE_MS: i64 = 5000;
+
+/// How many calls' records the checker reads at once.
+const READS_AT_ONCE: usize = 16;
+
+/// What the history says a call must be once settled.
+#[derive(Debug)]
+enum Expect<'a> {
+    /// Answered completed (a call, a decision, a long-poll) with this output.
+    Completed(&'a Value),
+    /// Decided by this winning decision.
+    Decided(&'a Record),
+}
 
 /// Checks the run; its summary, or the first violation.
 pub async fn check(
@@ -38,34 +60,36 @@ pub async fn check(
     seen: &[super::stream::Seen],
 ) -> Result<String, String> {
     let stored = settled(server).await?;
-    let base = server
-        .base(&mut super::Rng::new(0))
-        .expect("the server is up for the checker");
-    let http = reqwest::Client::new();
-    let record_of = async |call_id: &str| -> Value {
-        let url = format!("{base}/calls/{call_id}");
-        let response = http.get(url).send().await.expect("the checker's read");
-        response.json().await.expect("a call's record")
-    };
     let kills: Vec<(&str, u64)> = faults
         .iter()
         .filter(|f| f.kind == "kill -9")
         .map(|f| (f.base.as_str(), f.at_ms))
         .collect();
-    // Acknowledged calls exist, and completed ones as they were answered.
-    let mut lost_reads = 0;
+    let full: Vec<(u64, u64)> = faults
+        .iter()
+        .filter(|f| f.kind == "disk full")
+        .map(|f| (f.at_ms, f.at_ms + f.for_ms))
+        .collect();
+    // Acknowledged calls exist; what completed ones and decided ones must be is read below.
+    let mut expect: HashMap<&str, Vec<Expect>> = HashMap::new();
+    let (mut lost_reads, mut lost_to_full_disk) = (0, 0);
     for record in history {
         let Some(call_id) = record.acknowledged() else {
             continue;
         };
         if !stored.contains_key(call_id) {
-            let lost_behind = matches!(record.op, Op::Read { .. })
-                && kills.iter().any(|&(base, at)| {
-                    base == record.base
-                        && at >= record.sent_ms
-                        && at <= record.done_ms + READ_WINDOW_MS
-                });
-            if lost_behind {
+            let read = matches!(record.op, Op::Read { .. });
+            let killed = kills.iter().any(|&(base, at)| {
+                base == record.base && at >= record.sent_ms && at <= record.done_ms + READ_WINDOW_MS
+            });
+            let filled = full
+                .iter()
+                .any(|&(from, to)| from <= record.done_ms + READ_WINDOW_MS && to >= record.sent_ms);
+            if read && filled {
+                lost_to_full_disk += 1;
+                continue;
+            }
+            if read && killed {
                 lost_reads += 1;
                 continue;
             }
@@ -76,21 +100,33 @@ pub async fn check(
         // A decision's answer is the call's after it; a long-poll's is the call's then: both
         // say where it stays once completed.
         if record.completed() {
-            let now = record_of(call_id).await;
-            if now["status"] != "completed" || now["output"] != record.body["output"] {
-                return Err(format!(
-                    "call {call_id} was answered completed with {}, and is now {} with {}",
-                    record.body["output"], now["status"], now["output"]
-                ));
-            }
+            let output = &record.body["output"];
+            expect
+                .entry(call_id)
+                .or_default()
+                .push(Expect::Completed(output));
         }
     }
-    let sent = ledger(server, &stored)?;
+    let winners = winners(history)?;
+    // An email completed externally was sent by someone else: the outbox has no line for it.
+    let elsewhere: HashSet<&str> = winners
+        .iter()
+        .filter_map(|winner| match &winner.op {
+            Op::Decide {
+                call_id,
+                verb: Verb::Complete,
+                ..
+            } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let sent = ledger(server, &stored, &elsewhere)?;
     // Every key's effect at most once; once exactly for a key or a request answered completed.
     for record in history {
         let (body, answered) = match &record.op {
             Op::Keyed { key } => (format!("key:{key}"), record.completed()),
             Op::Unkeyed { tag } => (format!("op:{tag}"), record.completed()),
+            Op::Ask { tag, gated: true } => (format!("gated:{tag}"), false),
             _ => continue,
         };
         let lines = sent.get(body.as_str()).map_or(&[][..], Vec::as_slice);
@@ -109,18 +145,147 @@ pub async fn check(
             }
         }
     }
-    decisions(history, &record_of).await?;
-    for call_id in stored.keys() {
-        ended_once(call_id, &record_of(call_id).await)?;
+    for winner in winners {
+        let Op::Decide { call_id, .. } = &winner.op else {
+            unreachable!()
+        };
+        expect
+            .entry(call_id)
+            .or_default()
+            .push(Expect::Decided(winner));
+    }
+    // Every call's record, read as a client reads it, a few at once.
+    let base = server
+        .base(&mut super::Rng::new(0))
+        .expect("the server is up for the checker");
+    let http = reqwest::Client::new();
+    let (http, base, sent, expect) = (&http, &base, &sent, &expect);
+    let mut reads = futures_util::stream::iter(stored.keys())
+        .map(|call_id| async move {
+            let url = format!("{base}/calls/{call_id}");
+            let response = http.get(url).send().await.expect("the checker's read");
+            let record: Value = response.json().await.expect("a call's record");
+            (call_id, record)
+        })
+        .buffer_unordered(READS_AT_ONCE);
+    let mut escalated = 0;
+    while let Some((call_id, record)) = reads.next().await {
+        ended_once(call_id, &record)?;
+        escalated += escalations(call_id, &record)?;
+        for expected in expect.get(call_id.as_str()).map_or(&[][..], Vec::as_slice) {
+            as_expected(call_id, &record, expected, sent)?;
+        }
     }
     let streamed = super::stream::check(server, seen).await?;
     let hooked = super::stream::check_webhooks(server).await?;
     Ok(format!(
-        "{}; {lost_reads} read records lost to a kill -9 right after their answer (as \
-         documented); the event stream read {streamed} events across the faults, none twice, \
-         none missing; the webhook got every change of the feed ({hooked} deliveries)",
+        "{}; {escalated} suspensions escalated, each once; {lost_reads} read records lost to a \
+         kill -9 right after their answer and {lost_to_full_disk} to a full disk (as \
+         documented); the event stream read {streamed} \
+         events across the faults, none twice, none missing; the webhook got every change of \
+         the feed ({hooked} deliveries)",
         summary(history, faults)
     ))
+}
+
+/// Whether a call's `record` is what the history said it must be.
+fn as_expected(
+    call_id: &str,
+    record: &Value,
+    expected: &Expect,
+    sent: &HashMap<String, Vec<String>>,
+) -> Result<(), String> {
+    let (status, output) = (&record["status"], &record["output"]);
+    let kept = match expected {
+        Expect::Completed(answered) => status == "completed" && output == *answered,
+        Expect::Decided(winner) => {
+            let Op::Decide {
+                verb,
+                answer,
+                gated,
+                ..
+            } = &winner.op
+            else {
+                unreachable!()
+            };
+            match (verb, gated) {
+                (Verb::Reject, _) => status == "rejected",
+                (Verb::Complete, _) => {
+                    let body = record["input"]["body"].as_str().unwrap_or_default();
+                    status == "completed"
+                        && output["message_id"] == answer.as_str()
+                        && !sent.contains_key(body)
+                }
+                (_, false) => status == "completed" && output["answer"] == answer.as_str(),
+                // An approved email is sent once, unless a fault interrupted it: then it may
+                // have been, and a person settles it.
+                (_, true) => {
+                    let body = record["input"]["body"].as_str().unwrap_or_default();
+                    let lines = sent.get(body).map_or(&[][..], Vec::as_slice);
+                    match status.as_str() {
+                        Some("completed") => {
+                            lines.len() == 1 && output["message_id"] == lines[0].as_str()
+                        }
+                        Some("needs_reconciliation") => lines.len() <= 1,
+                        _ => false,
+                    }
+                }
+            }
+        }
+    };
+    if kept {
+        return Ok(());
+    }
+    Err(format!(
+        "call {call_id} was {expected:?}, and is now {status} with {output}: {record}"
+    ))
+}
+
+/// A suspension is escalated at most once, not before it waited its second, and surely when it
+/// was decided only [`LATE_MS`] after it was made. How many times it was (0 or 1).
+fn escalations(call_id: &str, record: &Value) -> Result<usize, String> {
+    let events = record["events"].as_array().cloned().unwrap_or_default();
+    let at = |kind: &str| -> Vec<i64> {
+        events
+            .iter()
+            .filter(|e| e["kind"] == kind)
+            .map(|e| {
+                let at = e["at"].as_str().expect("an event's time");
+                let at = humantime::parse_rfc3339(at).expect("an RFC 3339 time");
+                at.duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as i64
+            })
+            .collect()
+    };
+    let (suspended, escalated) = (at("suspended"), at("escalated"));
+    let wrong = |why: &str| Err(format!("call {call_id} {why}: {record}"));
+    if escalated.len() > 1 {
+        return wrong("was escalated more than once");
+    }
+    let Some(&made) = suspended.first() else {
+        return if escalated.is_empty() {
+            Ok(0)
+        } else {
+            wrong("was escalated with no suspension")
+        };
+    };
+    if let Some(&escalated_at) = escalated.first()
+        && escalated_at < made + 1000
+    {
+        return wrong("was escalated before it waited its second");
+    }
+    let decided = ["approved", "rejected", "completed_externally"]
+        .iter()
+        .flat_map(|kind| at(kind))
+        .min();
+    if let Some(decided) = decided
+        && decided >= made + LATE_MS
+        && escalated.first().is_none_or(|&e| e > decided)
+    {
+        return wrong("waited undecided past its escalate_after_s, and was not escalated");
+    }
+    Ok(escalated.len())
 }
 
 /// The calls in the database once nothing is `running` (a restart settles what a crash left;
@@ -154,6 +319,7 @@ async fn settled(server: &Server) -> Result<HashMap<String, (String, String)>, S
 fn ledger(
     server: &Server,
     stored: &HashMap<String, (String, String)>,
+    elsewhere: &HashSet<&str>,
 ) -> Result<HashMap<String, Vec<String>>, String> {
     let mut by_body: HashMap<String, Vec<String>> = HashMap::new();
     let mut by_call: HashMap<String, usize> = HashMap::new();
@@ -173,7 +339,12 @@ fn ledger(
         by_body.entry(body).or_default().push(message);
     }
     for (call_id, (tool, status)) in stored {
-        if tool == "send_email" && status == "completed" && !by_call.contains_key(call_id) {
+        let sent_here = !elsewhere.contains(call_id.as_str());
+        if tool == "send_email"
+            && status == "completed"
+            && sent_here
+            && !by_call.contains_key(call_id)
+        {
             return Err(format!(
                 "call {call_id} is stored completed, and sent nothing"
             ));
@@ -182,47 +353,26 @@ fn ledger(
     Ok(by_body)
 }
 
-/// Of the decisions on each suspension, at most one won (`200`), and its call ends as it said.
-async fn decisions(
-    history: &[Record],
-    record_of: &impl AsyncFn(&str) -> Value,
-) -> Result<(), String> {
+/// Of the decisions on each suspension, at most one won (`200`): the winners.
+fn winners(history: &[Record]) -> Result<Vec<&Record>, String> {
     let mut by_token: BTreeMap<&str, Vec<&Record>> = BTreeMap::new();
     for record in history {
         if let Op::Decide { token, .. } = &record.op {
             by_token.entry(token).or_default().push(record);
         }
     }
+    let mut winners = Vec::new();
     for (token, decided) in by_token {
-        let won: Vec<&&Record> = decided.iter().filter(|r| r.status == Some(200)).collect();
+        let won: Vec<&Record> = decided
+            .into_iter()
+            .filter(|r| r.status == Some(200))
+            .collect();
         if won.len() > 1 {
             return Err(format!("suspension {token} was decided twice: {won:?}"));
         }
-        let Some(winner) = won.first() else {
-            continue;
-        };
-        let Op::Decide {
-            call_id,
-            approve,
-            answer,
-            ..
-        } = &winner.op
-        else {
-            unreachable!()
-        };
-        let now = record_of(call_id).await;
-        let as_said = if *approve {
-            now["status"] == "completed" && now["output"]["answer"] == answer.as_str()
-        } else {
-            now["status"] == "rejected"
-        };
-        if !as_said {
-            return Err(format!(
-                "suspension {token} was decided by {winner:?}, and its call is now {now}"
-            ));
-        }
+        winners.extend(won);
     }
-    Ok(())
+    Ok(winners)
 }
 
 /// The events that end a call: nothing may follow them but a late outcome, kept as evidence.
@@ -266,8 +416,19 @@ fn summary(history: &[Record], faults: &[Fault]) -> String {
             Op::Keyed { .. } => "keyed write",
             Op::Unkeyed { .. } => "unkeyed write",
             Op::Read { .. } => "read",
-            Op::Ask { .. } => "suspension",
-            Op::Decide { .. } => "decision",
+            Op::Ask { gated: false, .. } => "suspension",
+            Op::Ask { gated: true, .. } => "gated write",
+            Op::Decide {
+                verb: Verb::Approve,
+                ..
+            } => "approval",
+            Op::Decide {
+                verb: Verb::Reject, ..
+            } => "rejection",
+            Op::Decide {
+                verb: Verb::Complete,
+                ..
+            } => "completion",
             Op::Wait { .. } => "long-poll",
         };
         let result = record

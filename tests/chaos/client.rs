@@ -32,18 +32,49 @@ pub enum Op {
     Unkeyed { tag: String },
     /// `echo`.
     Read { tag: String },
-    /// `ask_human`: a suspension.
-    Ask { tag: String },
+    /// A suspension: `ask_human`'s own, or (`gated`) `send_email` held by the approval policy
+    /// of the run's configuration (an email whose subject is `gated`, its body `gated:<tag>`).
+    Ask { tag: String, gated: bool },
     /// `GET /calls/{id}?wait=5` on a suspended call, sent with its decisions.
     Wait { call_id: String },
     /// A decision on a suspension, sent at the same moment as another.
     Decide {
         token: String,
         call_id: String,
-        approve: bool,
+        verb: Verb,
         answer: String,
+        /// Whether the suspension is a gated email's (see [`Op::Ask`]).
+        gated: bool,
     },
 }
+
+/// What a decision does: `POST /approvals/{token}/<verb>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verb {
+    Approve,
+    Reject,
+    /// The work done outside the server, with its receipt (only `ask_human`'s).
+    Complete,
+}
+
+/// A suspension acknowledged with its token, to be decided.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    token: String,
+    call_id: String,
+    tag: String,
+    gated: bool,
+    /// When it was deferred (the run's clock), if it was.
+    since_ms: u64,
+}
+
+/// Suspensions left undecided for [`DEFER_MS`], so that the approval policy escalates them
+/// (after 1 s), then decided as any other; shared by the clients.
+pub type Deferred = Arc<Mutex<std::collections::VecDeque<Pending>>>;
+
+/// How long a deferred suspension waits undecided.
+const DEFER_MS: u64 = 6000;
 
 /// One request of the history.
 #[derive(Debug, Clone, Serialize)]
@@ -82,6 +113,7 @@ pub async fn drive(
     mut rng: Rng,
     deadline: Instant,
     history: Arc<Mutex<Vec<Record>>>,
+    deferred: Deferred,
 ) {
     let http = reqwest::Client::builder().timeout(TIMEOUT).build().unwrap();
     let mut count = 0;
@@ -122,52 +154,119 @@ pub async fn drive(
             let to = (&*server, server.base(&mut rng));
             send(&http, to, n, op, "/tools/echo/call", input, None).await
         } else {
-            let op = Op::Ask { tag: tag.clone() };
-            let input = json!({"question": format!("op:{tag}")});
+            // A suspension: decided at once, or now and then left waiting to be escalated.
+            let gated = rng.between(0, 2) == 0;
+            let op = Op::Ask {
+                tag: tag.clone(),
+                gated,
+            };
+            let (path, input) = if gated {
+                let input = json!({"to": "chaos@example.com", "subject": "gated", "body": format!("gated:{tag}")});
+                ("/tools/send_email/call", input)
+            } else {
+                (
+                    "/tools/ask_human/call",
+                    json!({"question": format!("op:{tag}")}),
+                )
+            };
             let to = (&*server, server.base(&mut rng));
-            let asked = send(&http, to, n, op, "/tools/ask_human/call", input, None).await;
+            let asked = send(&http, to, n, op, path, input, None).await;
             if let (Some(202), Some(token), Some(call_id)) = (
                 asked.status,
                 asked.body["suspension"]["token"].as_str(),
                 asked.body["call_id"].as_str(),
             ) {
-                let both_approve = rng.between(0, 2) == 0;
-                // Each decision to a process of its own choosing: with replicas, most often
-                // two at once.
-                let mut decide = |approve: bool, answer: &str| {
-                    let to = (&*server, server.base(&mut rng));
-                    let op = Op::Decide {
-                        token: token.to_owned(),
-                        call_id: call_id.to_owned(),
-                        approve,
-                        answer: answer.to_owned(),
-                    };
-                    let (path, body) = if approve {
-                        (
-                            format!("/approvals/{token}/approve"),
-                            json!({"input": {"answer": answer}}),
-                        )
-                    } else {
-                        (
-                            format!("/approvals/{token}/reject"),
-                            json!({"reason": answer}),
-                        )
-                    };
-                    let http = &http;
-                    async move { send(http, to, n, op, &path, body, None).await }
+                let pending = Pending {
+                    token: token.to_owned(),
+                    call_id: call_id.to_owned(),
+                    tag: tag.clone(),
+                    gated,
+                    since_ms: server.now(),
                 };
-                let first = decide(true, &format!("yes-{tag}"));
-                let second = decide(both_approve, &format!("also-{tag}"));
-                // And a long-poll on the call, from a process of its own choosing, at the same
-                // moment: what it answers must be where the call stays.
-                let waited = wait(&http, (&*server, server.base(&mut rng)), n, call_id);
-                let (first, second, waited) = tokio::join!(first, second, waited);
-                history.lock().unwrap().extend([first, second, waited]);
+                if rng.between(0, 5) == 0 {
+                    deferred.lock().unwrap().push_back(pending);
+                } else {
+                    let decided = decide(&http, &server, &mut rng, n, &pending).await;
+                    history.lock().unwrap().extend(decided);
+                }
             }
             asked
         };
         history.lock().unwrap().push(record);
+        // A suspension left waiting long enough is decided now.
+        let due = {
+            let mut queue = deferred.lock().unwrap();
+            match queue.front() {
+                Some(p) if server.now() >= p.since_ms + DEFER_MS => queue.pop_front(),
+                _ => None,
+            }
+        };
+        if let Some(pending) = due {
+            let decided = decide(&http, &server, &mut rng, n, &pending).await;
+            history.lock().unwrap().extend(decided);
+        }
     }
+}
+
+/// Two decisions on `pending` at the same moment, each to a process of its own choosing (with
+/// replicas, most often two at once), and a long-poll on its call from a third: the first
+/// approves (or completes), the second approves, rejects or completes. Only a gated email is
+/// completed externally, with a receipt (`ask_human` declares no output schema, so its
+/// completion is refused).
+async fn decide(
+    http: &reqwest::Client,
+    server: &Server,
+    rng: &mut Rng,
+    n: usize,
+    pending: &Pending,
+) -> [Record; 3] {
+    let mut verb = |verbs: &[Verb]| {
+        let verbs: Vec<Verb> = verbs
+            .iter()
+            .copied()
+            .filter(|v| pending.gated || *v != Verb::Complete)
+            .collect();
+        verbs[rng.between(0, verbs.len() as u64) as usize]
+    };
+    let first = verb(&[Verb::Approve, Verb::Complete]);
+    let second = verb(&[Verb::Approve, Verb::Reject, Verb::Complete]);
+    let one = |verb: Verb, answer: String, base: Option<String>| {
+        let token = &pending.token;
+        let op = Op::Decide {
+            token: token.clone(),
+            call_id: pending.call_id.clone(),
+            verb,
+            answer: answer.clone(),
+            gated: pending.gated,
+        };
+        let approved = if pending.gated {
+            json!({"note": answer})
+        } else {
+            json!({"answer": answer})
+        };
+        let (path, body) = match verb {
+            Verb::Approve => (
+                format!("/approvals/{token}/approve"),
+                json!({"input": approved}),
+            ),
+            Verb::Reject => (
+                format!("/approvals/{token}/reject"),
+                json!({"reason": answer}),
+            ),
+            Verb::Complete => (
+                format!("/approvals/{token}/complete"),
+                json!({"output": {"message_id": answer}}),
+            ),
+        };
+        async move { send(http, (server, base), n, op, &path, body, None).await }
+    };
+    let tag = &pending.tag;
+    let a = one(first, format!("yes-{tag}"), server.base(rng));
+    let b = one(second, format!("also-{tag}"), server.base(rng));
+    // What the long-poll answers must be where the call stays.
+    let waited = wait(http, (server, server.base(rng)), n, &pending.call_id);
+    let (a, b, waited) = tokio::join!(a, b, waited);
+    [a, b, waited]
 }
 
 /// Sends one request (a call's `input`, or a decision's body as it is) to `base`, a process

@@ -16,6 +16,8 @@ mod common;
 
 mod checker;
 mod client;
+mod disk;
+mod full_disk;
 mod proxy;
 mod stream;
 
@@ -30,6 +32,22 @@ const SERVER_ENV: &[(&str, &str)] = &[("TOOLGATE_EXAMPLES__SEND_EMAIL_DELAY_MS",
 
 /// Clients driving calls at once.
 const CLIENTS: usize = 4;
+
+/// The approval policies of the run: an email whose subject is `gated` waits for a person, and
+/// a suspension of either tool left undecided for a second is escalated (once).
+const POLICIES: &str = r#"
+[tools.send_email.approval]
+when = "input.subject == 'gated'"
+escalate_after_s = 1
+
+[tools.ask_human.approval]
+when = "false"
+escalate_after_s = 1
+"#;
+
+/// The command that restarts the PostgreSQL server, when the run may (`bench/chaos` names it:
+/// the server is shared by the whole test suite, so the suite's short run never restarts it).
+const RESTART_POSTGRES: &str = "TOOLGATE_CHAOS_RESTART_POSTGRES";
 
 /// A small, seeded generator (SplitMix64): a seed repeats a run's choices.
 #[derive(Clone)]
@@ -83,6 +101,9 @@ impl Site for Place<'_> {
 /// The server under test: one process on SQLite, or three replicas on PostgreSQL, each with a
 /// data directory of its own.
 pub struct Server {
+    /// On SQLite, where the machine allows: the data directory's file system, which a fault
+    /// fills (dropped before `at`, so that it is unmounted before its directory is removed).
+    disk: Option<disk::Disk>,
     at: Location,
     /// The webhook receiver every process sends the feed to, and their configuration file.
     hooks: common::receiver::Receiver,
@@ -96,9 +117,13 @@ pub struct Server {
 impl Server {
     async fn new(backend: Backend) -> Self {
         let at = Location::new(backend).await;
+        let disk = match backend {
+            Backend::Sqlite => disk::Disk::mount(at.data_dir()),
+            Backend::Postgres => None,
+        };
         let (hooks, webhook) = common::receiver::Receiver::start("").await;
         let config = at.data_dir().join("chaos.toml");
-        std::fs::write(&config, webhook).unwrap();
+        std::fs::write(&config, format!("{webhook}\n{POLICIES}")).unwrap();
         let dirs: Vec<tempfile::TempDir> = match backend {
             Backend::Sqlite => Vec::new(),
             Backend::Postgres => (0..3).map(|_| common::temp_dir()).collect(),
@@ -134,6 +159,7 @@ impl Server {
             });
         }
         Server {
+            disk,
             at,
             hooks,
             config,
@@ -213,14 +239,19 @@ pub struct Fault {
 }
 
 /// Injects faults until `deadline`, each on one process: a `kill -9` and a restart (after a
-/// pause), a `SIGSTOP` and a `SIGCONT`, or (on PostgreSQL) its connection to the database cut
-/// and restored (with replicas, a stop or a cut sometimes outlasts the lease); every process is
-/// up and connected when it returns.
+/// pause), a `SIGSTOP` and a `SIGCONT`, on PostgreSQL its connection to the database cut and
+/// restored (with replicas, a stop or a cut sometimes outlasts the lease) and, now and then when
+/// `bench/chaos` allows it, the database server restarted; on SQLite, its disk filled for a
+/// while where the machine lets the run mount one. Every process is up and connected, and the
+/// disk has room, when it returns.
 fn inject(server: &Server, mut rng: Rng, deadline: Instant) -> Vec<Fault> {
     let replicas = server.processes.len() as u64;
     // A replica stopped past its lease (1.5 s in the tests' environment) is a zombie: the
     // others settle its calls, and what it records when it wakes must be refused.
     let longest_stop = if replicas > 1 { 2500 } else { 400 };
+    let restart_postgres = std::env::var(RESTART_POSTGRES)
+        .ok()
+        .filter(|_| server.at.database_url().is_some());
     let mut faults = Vec::new();
     loop {
         std::thread::sleep(Duration::from_millis(rng.between(300, 1200)));
@@ -230,14 +261,26 @@ fn inject(server: &Server, mut rng: Rng, deadline: Instant) -> Vec<Fault> {
         let process = rng.between(0, replicas) as usize;
         let base = server.processes[process].base.read().unwrap().clone();
         let at_ms = server.now();
-        let roll = rng.between(0, 10);
+        let roll = rng.between(0, 20);
         let proxy = server.processes[process].database.as_ref().map(|(_, p)| p);
-        let kind = if let (true, Some(proxy)) = (roll >= 8, proxy) {
+        let kind = if let (19, Some(command)) = (roll, &restart_postgres) {
+            let status = std::process::Command::new("sh")
+                .args(["-c", command])
+                .status()
+                .unwrap();
+            assert!(status.success(), "{command}");
+            "PostgreSQL restarted"
+        } else if let (true, Some(proxy)) = (roll >= 16, proxy) {
             proxy.cut();
             std::thread::sleep(Duration::from_millis(rng.between(100, longest_stop)));
             proxy.restore();
             "cut from the database"
-        } else if roll < 6 {
+        } else if let (true, Some(disk)) = (roll >= 16, &server.disk) {
+            disk.fill();
+            std::thread::sleep(Duration::from_millis(rng.between(100, 1500)));
+            disk.free();
+            "disk full"
+        } else if roll < 11 {
             server.kill(process);
             std::thread::sleep(Duration::from_millis(rng.between(0, 400)));
             server.start(process);
@@ -280,11 +323,13 @@ async fn run(backend: Backend, seed: u64, seconds: u64) {
     let mut rng = Rng::new(seed);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let history = Arc::new(Mutex::new(Vec::new()));
+    let deferred = client::Deferred::default();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|n| {
             let (server, history) = (server.clone(), history.clone());
             let rng = Rng::new(rng.draw());
-            tokio::spawn(client::drive(n, server, rng, deadline, history))
+            let deferred = deferred.clone();
+            tokio::spawn(client::drive(n, server, rng, deadline, history, deferred))
         })
         .collect();
     // The stream's reader goes on a little past the faults, so that it reads what they left.
@@ -312,11 +357,18 @@ async fn run(backend: Backend, seed: u64, seconds: u64) {
     let history = history.lock().unwrap().clone();
     let file = server.at.data_dir().join("history.jsonl");
     client::save(&history, &faults, &file);
+    // Kept for whoever reads a failure, or asks (`TOOLGATE_CHAOS_KEEP`).
+    let kept = std::env::temp_dir().join(format!("toolgate-chaos-{seed}.jsonl"));
+    if std::env::var_os("TOOLGATE_CHAOS_KEEP").is_some() {
+        std::fs::copy(&file, &kept).unwrap();
+        eprintln!(
+            "chaos on {backend:?}: the history is kept in {}",
+            kept.display()
+        );
+    }
     match checker::check(&server, &history, &faults, &seen).await {
         Ok(summary) => eprintln!("chaos on {backend:?}: seed {seed}: {summary}"),
         Err(violation) => {
-            // Kept for whoever reads the failure.
-            let kept = std::env::temp_dir().join(format!("toolgate-chaos-{seed}.jsonl"));
             std::fs::copy(&file, &kept).unwrap();
             panic!(
                 "chaos on {backend:?}: seed {seed}: {violation}\nthe history: {} \

@@ -103,6 +103,14 @@ async fn stored_feed(server: &Server) -> Vec<((u64, i64), String, String)> {
                 .await
                 .unwrap();
             tokio::spawn(connection);
+            let floor = client
+                .query_one("SELECT floor_xid::text, floor_seq FROM feed_state", &[])
+                .await
+                .unwrap();
+            let (floor_xid, floor_seq): (String, i64) = (floor.get(0), floor.get(1));
+            if floor_seq != 0 {
+                eprintln!("the feed was pruned up to {floor_xid}-{floor_seq}");
+            }
             let rows = client
                 .query(
                     "SELECT xid::text, seq, type, call_id FROM feed ORDER BY xid, seq",
@@ -148,8 +156,10 @@ pub async fn check(server: &Server, seen: &[Seen]) -> Result<usize, String> {
         }
     }
     let (from, to) = (place(&first.id), place(&last.id));
-    let stored: Vec<_> = stored_feed(server)
-        .await
+    let all = stored_feed(server).await;
+    let head: Vec<_> = all.iter().take(3).cloned().collect();
+    let total = all.len();
+    let stored: Vec<_> = all
         .into_iter()
         .filter(|(at, _, _)| *at >= from && *at <= to)
         .collect();
@@ -160,8 +170,12 @@ pub async fn check(server: &Server, seen: &[Seen]) -> Result<usize, String> {
             ));
         };
         if place(&read.id) != *at || read.kind != *kind || read.call_id != *call_id {
+            let before = &seen[n.saturating_sub(2)..(n + 2).min(seen.len())];
+            let stored_before = &stored[n.saturating_sub(2)..(n + 2).min(stored.len())];
             return Err(format!(
-                "the event stream read {read:?} where the feed has {kind} of {call_id} at {at:?}"
+                "the event stream read {read:?} where the feed has {kind} of {call_id} at \
+                 {at:?} (event {n} of those read: around it the stream read {before:?}, the \
+                 feed has {stored_before:?}; the feed's first of {total}: {head:?})"
             ));
         }
     }

@@ -167,7 +167,9 @@ impl ApiError {
             ),
             ApiError::NotReady => ("The store is not available.".into(), None),
             ApiError::StoreUnavailable => (
-                "The database cannot be reached; retry later. Nothing acknowledged is lost.".into(),
+                "The database cannot be reached, or cannot write (its disk is full); retry later. \
+                 Nothing acknowledged is lost."
+                    .into(),
                 None,
             ),
             ApiError::UnknownDelivery(id) => (

@@ -182,8 +182,16 @@ fn lock(path: &Path) -> Result<std::fs::File, StoreError> {
     }
 }
 
+/// A SQLite error as a store error. A full disk (`SQLITE_FULL`) is the store unavailable, as a
+/// PostgreSQL server out of space is: nothing is written, the request may be retried, and an
+/// outcome is retried in the background until there is room again.
 fn backend(err: rusqlite::Error) -> StoreError {
-    StoreError::Backend(err.to_string())
+    match err.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DiskFull) => {
+            StoreError::Unavailable(format!("the disk is full: {err}"))
+        }
+        _ => StoreError::Backend(err.to_string()),
+    }
 }
 
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {

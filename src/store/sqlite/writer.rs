@@ -101,9 +101,8 @@ fn apply_batch(
     let behind = records.len();
     let fail_all = |err: rusqlite::Error| {
         tracing::error!(error = %err, lost_read_records = behind, "store commit failed");
-        (0..count)
-            .map(|_| Err(StoreError::Backend(err.to_string())))
-            .collect()
+        let err = backend(err);
+        (0..count).map(|_| Err(err.clone())).collect()
     };
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,

@@ -1,0 +1,91 @@
+//! What the chaos run's full disk found, made a test of its own: a write whose effect happened
+//! while the SQLite process's disk was full. Its outcome could not be written, and the call stayed
+//! `running` for as long as the process lived (the key answering `409 call_in_progress`), while
+//! the caller was answered `500 internal`. Now a full disk is the store unavailable, as a
+//! PostgreSQL server out of space is: `503 store_unavailable` with `Retry-After`, and the outcome
+//! is recorded once there is room again, without a restart.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use super::common::{self, Backend, Binary, Location, Site};
+use super::disk::Disk;
+
+#[tokio::test]
+async fn a_write_that_meets_a_full_disk_is_recorded_once_there_is_room() {
+    let at = Location::new(Backend::Sqlite).await;
+    let Some(disk) = Disk::mount(at.data_dir()) else {
+        return;
+    };
+    let env = [("TOOLGATE_EXAMPLES__SEND_EMAIL_DELAY_MS", "1500")];
+    let server = Binary::start_with(&at, &[], &env);
+    let api = &server.api;
+    let email = json!({"to": "a@example.com", "subject": "s", "body": "while full"});
+
+    // The call is recorded running, then the disk fills while the email is being sent.
+    let call = api.call_keyed("send_email", "full-1", email.clone());
+    let fill = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        disk.fill();
+    };
+    let ((status, _, retry_after, body), ()) = tokio::join!(call, fill);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    assert!(retry_after.is_some(), "a 503 says when to retry");
+    let sent = common::outbox(&at);
+    assert_eq!(sent.len(), 1, "the email was sent: {sent:?}");
+
+    // Nothing new runs while the disk is full: refused before the tool is reached.
+    let other = json!({"to": "a@example.com", "subject": "s", "body": "refused"});
+    let (status, _, _, body) = api.call_keyed("send_email", "full-2", other).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(common::outbox(&at).len(), 1);
+
+    // Room again: the outcome is recorded by the same process, and the key answers it.
+    disk.free();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let replayed = loop {
+        let (status, replayed, _, body) =
+            api.call_keyed("send_email", "full-1", email.clone()).await;
+        if status == StatusCode::OK {
+            assert_eq!(replayed.as_deref(), Some("true"), "{body}");
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the call was never recorded once the disk had room: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(replayed["status"], "completed", "{replayed}");
+    assert_eq!(replayed["output"]["message_id"], sent[0]["message_id"]);
+    assert_eq!(
+        common::outbox(&at).len(),
+        1,
+        "sent once, whatever was retried"
+    );
+    let (status, record) = api
+        .get(&format!("/calls/{}", replayed["call_id"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(record["status"], "completed", "{record}");
+
+    // And what is written behind its answer is written again: a read's record.
+    let (status, read) = api
+        .post("/tools/echo/call", json!({"input": {"text": "after"}}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{read}");
+    let read_id = read["call_id"].as_str().unwrap().to_owned();
+    common::eventually("the read's record in the file", async || {
+        at.stored_calls()
+            .await
+            .iter()
+            .any(|c| c.call_id == read_id)
+            .then_some(())
+    })
+    .await;
+    server.kill();
+    drop(disk);
+}
