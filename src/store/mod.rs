@@ -55,9 +55,10 @@
 //! - **records written behind their answer** (`insert_behind`) are committed with the next
 //!   batch, and read back by `call` and `list_calls` (read-your-writes): `queue.rs` (`Behind`),
 //!   and `backend.rs` (`call`, `list_calls`: a `Ping` through the writer, committed in order,
-//!   before reading again). SQLite: `sqlite/writer.rs` (`insert_read_records`). PostgreSQL:
+//!   before reading again); kept while the store cannot take them (`Behind::keep`). SQLite:
+//!   `sqlite/writer.rs` (`insert_read_records`; kept while the disk is full). PostgreSQL:
 //!   `postgres/writer/mod.rs` (in the batch's `INSERT_CALLS`; kept while the database is
-//!   unreachable, `keep_behind`), bounded in `postgres/mod.rs` (`insert_behind`).
+//!   unreachable), bounded in `postgres/mod.rs` (`insert_behind`).
 //! - **the feed: every change but into `running`, none missed, none repeated, in commit order.**
 //!   SQLite: `sqlite/writes.rs` (`append_feed`) in the writer's transaction, so rowid order is
 //!   commit order; read by `sqlite/reads.rs` (`feed`). PostgreSQL: entries ordered by (xid,

@@ -28,6 +28,14 @@ pub(crate) const BEHIND_FULL: usize = 2048;
 /// Records written behind that may wait at most before callers wait for the writer.
 pub(crate) const BEHIND_MAX: usize = 4 * BEHIND_FULL;
 
+/// The most read records written behind kept while the store cannot take them (a database that
+/// cannot be reached, a full disk); past it, the oldest are dropped (and logged). They have no
+/// effect to lose; memory does.
+pub(crate) const MAX_BEHIND_KEPT: usize = 100_000;
+
+/// How often read records kept while the store cannot take them are tried again.
+pub(crate) const RETRY_KEPT: Duration = Duration::from_secs(1);
+
 /// What a backend's writer is sent.
 #[allow(
     clippy::large_enum_variant,
@@ -75,6 +83,25 @@ impl Behind {
             None
         };
         (msg, over)
+    }
+
+    /// Puts read records whose batch could not be written back in front of the queue, keeping
+    /// at most [`MAX_BEHIND_KEPT`] (the oldest are dropped, and logged).
+    pub(crate) fn keep(this: &Mutex<Behind>, mut records: Vec<(PreparedCall, Prepared)>) {
+        if records.is_empty() {
+            return;
+        }
+        let mut behind = this.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        records.append(&mut behind.records);
+        if records.len() > MAX_BEHIND_KEPT {
+            let lost = records.len() - MAX_BEHIND_KEPT;
+            records.drain(..lost);
+            tracing::error!(
+                lost,
+                "read call records dropped while the store cannot take them"
+            );
+        }
+        behind.records = records;
     }
 
     pub(crate) fn take(this: &Mutex<Behind>) -> Vec<(PreparedCall, Prepared)> {

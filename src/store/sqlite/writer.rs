@@ -5,8 +5,9 @@
 //! and only then answers each caller. So a write that returned is on disk, and concurrent calls
 //! share the cost of the disk's flush instead of queueing behind one flush each. Records written
 //! behind their answer ([`Behind`]) go with the next commit, or wait at most [`BEHIND_WINDOW`]
-//! for one; they are inserted here, many to a statement. The statements of each write are in
-//! `writes.rs`.
+//! for one; they are inserted here, many to a statement. While the disk is full they are kept
+//! (see [`Behind::keep`]) and tried again every [`RETRY_KEPT`]. The statements of each write are
+//! in `writes.rs`.
 
 use std::sync::{Mutex, mpsc};
 
@@ -17,12 +18,15 @@ use super::writes::{
     resolve,
 };
 use super::{backend, link_keys, sessions, signing_keys, webhooks};
-use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteOp};
+use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, RETRY_KEPT, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
 use crate::store::{CallStatus, StoreError, Timestamp};
 
 /// The most writes someone waits for committed in one transaction.
 const MAX_BATCH: usize = 512;
+
+/// Read records written behind their answer.
+type Records = Vec<(PreparedCall, Prepared)>;
 
 /// The writer thread: batch, apply, commit once, answer. Ends when every sender is gone, after
 /// committing what is left.
@@ -33,9 +37,21 @@ pub(super) fn write_loop(
     feed: &tokio::sync::watch::Sender<u64>,
 ) {
     let mut open = true;
+    // Read records kept while the disk was full are tried again on a timer too, not only when
+    // the next write comes.
+    let mut kept = false;
     while open {
         let mut jobs = Vec::new();
-        match queue.recv() {
+        let next = if kept {
+            match queue.recv_timeout(RETRY_KEPT) {
+                Err(mpsc::RecvTimeoutError::Timeout) => Ok(Msg::BehindFull),
+                Err(mpsc::RecvTimeoutError::Disconnected) => Err(mpsc::RecvError),
+                Ok(msg) => Ok(msg),
+            }
+        } else {
+            queue.recv()
+        };
+        match next {
             Ok(Msg::Write(job)) => jobs.push(job),
             // Records written behind wait for company for a while, unless a write someone
             // waits for (or a full queue) comes first.
@@ -79,8 +95,10 @@ pub(super) fn write_loop(
             continue;
         };
         let (writes, started) = (ops.len() + records.len(), std::time::Instant::now());
-        let results = apply_batch(&mut conn, ops, records);
+        let (results, unwritten) = apply_batch(&mut conn, ops, records);
         crate::metrics::store_batch(writes, started.elapsed());
+        kept = !unwritten.is_empty();
+        Behind::keep(behind, unwritten);
         // Readers of the feed in this process hear of the commit at once.
         if fed {
             feed.send_modify(|changes| *changes = changes.wrapping_add(1));
@@ -92,21 +110,24 @@ pub(super) fn write_loop(
 /// Applies every op in one transaction, each inside its own savepoint so one failing op does not
 /// undo the others, and inserts the records written behind. If the commit itself fails, every op
 /// fails and the records are lost (and logged).
+/// Applies `ops` and `records` in one transaction: each op's result, and the records to keep
+/// for the next batch (those the disk had no room for).
 fn apply_batch(
     conn: &mut Connection,
     ops: Vec<WriteOp>,
-    records: Vec<(PreparedCall, Prepared)>,
-) -> Vec<Result<Reply, StoreError>> {
+    records: Records,
+) -> (Vec<Result<Reply, StoreError>>, Records) {
     let count = ops.len();
-    let behind = records.len();
-    let fail_all = |err: rusqlite::Error| {
-        tracing::error!(error = %err, lost_read_records = behind, "store commit failed");
+    let fail_all = |err: rusqlite::Error, records: Records| {
         let err = backend(err);
-        (0..count).map(|_| Err(err.clone())).collect()
+        let full = matches!(err, StoreError::Unavailable(_));
+        tracing::error!(error = %err, read_records = records.len(), kept = full, "store commit failed");
+        let results = (0..count).map(|_| Err(err.clone())).collect();
+        (results, if full { records } else { Vec::new() })
     };
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
-        Err(err) => return fail_all(err),
+        Err(err) => return fail_all(err, records),
     };
     let now = Timestamp::now().0;
     let mut results = Vec::with_capacity(count);
@@ -114,17 +135,17 @@ fn apply_batch(
         let result = match tx.savepoint() {
             Ok(sp) => match apply(&sp, op, now) {
                 Ok(reply) => sp.commit().map(|()| reply).map_err(backend),
-                // Dropping the savepoint rolls back what the op did.
                 Err(err) => Err(err),
             },
             Err(err) => Err(backend(err)),
         };
         results.push(result);
     }
-    insert_read_records(&tx, records);
+    let written = insert_read_records(&tx, &records);
     match tx.commit() {
-        Ok(()) => results,
-        Err(err) => fail_all(err),
+        Ok(()) if written => (results, Vec::new()),
+        Ok(()) => (results, records),
+        Err(err) => fail_all(err, records),
     }
 }
 
@@ -191,16 +212,19 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
     }
 }
 
-/// Inserts records written behind the answer: finished `read` calls without an idempotency key,
-/// so nothing can conflict. Completed ones go [`COMPLETED_READS_PER_INSERT`] to a statement, the
-/// rest one each. No savepoints: a failing statement undoes only its own rows, which are logged.
-fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>) {
+/// Inserts the read records written behind, with their audit entries, in a savepoint of the
+/// batch's transaction. `false` when the disk had no room for them: nothing of them is written,
+/// and they are to be kept for the next batch. A record that cannot be written for another
+/// reason (its call id taken) is logged as lost.
+fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) -> bool {
     if records.is_empty() {
-        return;
+        return true;
     }
-    let (completed, others): (Vec<_>, Vec<_>) = records.into_iter().partition(|(call, outcome)| {
+    let (completed, others): (Vec<_>, Vec<_>) = records.iter().partition(|(call, outcome)| {
         outcome.status == CallStatus::Completed && call.idempotency_key.is_none()
     });
+    let full =
+        |err: &rusqlite::Error| err.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
     // The records and their audit entries (each call's creation and outcome) are committed
     // together or not at all: one savepoint, rolled back (and the records logged as lost) when
     // the entries cannot be written.
@@ -208,9 +232,13 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
         .prepare_cached("SAVEPOINT reads")
         .and_then(|mut st| st.execute([]))
     {
-        tracing::error!(error = %err, lost = completed.len() + others.len(), "read call records could not be written");
-        return;
+        if full(&err) {
+            return false;
+        }
+        tracing::error!(error = %err, lost = records.len(), "read call records could not be written");
+        return true;
     }
+    let mut no_room = false;
     let mut written: Vec<&(PreparedCall, Prepared)> = Vec::with_capacity(completed.len());
     let mut chunks = completed.chunks_exact(COMPLETED_READS_PER_INSERT);
     for chunk in chunks.by_ref() {
@@ -228,7 +256,7 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
                 statement.raw_execute()
             });
         match result {
-            Ok(n) if n == chunk.len() => written.extend(chunk),
+            Ok(n) if n == chunk.len() => written.extend(chunk.iter().copied()),
             Ok(n) => {
                 tracing::error!(
                     lost = chunk.len() - n,
@@ -236,8 +264,9 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
                 );
                 // Only those written get entries.
                 let held = |call: &PreparedCall| super::audit::holds(conn, call).unwrap_or(false);
-                written.extend(chunk.iter().filter(|(call, _)| held(call)));
+                written.extend(chunk.iter().copied().filter(|(call, _)| held(call)));
             }
+            Err(err) if full(&err) => no_room = true,
             Err(err) => tracing::error!(
                 error = %err,
                 lost = chunk.len(),
@@ -245,32 +274,49 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
             ),
         }
     }
-    for record in chunks.remainder() {
+    let singles = chunks.remainder().iter().copied().map(|record| {
         let result =
             conn.prepare_cached(insert_completed_reads_sql(1))
                 .and_then(|mut statement| {
                     bind_completed_read(&mut statement, 0, &record.0, &record.1)?;
                     statement.raw_execute()
                 });
-        if log_read_record_result(&record.0.call_id, result) {
-            written.push(record);
-        }
-    }
-    for record in &others {
+        (record, result)
+    });
+    let others = others.iter().copied().map(|record| {
         let result = conn
             .prepare_cached(INSERT_CALL)
             .and_then(|mut statement| execute_insert(&mut statement, &record.0, Some(&record.1)));
-        if log_read_record_result(&record.0.call_id, result) {
-            written.push(record);
+        (record, result)
+    });
+    for (record, result) in singles.chain(others) {
+        match result {
+            Err(err) if full(&err) => no_room = true,
+            result => {
+                if log_read_record_result(&record.0.call_id, result) {
+                    written.push(record);
+                }
+            }
         }
     }
-    let mut changes = Vec::with_capacity(written.len());
-    for (call, outcome) in &written {
-        super::audit::inserted(&mut changes, call, Some(outcome));
-    }
     let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([]));
-    let ended = match super::audit::append(conn, changes) {
-        Ok(()) => run("RELEASE reads"),
+    let appended = if no_room {
+        Ok(())
+    } else {
+        let mut changes = Vec::with_capacity(written.len());
+        for (call, outcome) in &written {
+            super::audit::inserted(&mut changes, call, Some(outcome));
+        }
+        super::audit::append(conn, changes)
+    };
+    if let Err(StoreError::Unavailable(_)) = appended {
+        no_room = true;
+    }
+    let ended = match appended {
+        Ok(()) if !no_room => run("RELEASE reads"),
+        Ok(()) | Err(StoreError::Unavailable(_)) => {
+            run("ROLLBACK TO reads").and_then(|_| run("RELEASE reads"))
+        }
         Err(err) => {
             tracing::error!(
                 error = %err,
@@ -283,6 +329,7 @@ fn insert_read_records(conn: &Connection, records: Vec<(PreparedCall, Prepared)>
     if let Err(err) = ended {
         tracing::error!(error = %err, "the read records' savepoint did not end");
     }
+    !no_room
 }
 
 /// Whether the record was written; logs why not.

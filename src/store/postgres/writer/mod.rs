@@ -27,7 +27,7 @@
 //! If a statement of a batch fails, the transaction is rolled back and each write of the batch
 //! is applied again alone, so one bad write fails alone. If the database cannot be reached,
 //! every write of the batch fails with [`StoreError::Unavailable`] and the read records written
-//! behind are kept (up to [`MAX_BEHIND_KEPT`]) for the next batch.
+//! behind are kept (up to [`queue::MAX_BEHIND_KEPT`]) for the next batch.
 
 mod batch;
 mod conditional;
@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 
 use super::reads::Conn;
 use super::{link_keys, pg_error, pool_error, sessions, signing_keys, webhooks};
-use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, Reply, WriteOp};
+use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, RETRY_KEPT, Reply, WriteOp};
 use crate::store::record::{Prepared, PreparedCall};
 use crate::store::{Inserted, StoreError, Timestamp};
 use batch::{CallRows, FeedRows, OutcomeRows, SuspensionRows, existing, settle_outcomes};
@@ -53,13 +53,6 @@ const MAX_BATCH: usize = 512;
 /// How long one batch may take, round trips and commit included, before its writes are
 /// answered `Unavailable` (a database that stopped answering must not hang its clients).
 const BATCH_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The most read records written behind kept while the database cannot be reached; past it, the
-/// oldest are dropped (and logged). They have no effect to lose; memory does.
-const MAX_BEHIND_KEPT: usize = 100_000;
-
-/// How often read records kept while the database is unreachable are retried.
-const RETRY_KEPT: Duration = Duration::from_secs(1);
 
 /// The writer's state: its pool (of the writer's own connections), the replica it writes for,
 /// and the connection it holds between batches.
@@ -183,7 +176,7 @@ impl Writer {
             Ok(results) => results,
             Err(err @ StoreError::Unavailable(_)) => {
                 self.conn = None;
-                keep_behind(behind, records);
+                Behind::keep(behind, records);
                 ops.iter().map(|_| Err(err.clone())).collect()
             }
             Err(err) => {
@@ -232,26 +225,6 @@ impl Writer {
             }
         }
     }
-}
-
-/// Puts read records whose batch could not reach the database back in front of the queue.
-fn keep_behind(behind: &Mutex<Behind>, mut records: Vec<(PreparedCall, Prepared)>) {
-    if records.is_empty() {
-        return;
-    }
-    let mut behind = behind
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    records.append(&mut behind.records);
-    if records.len() > MAX_BEHIND_KEPT {
-        let lost = records.len() - MAX_BEHIND_KEPT;
-        records.drain(..lost);
-        tracing::error!(
-            lost,
-            "read call records dropped while the database is unreachable"
-        );
-    }
-    behind.records = records;
 }
 
 /// Applies one batch in one transaction and commits it, in as few round trips as the batch
