@@ -99,19 +99,7 @@ pub async fn check(
         }
     }
     let winners = winners(history)?;
-    // An email completed externally was sent by someone else: the outbox has no line for it.
-    let elsewhere: HashSet<&str> = winners
-        .iter()
-        .filter_map(|winner| match &winner.op {
-            Op::Decide {
-                call_id,
-                verb: Verb::Complete,
-                ..
-            } => Some(call_id.as_str()),
-            _ => None,
-        })
-        .collect();
-    let sent = ledger(server, &stored, &elsewhere)?;
+    let (sent, sent_by) = ledger(server, &stored)?;
     // Every key's effect at most once; once exactly for a key or a request answered completed.
     for record in history {
         let (body, answered) = match &record.op {
@@ -150,7 +138,7 @@ pub async fn check(
         .base(&mut super::Rng::new(0))
         .expect("the server is up for the checker");
     let http = reqwest::Client::new();
-    let (http, base, sent, expect) = (&http, &base, &sent, &expect);
+    let (http, base, sent, sent_by, expect) = (&http, &base, &sent, &sent_by, &expect);
     let mut reads = futures_util::stream::iter(stored.keys())
         .map(|call_id| async move {
             let url = format!("{base}/calls/{call_id}");
@@ -162,6 +150,7 @@ pub async fn check(
     let mut escalated = 0;
     while let Some((call_id, record)) = reads.next().await {
         ended_once(call_id, &record)?;
+        sent_once(call_id, &record, sent_by)?;
         escalated += escalations(call_id, &record)?;
         for expected in expect.get(call_id.as_str()).map_or(&[][..], Vec::as_slice) {
             as_expected(call_id, &record, expected, sent)?;
@@ -304,15 +293,17 @@ async fn settled(server: &Server) -> Result<HashMap<String, (String, String)>, S
     }
 }
 
-/// The outbox by email body: the message ids sent with it. Fails when an email has no call on
-/// record, when a call sent twice, or when a call stored completed sent none.
+/// The emails sent, by body: the message ids sent with it.
+type Outbox = HashMap<String, Vec<String>>;
+
+/// The outbox by email body (the message ids sent with it), and the calls that sent one. Fails
+/// when an email has no call on record, or when a call sent twice.
 fn ledger(
     server: &Server,
     stored: &HashMap<String, (String, String)>,
-    elsewhere: &HashSet<&str>,
-) -> Result<HashMap<String, Vec<String>>, String> {
+) -> Result<(Outbox, HashSet<String>), String> {
     let mut by_body: HashMap<String, Vec<String>> = HashMap::new();
-    let mut by_call: HashMap<String, usize> = HashMap::new();
+    let mut by_call: HashSet<String> = HashSet::new();
     let lines = server.places().flat_map(|place| outbox(&place));
     for line in lines {
         let call_id = line["call_id"].as_str().unwrap_or_default().to_owned();
@@ -320,27 +311,36 @@ fn ledger(
             Some((tool, _)) if tool == "send_email" => {}
             _ => return Err(format!("an email was sent with no call on record: {line}")),
         }
-        *by_call.entry(call_id.clone()).or_default() += 1;
-        if by_call[&call_id] > 1 {
+        if !by_call.insert(call_id.clone()) {
             return Err(format!("call {call_id} sent its email twice: {line}"));
         }
         let body = line["body"].as_str().unwrap_or_default().to_owned();
         let message = line["message_id"].as_str().unwrap_or_default().to_owned();
         by_body.entry(body).or_default().push(message);
     }
-    for (call_id, (tool, status)) in stored {
-        let sent_here = !elsewhere.contains(call_id.as_str());
-        if tool == "send_email"
-            && status == "completed"
-            && sent_here
-            && !by_call.contains_key(call_id)
-        {
-            return Err(format!(
-                "call {call_id} is stored completed, and sent nothing"
-            ));
-        }
+    Ok((by_body, by_call))
+}
+
+/// An email's call stored completed sent it, unless it was completed externally (the work done
+/// elsewhere, with its receipt), and then the tool sent nothing.
+fn sent_once(call_id: &str, record: &Value, sent_by: &HashSet<String>) -> Result<(), String> {
+    if record["tool"] != "send_email" {
+        return Ok(());
     }
-    Ok(by_body)
+    let sent = sent_by.contains(call_id);
+    let events = record["events"].as_array().map_or(&[][..], Vec::as_slice);
+    let elsewhere = events.iter().any(|e| e["kind"] == "completed_externally");
+    if elsewhere && sent {
+        return Err(format!(
+            "call {call_id} was completed externally, and its tool sent the email too: {record}"
+        ));
+    }
+    if record["status"] == "completed" && !elsewhere && !sent {
+        return Err(format!(
+            "call {call_id} is stored completed, and sent nothing: {record}"
+        ));
+    }
+    Ok(())
 }
 
 /// Of the decisions on each suspension, at most one won (`200`): the winners.
