@@ -50,17 +50,23 @@ impl Disk {
         })
     }
 
-    /// Fills the disk: its size becomes what it holds now.
+    /// Fills the disk: its size becomes what it holds now. The server writes meanwhile, and a
+    /// size below what the file system holds is refused, so that is measured again and retried.
     pub fn fill(&self) {
-        let used = Command::new("df")
-            .args(["-B1", "--output=used"])
-            .arg(&self.dir)
-            .output()
-            .unwrap();
-        let used = String::from_utf8_lossy(&used.stdout);
-        let bytes: u64 = used.lines().last().unwrap().trim().parse().unwrap();
-        // tmpfs counts whole pages; a size of at least one page.
-        self.remount(&format!("size={}", bytes.max(4096)));
+        for _ in 0..50 {
+            let used = Command::new("df")
+                .args(["-B1", "--output=used"])
+                .arg(&self.dir)
+                .output()
+                .unwrap();
+            let used = String::from_utf8_lossy(&used.stdout);
+            let bytes: u64 = used.lines().last().unwrap().trim().parse().unwrap();
+            // tmpfs counts whole pages; a size of at least one page.
+            if self.try_remount(&format!("size={}", bytes.max(4096))) {
+                return;
+            }
+        }
+        panic!("the disk never held still long enough to be filled");
     }
 
     /// Gives the disk its room back.
@@ -69,12 +75,17 @@ impl Disk {
     }
 
     fn remount(&self, size: &str) {
-        let status = Command::new("mount")
+        assert!(self.try_remount(size), "remount {size}");
+    }
+
+    fn try_remount(&self, size: &str) -> bool {
+        Command::new("mount")
             .args(["-o", &format!("remount,{size}")])
             .arg(&self.dir)
-            .status()
-            .unwrap();
-        assert!(status.success(), "remount {size}");
+            .output()
+            .unwrap()
+            .status
+            .success()
     }
 }
 
