@@ -108,10 +108,9 @@ pub(super) fn write_loop(
 }
 
 /// Applies every op in one transaction, each inside its own savepoint so one failing op does not
-/// undo the others, and inserts the records written behind. If the commit itself fails, every op
-/// fails and the records are lost (and logged).
-/// Applies `ops` and `records` in one transaction: each op's result, and the records to keep
-/// for the next batch (those the disk had no room for).
+/// undo the others, and inserts the records written behind: each op's result, and the records to
+/// keep for the next batch. If the commit itself fails, every op fails; the records are kept when
+/// the disk had no room for them, else lost (and logged).
 fn apply_batch(
     conn: &mut Connection,
     ops: Vec<WriteOp>,
