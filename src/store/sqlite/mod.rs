@@ -186,12 +186,16 @@ fn lock(path: &Path) -> Result<std::fs::File, StoreError> {
 /// PostgreSQL server out of space is: nothing is written, the request may be retried, and an
 /// outcome is retried in the background until there is room again.
 fn backend(err: rusqlite::Error) -> StoreError {
-    match err.sqlite_error_code() {
-        Some(rusqlite::ErrorCode::DiskFull) => {
-            StoreError::Unavailable(format!("the disk is full: {err}"))
-        }
-        _ => StoreError::Backend(err.to_string()),
+    if disk_full(&err) {
+        StoreError::Unavailable(format!("the disk is full: {err}"))
+    } else {
+        StoreError::Backend(err.to_string())
     }
+}
+
+/// Whether SQLite had no room on the disk for what it was asked to write (`SQLITE_FULL`).
+fn disk_full(err: &rusqlite::Error) -> bool {
+    err.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {

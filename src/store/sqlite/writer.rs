@@ -17,7 +17,7 @@ use super::writes::{
     INSERT_CALL, escalate, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun,
     resolve,
 };
-use super::{backend, link_keys, sessions, signing_keys, webhooks};
+use super::{backend, disk_full, link_keys, sessions, signing_keys, webhooks};
 use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, RETRY_KEPT, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
 use crate::store::{CallStatus, StoreError, Timestamp};
@@ -134,6 +134,7 @@ fn apply_batch(
         let result = match tx.savepoint() {
             Ok(sp) => match apply(&sp, op, now) {
                 Ok(reply) => sp.commit().map(|()| reply).map_err(backend),
+                // Dropping the savepoint rolls back what the op did.
                 Err(err) => Err(err),
             },
             Err(err) => Err(backend(err)),
@@ -222,8 +223,6 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
     let (completed, others): (Vec<_>, Vec<_>) = records.iter().partition(|(call, outcome)| {
         outcome.status == CallStatus::Completed && call.idempotency_key.is_none()
     });
-    let full =
-        |err: &rusqlite::Error| err.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull);
     // The records and their audit entries (each call's creation and outcome) are committed
     // together or not at all: one savepoint, rolled back (and the records logged as lost) when
     // the entries cannot be written.
@@ -231,7 +230,7 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
         .prepare_cached("SAVEPOINT reads")
         .and_then(|mut st| st.execute([]))
     {
-        if full(&err) {
+        if disk_full(&err) {
             return false;
         }
         tracing::error!(error = %err, lost = records.len(), "read call records could not be written");
@@ -265,7 +264,7 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
                 let held = |call: &PreparedCall| super::audit::holds(conn, call).unwrap_or(false);
                 written.extend(chunk.iter().copied().filter(|(call, _)| held(call)));
             }
-            Err(err) if full(&err) => no_room = true,
+            Err(err) if disk_full(&err) => no_room = true,
             Err(err) => tracing::error!(
                 error = %err,
                 lost = chunk.len(),
@@ -290,7 +289,7 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
     });
     for (record, result) in singles.chain(others) {
         match result {
-            Err(err) if full(&err) => no_room = true,
+            Err(err) if disk_full(&err) => no_room = true,
             result => {
                 if log_read_record_result(&record.0.call_id, result) {
                     written.push(record);
@@ -299,36 +298,33 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
         }
     }
     let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([]));
+    // Whether the records' audit entries are written too (`false`: the disk had no room).
     let appended = if no_room {
-        Ok(())
+        Ok(false)
     } else {
         let mut changes = Vec::with_capacity(written.len());
         for (call, outcome) in &written {
             super::audit::inserted(&mut changes, call, Some(outcome));
         }
-        super::audit::append(conn, changes)
+        super::audit::append(conn, changes).map(|()| true)
     };
-    if let Err(StoreError::Unavailable(_)) = appended {
-        no_room = true;
-    }
-    let ended = match appended {
-        Ok(()) if !no_room => run("RELEASE reads"),
-        Ok(()) | Err(StoreError::Unavailable(_)) => {
-            run("ROLLBACK TO reads").and_then(|_| run("RELEASE reads"))
-        }
+    let rollback = || run("ROLLBACK TO reads").and_then(|_| run("RELEASE reads"));
+    let (ended, room) = match appended {
+        Ok(true) => (run("RELEASE reads"), true),
+        Ok(false) | Err(StoreError::Unavailable(_)) => (rollback(), false),
         Err(err) => {
             tracing::error!(
                 error = %err,
                 lost = written.len(),
                 "read call records could not be written: their audit entries could not be"
             );
-            run("ROLLBACK TO reads").and_then(|_| run("RELEASE reads"))
+            (rollback(), true)
         }
     };
     if let Err(err) = ended {
         tracing::error!(error = %err, "the read records' savepoint did not end");
     }
-    !no_room
+    room
 }
 
 /// Whether the record was written; logs why not.
