@@ -92,3 +92,98 @@ async fn a_write_that_meets_a_full_disk_is_recorded_once_there_is_room() {
     server.kill();
     drop(disk);
 }
+
+/// The thirty-minute run's find: under a load of reads and writes, a disk filled and freed again
+/// and again. SQLite, meeting the full disk in one write of a batch, could roll the batch's whole
+/// transaction back; the writes after it then ran on their own, outside it, and the commit failed
+/// (`cannot commit - no transaction is active`): answered `500 internal`, the read records of the
+/// batch dropped, outcomes given up. Now every answer is `200` or `503 store_unavailable`, every
+/// read answered `200` has its record once the disk has room, and nothing stays `running`.
+#[tokio::test]
+async fn a_disk_filled_under_load_answers_503_and_keeps_every_read() {
+    let at = Location::new(Backend::Sqlite).await;
+    let Some(disk) = Disk::mount(at.data_dir()) else {
+        return;
+    };
+    let server = Binary::start_with(&at, &[], &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..6)
+        .map(|client| {
+            let api = server.api.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let (mut reads, mut failures) = (Vec::new(), Vec::new());
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let text = format!("{client}-{n} {}", "x".repeat(2000));
+                    let (status, body) = if n % 2 == 0 {
+                        let input = json!({"input": {"text": text}});
+                        api.post("/tools/echo/call", input).await
+                    } else {
+                        let to = "a@example.com";
+                        let input = json!({"input": {"to": to, "subject": "s", "body": text}});
+                        api.post("/tools/send_email/call", input).await
+                    };
+                    match status {
+                        StatusCode::OK if n % 2 == 0 => {
+                            reads.push(body["call_id"].as_str().unwrap().to_owned());
+                        }
+                        StatusCode::OK => {}
+                        StatusCode::SERVICE_UNAVAILABLE
+                            if body["error"]["code"] == "store_unavailable" => {}
+                        _ => failures.push(format!("{status} {body}")),
+                    }
+                }
+                (reads, failures)
+            })
+        })
+        .collect();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        disk.fill();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        disk.free();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut reads, mut failures) = (Vec::new(), Vec::new());
+    for client in clients {
+        let (r, f) = client.await.unwrap();
+        reads.extend(r);
+        failures.extend(f);
+    }
+    let errors: Vec<String> = server
+        .log()
+        .into_iter()
+        .filter(|line| line.contains("ERROR") || line.contains("WARN"))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} answers neither 200 nor 503, first {:?}; the server logged {errors:#?}",
+        failures.len(),
+        failures.iter().take(3).collect::<Vec<_>>()
+    );
+    let stored: std::collections::HashSet<String> =
+        common::eventually("every read's record in the file", async || {
+            let stored: std::collections::HashSet<String> = at
+                .stored_calls()
+                .await
+                .into_iter()
+                .map(|c| c.call_id)
+                .collect();
+            reads.iter().all(|id| stored.contains(id)).then_some(stored)
+        })
+        .await;
+    common::eventually("every outcome recorded", async || {
+        let calls = at.stored_calls().await;
+        calls.iter().all(|c| c.status == "completed").then_some(())
+    })
+    .await;
+    eprintln!(
+        "{} reads answered, {} calls stored",
+        reads.len(),
+        stored.len()
+    );
+    server.kill();
+    drop(disk);
+}

@@ -188,6 +188,10 @@ fn lock(path: &Path) -> Result<std::fs::File, StoreError> {
 fn backend(err: rusqlite::Error) -> StoreError {
     if disk_full(&err) {
         StoreError::Unavailable(format!("the disk is full: {err}"))
+    } else if let rusqlite::Error::SqliteFailure(code, _) = &err {
+        // The extended code names what failed (which I/O, which constraint) where the message
+        // alone does not.
+        StoreError::Backend(format!("{err} (SQLite code {})", code.extended_code))
     } else {
         StoreError::Backend(err.to_string())
     }

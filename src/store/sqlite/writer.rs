@@ -117,8 +117,7 @@ fn apply_batch(
     records: Records,
 ) -> (Vec<Result<Reply, StoreError>>, Records) {
     let count = ops.len();
-    let fail_all = |err: rusqlite::Error, records: Records| {
-        let err = backend(err);
+    let fail_all = |err: StoreError, records: Records| {
         let full = matches!(err, StoreError::Unavailable(_));
         tracing::error!(error = %err, read_records = records.len(), kept = full, "store commit failed");
         let results = (0..count).map(|_| Err(err.clone())).collect();
@@ -126,7 +125,7 @@ fn apply_batch(
     };
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
-        Err(err) => return fail_all(err, records),
+        Err(err) => return fail_all(backend(err), records),
     };
     let now = Timestamp::now().0;
     let mut results = Vec::with_capacity(count);
@@ -139,13 +138,22 @@ fn apply_batch(
             },
             Err(err) => Err(backend(err)),
         };
-        results.push(result);
+        match result {
+            // SQLite rolled the whole transaction back, as it may when a statement meets a full
+            // disk or an I/O error: nothing of the batch is written, and what came after would
+            // run on its own, outside it.
+            Err(err) if tx.is_autocommit() => return fail_all(err, records),
+            result => results.push(result),
+        }
     }
-    let written = insert_read_records(&tx, &records);
+    let reads = insert_read_records(&tx, &records);
+    if let Reads::RolledBack(err) = reads {
+        return fail_all(err, records);
+    }
     match tx.commit() {
-        Ok(()) if written => (results, Vec::new()),
+        Ok(()) if matches!(reads, Reads::Written) => (results, Vec::new()),
         Ok(()) => (results, records),
-        Err(err) => fail_all(err, records),
+        Err(err) => fail_all(backend(err), records),
     }
 }
 
@@ -212,14 +220,25 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
     }
 }
 
+/// What became of the read records a batch inserts.
+#[derive(Debug)]
+enum Reads {
+    /// Written, but for any that could not be for a reason of their own (logged as lost).
+    Written,
+    /// The disk had no room: none is written, and they are kept for the next batch.
+    NoRoom,
+    /// SQLite rolled the batch's whole transaction back on this error: nothing is written.
+    RolledBack(StoreError),
+}
+
 /// Inserts the read records written behind, with their audit entries, in a savepoint of the
-/// batch's transaction. `false` when the disk had no room for them: nothing of them is written,
-/// and they are to be kept for the next batch. A record that cannot be written for another
-/// reason (its call id taken) is logged as lost.
-fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) -> bool {
+/// batch's transaction. A record that cannot be written for a reason of its own (its call id
+/// taken) is logged as lost. No statement runs once SQLite has rolled the transaction back.
+fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) -> Reads {
     if records.is_empty() {
-        return true;
+        return Reads::Written;
     }
+    let rolled_back = |err: rusqlite::Error| Reads::RolledBack(backend(err));
     let (completed, others): (Vec<_>, Vec<_>) = records.iter().partition(|(call, outcome)| {
         outcome.status == CallStatus::Completed && call.idempotency_key.is_none()
     });
@@ -230,11 +249,14 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
         .prepare_cached("SAVEPOINT reads")
         .and_then(|mut st| st.execute([]))
     {
+        if conn.is_autocommit() {
+            return rolled_back(err);
+        }
         if disk_full(&err) {
-            return false;
+            return Reads::NoRoom;
         }
         tracing::error!(error = %err, lost = records.len(), "read call records could not be written");
-        return true;
+        return Reads::Written;
     }
     let mut no_room = false;
     let mut written: Vec<&(PreparedCall, Prepared)> = Vec::with_capacity(completed.len());
@@ -264,6 +286,7 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
                 let held = |call: &PreparedCall| super::audit::holds(conn, call).unwrap_or(false);
                 written.extend(chunk.iter().copied().filter(|(call, _)| held(call)));
             }
+            Err(err) if conn.is_autocommit() => return rolled_back(err),
             Err(err) if disk_full(&err) => no_room = true,
             Err(err) => tracing::error!(
                 error = %err,
@@ -289,6 +312,7 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
     });
     for (record, result) in singles.chain(others) {
         match result {
+            Err(err) if conn.is_autocommit() => return rolled_back(err),
             Err(err) if disk_full(&err) => no_room = true,
             result => {
                 if log_read_record_result(&record.0.call_id, result) {
@@ -309,22 +333,27 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
         super::audit::append(conn, changes).map(|()| true)
     };
     let rollback = || run("ROLLBACK TO reads").and_then(|_| run("RELEASE reads"));
-    let (ended, room) = match appended {
-        Ok(true) => (run("RELEASE reads"), true),
-        Ok(false) | Err(StoreError::Unavailable(_)) => (rollback(), false),
+    let (ended, reads) = match appended {
+        Err(err) if conn.is_autocommit() => return Reads::RolledBack(err),
+        Ok(true) => (run("RELEASE reads"), Reads::Written),
+        Ok(false) | Err(StoreError::Unavailable(_)) => (rollback(), Reads::NoRoom),
         Err(err) => {
             tracing::error!(
                 error = %err,
                 lost = written.len(),
                 "read call records could not be written: their audit entries could not be"
             );
-            (rollback(), true)
+            (rollback(), Reads::Written)
         }
     };
-    if let Err(err) = ended {
-        tracing::error!(error = %err, "the read records' savepoint did not end");
+    match ended {
+        Err(err) if conn.is_autocommit() => rolled_back(err),
+        Err(err) => {
+            tracing::error!(error = %err, "the read records' savepoint did not end");
+            reads
+        }
+        Ok(_) => reads,
     }
-    room
 }
 
 /// Whether the record was written; logs why not.
