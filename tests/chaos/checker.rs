@@ -4,8 +4,9 @@
 //! - nothing is left `running` once the last restart has settled what a crash interrupted;
 //! - every acknowledged call (`200`/`202` naming it) exists, and one answered completed (a
 //!   call, a decision, or a long-poll of a suspended call) is stored completed with the output
-//!   it was answered with; the exception is the documented
-//!   one, a read's record written behind its answer when a `kill -9` came right after it;
+//!   it was answered with; the exception is the documented one, a read's record written behind
+//!   its answer when a `kill -9` came right after it (or right after the disk, full when it was
+//!   answered, had room again);
 //! - every effect has its call on record, runs at most once per call, at most once per
 //!   idempotency key, and exactly once for a call answered or stored completed, with the message
 //!   the answer named;
@@ -52,6 +53,20 @@ enum Expect<'a> {
     Decided(&'a Record),
 }
 
+/// When a read's record, written behind its answer, is on disk at the latest: within the window
+/// after the answer, unless the process's disk fills before then; then the record is kept (in
+/// memory, lost to a `kill -9`) until the disk has room again, and written within the window
+/// after that.
+fn written_behind_by(record: &Record, faults: &[Fault]) -> u64 {
+    let mut by = record.done_ms + READ_WINDOW_MS;
+    for fault in faults {
+        if fault.kind == "disk full" && fault.base == record.base && fault.at_ms <= by {
+            by = by.max(fault.at_ms + fault.for_ms + READ_WINDOW_MS);
+        }
+    }
+    by
+}
+
 /// Checks the run; its summary, or the first violation.
 pub async fn check(
     server: &Server,
@@ -74,12 +89,12 @@ pub async fn check(
             continue;
         };
         if !stored.contains_key(call_id) {
-            let lost_behind = matches!(record.op, Op::Read { .. })
-                && kills.iter().any(|&(base, at)| {
-                    base == record.base
-                        && at >= record.sent_ms
-                        && at <= record.done_ms + READ_WINDOW_MS
-                });
+            let lost_behind = matches!(record.op, Op::Read { .. }) && {
+                let written_by = written_behind_by(record, faults);
+                kills.iter().any(|&(base, at)| {
+                    base == record.base && at >= record.sent_ms && at <= written_by
+                })
+            };
             if lost_behind {
                 lost_reads += 1;
                 continue;
