@@ -112,6 +112,8 @@ pub struct Server {
     _dirs: Vec<tempfile::TempDir>,
     processes: Vec<Process>,
     started: Instant,
+    /// The errors the processes logged, gathered as each ends (see [`Server::keep_errors`]).
+    errors: Mutex<Vec<String>>,
 }
 
 impl Server {
@@ -166,6 +168,7 @@ impl Server {
             _dirs: dirs,
             processes,
             started: Instant::now(),
+            errors: Mutex::default(),
         }
     }
 
@@ -211,8 +214,26 @@ impl Server {
         let process = &self.processes[n];
         *process.base.write().unwrap() = None;
         if let Some(binary) = process.binary.lock().unwrap().take() {
+            let log = binary.log();
             binary.kill();
+            self.keep_errors(&log);
         }
+    }
+
+    /// Keeps the errors a process logged (those of a full disk, one per failed batch, only
+    /// counted), for whoever reads a failure.
+    fn keep_errors(&self, log: &[String]) {
+        let full = log.iter().filter(|l| l.contains("disk is full")).count();
+        let mut errors = self.errors.lock().unwrap();
+        errors.push(format!(
+            "-- {} ms: a process ended; {full} lines of a full disk",
+            self.now()
+        ));
+        errors.extend(
+            log.iter()
+                .filter(|l| l.contains("ERROR") && !l.contains("disk is full"))
+                .cloned(),
+        );
     }
 
     fn signal(&self, n: usize, signal: &str) {
@@ -359,8 +380,13 @@ async fn run(backend: Backend, seed: u64, seconds: u64) {
     client::save(&history, &faults, &file);
     // Kept for whoever reads a failure, or asks (`TOOLGATE_CHAOS_KEEP`).
     let kept = std::env::temp_dir().join(format!("toolgate-chaos-{seed}.jsonl"));
-    if std::env::var_os("TOOLGATE_CHAOS_KEEP").is_some() {
+    let keep = || {
         std::fs::copy(&file, &kept).unwrap();
+        let errors = server.errors.lock().unwrap().join("\n");
+        std::fs::write(kept.with_extension("log"), errors).unwrap();
+    };
+    if std::env::var_os("TOOLGATE_CHAOS_KEEP").is_some() {
+        keep();
         eprintln!(
             "chaos on {backend:?}: the history is kept in {}",
             kept.display()
@@ -369,7 +395,7 @@ async fn run(backend: Backend, seed: u64, seconds: u64) {
     match checker::check(&server, &history, &faults, &seen).await {
         Ok(summary) => eprintln!("chaos on {backend:?}: seed {seed}: {summary}"),
         Err(violation) => {
-            std::fs::copy(&file, &kept).unwrap();
+            keep();
             panic!(
                 "chaos on {backend:?}: seed {seed}: {violation}\nthe history: {} \
                  (TOOLGATE_CHAOS_SEED={seed} repeats the run)",

@@ -5,7 +5,7 @@
 //! and only then answers each caller. So a write that returned is on disk, and concurrent calls
 //! share the cost of the disk's flush instead of queueing behind one flush each. Records written
 //! behind their answer ([`Behind`]) go with the next commit, or wait at most [`BEHIND_WINDOW`]
-//! for one; they are inserted here, many to a statement. While the disk is full they are kept
+//! for one; they are inserted here, many to a statement. While the store cannot take them they are kept
 //! (see [`Behind::keep`]) and tried again every [`RETRY_KEPT`]. The statements of each write are
 //! in `writes.rs`.
 
@@ -109,8 +109,10 @@ pub(super) fn write_loop(
 
 /// Applies every op in one transaction, each inside its own savepoint so one failing op does not
 /// undo the others, and inserts the records written behind: each op's result, and the records to
-/// keep for the next batch. If the commit itself fails, every op fails; the records are kept when
-/// the disk had no room for them, else lost (and logged).
+/// keep for the next batch. If the transaction fails as a whole (it cannot begin or commit, or
+/// SQLite rolled it back), every op fails and the records are kept: such a failure is the
+/// store's, not theirs (a full disk, an I/O error), and they are tried again with the next
+/// batch (at most [`crate::store::queue::MAX_BEHIND_KEPT`] of them).
 fn apply_batch(
     conn: &mut Connection,
     ops: Vec<WriteOp>,
@@ -118,10 +120,9 @@ fn apply_batch(
 ) -> (Vec<Result<Reply, StoreError>>, Records) {
     let count = ops.len();
     let fail_all = |err: StoreError, records: Records| {
-        let full = matches!(err, StoreError::Unavailable(_));
-        tracing::error!(error = %err, read_records = records.len(), kept = full, "store commit failed");
+        tracing::error!(error = %err, read_records_kept = records.len(), "store commit failed");
         let results = (0..count).map(|_| Err(err.clone())).collect();
-        (results, if full { records } else { Vec::new() })
+        (results, records)
     };
     let mut tx = match conn.transaction_with_behavior(TransactionBehavior::Immediate) {
         Ok(tx) => tx,
