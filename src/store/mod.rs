@@ -56,7 +56,7 @@
 //!   batch, and read back by `call` and `list_calls` (read-your-writes): `queue.rs` (`Behind`),
 //!   and `backend.rs` (`call`, `list_calls`: a `Ping` through the writer, committed in order,
 //!   before reading again); kept while the store cannot take them (`Behind::keep`). SQLite:
-//!   `sqlite/writer.rs` (`insert_read_records`; kept while the disk is full). PostgreSQL:
+//!   `sqlite/writer.rs` (`insert_read_records`; kept while a commit fails). PostgreSQL:
 //!   `postgres/writer/mod.rs` (in the batch's `INSERT_CALLS`; kept while the database is
 //!   unreachable), bounded in `postgres/mod.rs` (`insert_behind`).
 //! - **the feed: every change but into `running`, none missed, none repeated, in commit order.**

@@ -188,11 +188,7 @@ async fn a_disk_filled_under_load_answers_503_and_keeps_every_read() {
         reads.len(),
         missing.first()
     );
-    common::eventually("every outcome recorded", async || {
-        let calls = at.stored_calls().await;
-        calls.iter().all(|c| c.status == "completed").then_some(())
-    })
-    .await;
+    every_outcome_recorded(&at).await;
     eprintln!(
         "{} reads answered, {} calls stored",
         reads.len(),
@@ -200,4 +196,114 @@ async fn a_disk_filled_under_load_answers_503_and_keeps_every_read() {
     );
     server.kill();
     drop(disk);
+}
+
+/// Emails with a large body (writes: answered once committed), `n` at once, `rounds` times;
+/// every answer, as (status, body).
+async fn echoes(
+    api: &common::Api,
+    rounds: usize,
+    n: usize,
+) -> Vec<(StatusCode, serde_json::Value)> {
+    let body = "w".repeat(20_000);
+    let input = json!({"input": {"to": "a@example.com", "subject": "s", "body": body}});
+    let mut answers = Vec::new();
+    for _ in 0..rounds {
+        let calls = (0..n).map(|_| api.post("/tools/send_email/call", input.clone()));
+        answers.extend(futures_util::future::join_all(calls).await);
+    }
+    answers
+}
+
+/// The thirty-minute run's second find: the WAL index (`-shm`), which SQLite grows by writing
+/// into it, could not grow on a full disk. SQLite says `SQLITE_IOERR_SHMSIZE` (4874), not
+/// `SQLITE_FULL`, and the store answered `500 internal`. It happens where the WAL file is
+/// larger than what its index covers: a WAL that grew long while a reader held a snapshot, then
+/// restarted, then the process restarted (its index rebuilt small); a full disk then lets
+/// commits write into the WAL's old space until the index needs its second 32 KiB. Now that is
+/// a full disk too: `503 store_unavailable`.
+#[tokio::test]
+async fn a_wal_index_that_cannot_grow_is_a_full_disk() {
+    let at = Location::new(Backend::Sqlite).await;
+    let Some(disk) = Disk::mount(at.data_dir()) else {
+        return;
+    };
+    let server = Binary::start_with(&at, &[], &[]);
+    let file = at.data_dir().join("toolgate.db");
+    let wal = at.data_dir().join("toolgate.db-wal");
+
+    // A reader holds a snapshot, so no checkpoint resets the WAL: it grows past 4,096 frames.
+    let reader = rusqlite::Connection::open(&file).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let _: i64 = reader
+        .query_row("SELECT count(*) FROM calls", [], |row| row.get(0))
+        .unwrap();
+    while std::fs::metadata(&wal).map_or(0, |m| m.len()) < 24 << 20 {
+        echoes(&server.api, 1, 16).await;
+    }
+    drop(reader);
+    // A checkpoint completes, and the WAL starts again from its beginning (its file stays).
+    echoes(&server.api, 4, 8).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    echoes(&server.api, 1, 8).await;
+    server.kill();
+
+    // The restarted process rebuilds the index for the few frames now valid.
+    let server = Binary::start_with(&at, &[], &[]);
+    disk.fill();
+    let mut answers = Vec::new();
+    for _ in 0..40 {
+        answers.extend(echoes(&server.api, 1, 16).await);
+    }
+    disk.free();
+    let statuses: std::collections::BTreeMap<u16, usize> =
+        answers
+            .iter()
+            .fold(Default::default(), |mut count, (status, _)| {
+                *count.entry(status.as_u16()).or_default() += 1;
+                count
+            });
+    let wrong: Vec<_> = answers
+        .iter()
+        .filter(|(status, body)| {
+            *status != StatusCode::OK
+                && !(*status == StatusCode::SERVICE_UNAVAILABLE
+                    && body["error"]["code"] == "store_unavailable")
+        })
+        .collect();
+    let errors: Vec<String> = server
+        .log()
+        .into_iter()
+        .filter(|line| line.contains("ERROR") && !line.contains("disk is full"))
+        .take(5)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "answers {statuses:?}, first wrong {:?}; the server logged {errors:#?}",
+        wrong.first()
+    );
+    let shm = server
+        .log()
+        .iter()
+        .filter(|l| l.contains("SQLite code 4874"))
+        .count();
+    assert!(
+        shm > 0,
+        "the WAL index never had to grow on the full disk: answers {statuses:?}"
+    );
+    // Whatever ran meanwhile has its outcome recorded once there is room.
+    every_outcome_recorded(&at).await;
+    eprintln!("answers while the disk was full: {statuses:?}; {shm} commits met SHMSIZE");
+    server.kill();
+    drop(disk);
+}
+
+/// Waits until every call in the file is completed: none left `running` by an outcome the disk
+/// could not take.
+async fn every_outcome_recorded(at: &Location) {
+    common::eventually("every outcome recorded", async || {
+        let calls = at.stored_calls().await;
+        calls.iter().all(|c| c.status == "completed").then_some(())
+    })
+    .await;
 }

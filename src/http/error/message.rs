@@ -167,7 +167,7 @@ impl ApiError {
             ),
             ApiError::NotReady => ("The store is not available.".into(), None),
             ApiError::StoreUnavailable => (
-                "The database cannot be reached, or cannot write (its disk is full); retry later. \
+                "The database cannot be reached, or cannot write (its disk is full or failing); retry later. \
                  Nothing acknowledged is lost."
                     .into(),
                 None,

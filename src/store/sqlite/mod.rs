@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use super::backend::Backend;
 use super::queue::{self, Behind, Msg};
@@ -182,24 +182,48 @@ fn lock(path: &Path) -> Result<std::fs::File, StoreError> {
     }
 }
 
-/// A SQLite error as a store error. A full disk (`SQLITE_FULL`) is the store unavailable, as a
-/// PostgreSQL server out of space is: nothing is written, the request may be retried, and an
-/// outcome is retried in the background until there is room again.
+/// A SQLite error as a store error. A full disk is the store unavailable, as a PostgreSQL
+/// server out of space is: nothing is written, the request may be retried, and an outcome is
+/// retried in the background until there is room again. So is an I/O error: the disk failed a
+/// read or a write, which a retry may not meet.
 fn backend(err: rusqlite::Error) -> StoreError {
+    let Some(code) = failure(&err) else {
+        return StoreError::Backend(err.to_string());
+    };
+    // The extended code names what failed (which I/O, which constraint) where the message
+    // alone does not.
+    let code = code.extended_code;
     if disk_full(&err) {
-        StoreError::Unavailable(format!("the disk is full: {err}"))
-    } else if let rusqlite::Error::SqliteFailure(code, _) = &err {
-        // The extended code names what failed (which I/O, which constraint) where the message
-        // alone does not.
-        StoreError::Backend(format!("{err} (SQLite code {})", code.extended_code))
+        StoreError::Unavailable(format!("the disk is full: {err} (SQLite code {code})"))
+    } else if cannot_write(&err) {
+        StoreError::Unavailable(format!("the disk failed: {err} (SQLite code {code})"))
     } else {
-        StoreError::Backend(err.to_string())
+        StoreError::Backend(format!("{err} (SQLite code {code})"))
     }
 }
 
-/// Whether SQLite had no room on the disk for what it was asked to write (`SQLITE_FULL`).
+/// Whether SQLite had no room on the disk for what it was asked to write: `SQLITE_FULL`, or
+/// `SQLITE_IOERR_SHMSIZE`, the WAL index (`-shm`) that could not grow (a thirty-minute chaos
+/// run met it once the WAL had outgrown the index a restart rebuilt).
 fn disk_full(err: &rusqlite::Error) -> bool {
-    err.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+    failure(err).is_some_and(|code| {
+        code.code == ErrorCode::DiskFull
+            || code.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE
+    })
+}
+
+/// Whether the disk could not take a write now: it is full or it failed (what [`backend`] makes
+/// the store unavailable).
+fn cannot_write(err: &rusqlite::Error) -> bool {
+    disk_full(err) || failure(err).is_some_and(|code| code.code == ErrorCode::SystemIoFailure)
+}
+
+/// SQLite's own error codes, when the error is SQLite's.
+fn failure(err: &rusqlite::Error) -> Option<&rusqlite::ffi::Error> {
+    match err {
+        rusqlite::Error::SqliteFailure(code, _) => Some(code),
+        _ => None,
+    }
 }
 
 fn open_connection(path: &Path) -> Result<Connection, StoreError> {

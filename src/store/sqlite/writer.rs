@@ -17,7 +17,7 @@ use super::writes::{
     INSERT_CALL, escalate, execute_insert, insert, prune_feed, reconcile, record_outcome, rerun,
     resolve,
 };
-use super::{backend, disk_full, link_keys, sessions, signing_keys, webhooks};
+use super::{backend, cannot_write, link_keys, sessions, signing_keys, webhooks};
 use crate::store::queue::{self, BEHIND_WINDOW, Batch, Behind, Msg, RETRY_KEPT, Reply, WriteOp};
 use crate::store::record::{DERIVED_EVENTS, Prepared, PreparedCall};
 use crate::store::{CallStatus, StoreError, Timestamp};
@@ -226,7 +226,7 @@ fn apply(conn: &Connection, op: WriteOp, now: i64) -> Result<Reply, StoreError> 
 enum Reads {
     /// Written, but for any that could not be for a reason of their own (logged as lost).
     Written,
-    /// The disk had no room: none is written, and they are kept for the next batch.
+    /// The disk had no room (or failed): none is written, and they are kept for the next batch.
     NoRoom,
     /// SQLite rolled the batch's whole transaction back on this error: nothing is written.
     RolledBack(StoreError),
@@ -253,7 +253,7 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
         if conn.is_autocommit() {
             return rolled_back(err);
         }
-        if disk_full(&err) {
+        if cannot_write(&err) {
             return Reads::NoRoom;
         }
         tracing::error!(error = %err, lost = records.len(), "read call records could not be written");
@@ -288,7 +288,7 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
                 written.extend(chunk.iter().copied().filter(|(call, _)| held(call)));
             }
             Err(err) if conn.is_autocommit() => return rolled_back(err),
-            Err(err) if disk_full(&err) => no_room = true,
+            Err(err) if cannot_write(&err) => no_room = true,
             Err(err) => tracing::error!(
                 error = %err,
                 lost = chunk.len(),
@@ -314,7 +314,7 @@ fn insert_read_records(conn: &Connection, records: &[(PreparedCall, Prepared)]) 
     for (record, result) in singles.chain(others) {
         match result {
             Err(err) if conn.is_autocommit() => return rolled_back(err),
-            Err(err) if disk_full(&err) => no_room = true,
+            Err(err) if cannot_write(&err) => no_room = true,
             result => {
                 if log_read_record_result(&record.0.call_id, result) {
                     written.push(record);
