@@ -226,8 +226,8 @@ fn add_auth_and_shedding(doc: &mut Value, auth: bool) {
                 add_auth_responses(responses, &envelope);
             }
             let unavailable = "`store_unavailable` (with `Retry-After`): the database cannot be \
-                 reached (a shared PostgreSQL that is down or restarting) or its disk is full or failing; \
-                 nothing acknowledged is lost, retry later.";
+                 reached (a shared PostgreSQL that is down or restarting) or its disk is full or \
+                 failing; nothing acknowledged is lost, retry later.";
             match responses.get_mut("503") {
                 Some(existing) => {
                     let described = existing["description"].as_str().unwrap_or_default();

@@ -167,8 +167,8 @@ impl ApiError {
             ),
             ApiError::NotReady => ("The store is not available.".into(), None),
             ApiError::StoreUnavailable => (
-                "The database cannot be reached, or cannot write (its disk is full or failing); retry later. \
-                 Nothing acknowledged is lost."
+                "The database cannot be reached, or cannot write (its disk is full or failing); \
+                 retry later. Nothing acknowledged is lost."
                     .into(),
                 None,
             ),

@@ -192,13 +192,13 @@ fn backend(err: rusqlite::Error) -> StoreError {
     };
     // The extended code names what failed (which I/O, which constraint) where the message
     // alone does not.
-    let code = code.extended_code;
+    let detail = format!("{err} (SQLite code {})", code.extended_code);
     if disk_full(&err) {
-        StoreError::Unavailable(format!("the disk is full: {err} (SQLite code {code})"))
+        StoreError::Unavailable(format!("the disk is full: {detail}"))
     } else if cannot_write(&err) {
-        StoreError::Unavailable(format!("the disk failed: {err} (SQLite code {code})"))
+        StoreError::Unavailable(format!("the disk failed: {detail}"))
     } else {
-        StoreError::Backend(format!("{err} (SQLite code {code})"))
+        StoreError::Backend(detail)
     }
 }
 

@@ -5,9 +5,9 @@
 //! and only then answers each caller. So a write that returned is on disk, and concurrent calls
 //! share the cost of the disk's flush instead of queueing behind one flush each. Records written
 //! behind their answer ([`Behind`]) go with the next commit, or wait at most [`BEHIND_WINDOW`]
-//! for one; they are inserted here, many to a statement. While the store cannot take them they are kept
-//! (see [`Behind::keep`]) and tried again every [`RETRY_KEPT`]. The statements of each write are
-//! in `writes.rs`.
+//! for one; they are inserted here, many to a statement. While the store cannot take them they
+//! are kept (see [`Behind::keep`]) and tried again every [`RETRY_KEPT`]. The statements of each
+//! write are in `writes.rs`.
 
 use std::sync::{Mutex, mpsc};
 
